@@ -1,0 +1,73 @@
+"""sparsity-explorer: see, prune and measure weight sparsity (2:4 and N:M) in PyTorch models.
+
+The core imports only torch and numpy:
+
+>>> import explorer
+>>> explorer.Pattern.parse("2:4").explain()
+'Keep at most 2 of every 4 consecutive weights along each row (50% zeros) - the pattern NVIDIA sparse tensor cores run at up to 2x.'
+
+Pruning, the offline models, the GPU backend, the results store and the widgets load lazily on
+first use, so ``import explorer`` stays fast and works without the optional extras.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .checks import PatternReport, check_pattern, keep_patterns
+from .devices import DeviceTarget
+from .doctor import DoctorReport, Finding, doctor
+from .errors import MissingExtraError
+from .layers import LayerInfo, LayerTable, layers
+from .masks import make_mask
+from .patterns import Pattern
+
+__version__ = "0.1.0"
+
+# name -> module that defines it, imported on first access
+_LAZY = {
+    "prune": "explorer.pruning",
+    "PruneResult": "explorer.pruning",
+    "PruningCancelled": "explorer.pruning",
+    "finetune": "explorer.pruning",
+    "sensitivity": "explorer.pruning",
+    "METHODS": "explorer.pruning",
+    "compress": "explorer.compression",
+    "CompressedWeight": "explorer.compression",
+    "SparseLinear": "explorer.gpu",
+    "sparsify": "explorer.gpu",
+    "sweep": "explorer.sweep",
+    "ResultStore": "explorer.store",
+    "load_model": ("explorer.models", "load"),
+}
+
+__all__ = [
+    "DeviceTarget",
+    "DoctorReport",
+    "Finding",
+    "LayerInfo",
+    "LayerTable",
+    "MissingExtraError",
+    "Pattern",
+    "PatternReport",
+    "check_pattern",
+    "doctor",
+    "keep_patterns",
+    "layers",
+    "make_mask",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'explorer' has no attribute {name!r}")
+    module_name, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,478 @@
+"""The layer doctor: can a 2:4 cuSPARSELt matmul run for each layer, and will it be faster?
+
+Every finding is a plain sentence plus a fix. The doctor needs no GPU: it reasons from the target
+GPU's compute capability, the dtype, the layer shapes, the token count and the weights.
+
+The rules it knows:
+
+* sparse tensor cores need compute capability 8.0 or newer; fp8 needs 9.0;
+* 16-bit inputs: the sparse operand (the weight) needs rows and columns in multiples of 16 and the
+  dense operand (the activations) multiples of 8; 8-bit inputs: 32 and 16;
+* 8-bit inputs need the dense operand transposed (column-major); a row-major or non-contiguous
+  activation is what makes ``cusparseLtMatmulDescriptorInit`` fail with "operation not supported";
+* one token (decoding) is rejected: pad to 8 or 16;
+* the weight must really be 2:4;
+* torch's CUTLASS 2:4 backend refuses Hopper (sm_90);
+* small matrix products are slower sparse than dense, and torch's eager path adds about half a
+  millisecond of host time per call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from . import _html
+from .checks import check_pattern
+from .devices import DeviceTarget
+from .layers import layers, matrix_view
+
+__all__ = ["DoctorReport", "Finding", "LayerDiagnosis", "doctor", "parse_dtype"]
+
+# Matrix products smaller than this (multiply-adds) ran no faster sparse than dense on an H100
+# with cached plans (4096 x 4096 weights: 0.6x at 128 tokens, 1.4x at 1024 tokens).
+FAST_MACS = 8e9
+# torch's eager cuSPARSELt call rebuilds descriptors and the plan each time: host cost per call.
+TORCH_EAGER_HOST_SECONDS = 450e-6
+DENSE_FLOPS = {8: 300e12, 9: 700e12, 10: 1500e12}  # rough dense 16-bit rates, for the estimate
+
+_DTYPES = {
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "int8": torch.int8,
+    "fp8": torch.float8_e4m3fn,
+    "e4m3": torch.float8_e4m3fn,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+}
+_EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)
+SEVERITIES = ("ok", "info", "warn", "error")
+_LEVEL = {"ok": "ok", "info": "info", "warn": "warn", "error": "error"}
+
+
+def parse_dtype(dtype: object) -> torch.dtype:
+    """A ``torch.dtype`` from a dtype or a name such as ``"bf16"`` or ``"int8"``.
+
+    Examples
+    --------
+    >>> parse_dtype("bf16")
+    torch.bfloat16
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
+        return _DTYPES[dtype.lower().removeprefix("torch.")]
+    raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(set(_DTYPES))}")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the doctor found: a sentence and a fix.
+
+    Attributes
+    ----------
+    layer : str
+        The layer's name, or ``""`` for findings about the whole model or target.
+    severity : {"ok", "info", "warn", "error"}
+        ``error``: cannot run; ``warn``: runs but will not be faster; ``info``: worth knowing.
+    code : str
+        A stable identifier, e.g. ``"align"``, ``"tokens-one"``, ``"int8-layout"``.
+    message : str
+    fix : str
+    """
+
+    layer: str
+    severity: str
+    code: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.layer}: " if self.layer else ""
+        fix = f" Fix: {self.fix}" if self.fix else ""
+        return f"[{self.severity}] {where}{self.message}{fix}"
+
+
+@dataclass(frozen=True)
+class LayerDiagnosis:
+    """The doctor's verdict for one layer: ``fast``, ``slow`` or ``unsupported``."""
+
+    name: str
+    kind: str
+    shape: tuple[int, int]
+    verdict: str
+    findings: tuple[Finding, ...]
+
+    def __repr__(self) -> str:
+        return f"LayerDiagnosis({self.name!r}, {self.shape[0]}x{self.shape[1]}, {self.verdict})"
+
+
+class DoctorReport:
+    """Per-layer verdicts and findings; see :func:`doctor`."""
+
+    def __init__(self, target, dtype, tokens, backend, diagnoses, notes):
+        self.target: DeviceTarget = target
+        self.dtype: torch.dtype = dtype
+        self.tokens: int = tokens
+        self.backend: str = backend
+        self.layers: list[LayerDiagnosis] = diagnoses
+        self.notes: list[Finding] = notes
+        self._by_name = {d.name: d for d in diagnoses}
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding: model-level notes first, then each layer's."""
+        return [*self.notes, *(f for d in self.layers for f in d.findings)]
+
+    def diagnosis(self, layer: str) -> LayerDiagnosis:
+        if layer not in self._by_name:
+            raise KeyError(f"the doctor did not look at a layer named {layer!r}")
+        return self._by_name[layer]
+
+    def verdict(self, layer: str) -> str:
+        """``"fast"``, ``"slow"`` or ``"unsupported"`` for one layer."""
+        return self.diagnosis(layer).verdict
+
+    def reasons(self, layer: str) -> list[Finding]:
+        """The findings behind a layer's verdict (warnings and errors first)."""
+        order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+        return sorted(self.diagnosis(layer).findings, key=lambda f: order[f.severity])
+
+    def counts(self) -> dict[str, int]:
+        """How many layers got each verdict."""
+        counts = Counter(d.verdict for d in self.layers)
+        return {v: counts.get(v, 0) for v in ("fast", "slow", "unsupported")}
+
+    def fast_layers(self) -> list[str]:
+        return [d.name for d in self.layers if d.verdict == "fast"]
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        return (
+            f"DoctorReport({self.target.name} {self.target.sm}, {str(self.dtype).removeprefix('torch.')}, "
+            f"{self.tokens} tokens: {c['fast']} fast, {c['slow']} slow, {c['unsupported']} unsupported)"
+        )
+
+    def __str__(self) -> str:
+        lines = [repr(self)]
+        lines += [f"  {n}" for n in self.notes]
+        for d in self.layers:
+            lines.append(f"- {d.name} ({d.kind} {d.shape[0]}x{d.shape[1]}): {d.verdict}")
+            lines += [f"    {f}" for f in self.reasons(d.name) if f.severity != "ok"]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        badge = {"fast": "ok", "slow": "warn", "unsupported": "error"}
+        rows = []
+        for d in self.layers:
+            reasons = [f for f in self.reasons(d.name) if f.severity in ("warn", "error")]
+            text = "<br>".join(
+                f"{_html.escape(f.message)} <i>{_html.escape(f.fix)}</i>" for f in reasons
+            )
+            rows.append(
+                (
+                    d.name,
+                    f"{d.shape[0]} x {d.shape[1]}",
+                    _html.badge(d.verdict, badge[d.verdict]),
+                    text,
+                )
+            )
+        notes = "".join(f"<li>{_html.escape(str(n))}</li>" for n in self.notes)
+        table = _html.table(
+            ("layer", "shape", "verdict", "why / fix"), rows, caption=repr(self), raw_columns=(2, 3)
+        )
+        return (f"<ul>{notes}</ul>" if notes else "") + table
+
+
+def doctor(
+    model: nn.Module,
+    dtype: torch.dtype | str = torch.float16,
+    tokens: int = 1024,
+    device: object = None,
+    backend: str = "cusparselt",
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+) -> DoctorReport:
+    """Say, layer by layer, whether a 2:4 sparse matmul can run and be fast, and if not why.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (not changed).
+    dtype : torch.dtype or str
+        The dtype the model will run in: float16, bfloat16, int8, float8_e4m3fn or float32.
+    tokens : int
+        Tokens (rows of activations) per matmul call: batch x sequence length.
+    device : optional
+        The target GPU: None for the current one (an H100 is assumed without a GPU), a name
+        (``"A100"``), a capability (``"8.6"``, ``(9, 0)``) or a ``torch.device``.
+    backend : {"cusparselt", "torch", "cutlass"}
+        ``cusparselt``: the explorer's cached-plan path; ``torch``: torch's eager
+        ``_cslt_sparse_mm`` / ``to_sparse_semi_structured``; ``cutlass``: torch's CUTLASS kernels.
+    filter_fn : callable, optional
+        ``filter_fn(module, fqn) -> bool`` to look at some layers only; default all listed by
+        :func:`explorer.layers`.
+
+    Returns
+    -------
+    DoctorReport
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> report = doctor(nn.Sequential(nn.Linear(4096, 4096)), tokens=1, device="H100")
+    >>> report.verdict("0")
+    'unsupported'
+    >>> [f.code for f in report.reasons("0")][:2]
+    ['not-24', 'tokens-one']
+    """
+    dtype = parse_dtype(dtype)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(
+            f"tokens must be a positive int (batch x sequence length per call), got {tokens!r}"
+        )
+    if backend not in ("cusparselt", "torch", "cutlass"):
+        raise ValueError(f"backend must be 'cusparselt', 'torch' or 'cutlass', got {backend!r}")
+    target = DeviceTarget.resolve(device)
+    table = layers(model)
+    if filter_fn is not None:
+        table = table.filter(filter_fn)
+        if not len(table):
+            raise ValueError(
+                "filter_fn selected no layers; check it against explorer.layers(model).names"
+            )
+    notes = _target_notes(target, dtype, backend)
+    diagnoses = []
+    for info in table:
+        findings = [*_layer_findings(info, target, dtype, tokens, backend)]
+        errors = any(f.severity == "error" for f in findings)
+        warns = any(f.severity == "warn" for f in findings)
+        if errors or any(n.severity == "error" for n in notes):
+            verdict = "unsupported"
+        elif warns:
+            verdict = "slow"
+        else:
+            verdict = "fast"
+            findings.append(
+                Finding(
+                    info.name,
+                    "ok",
+                    "ok",
+                    f"a 2:4 {_name(dtype)} sparse matmul can run here and should beat dense "
+                    f"({_gmac(info, tokens)} per call)",
+                )
+            )
+        diagnoses.append(
+            LayerDiagnosis(info.name, info.kind, info.matrix_shape, verdict, tuple(findings))
+        )
+    return DoctorReport(target, dtype, tokens, backend, diagnoses, notes)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _gmac(info, tokens: int) -> str:
+    return f"{info.out_features * info.in_features * tokens / 1e9:.2g} GMAC"
+
+
+def _target_notes(target: DeviceTarget, dtype: torch.dtype, backend: str) -> list[Finding]:
+    notes = []
+    if not target.is_gpu:
+        notes.append(
+            Finding(
+                "",
+                "error",
+                "cpu",
+                "2:4 sparse matmuls need an NVIDIA GPU; on the CPU a pruned model runs dense "
+                "(pruning still shows its accuracy)",
+                'name the GPU you will deploy on, e.g. doctor(model, device="H100")',
+            )
+        )
+        return notes
+    if "assumed" in target.name:
+        notes.append(
+            Finding(
+                "",
+                "info",
+                "assumed-target",
+                "no GPU is visible here, so the advice is for an H100 (sm_90)",
+                'pass device="A100", device="8.9" or similar for another GPU',
+            )
+        )
+    if not target.supports_24:
+        notes.append(
+            Finding(
+                "",
+                "error",
+                "capability",
+                f"{target.name} has compute capability {target.capability[0]}.{target.capability[1]}; "
+                f"2:4 sparse tensor cores need 8.0 (Ampere) or newer",
+                "run on an A100, L4, H100 or newer GPU, or keep the model dense on this one",
+            )
+        )
+    if dtype == torch.float8_e4m3fn and not target.supports_fp8:
+        notes.append(
+            Finding(
+                "",
+                "error",
+                "fp8-capability",
+                f"fp8 sparse matmuls need compute capability 9.0; {target.name} has "
+                f"{target.capability[0]}.{target.capability[1]}",
+                "use int8 or a 16-bit dtype on this GPU",
+            )
+        )
+    if dtype == torch.float64:
+        notes.append(
+            Finding(
+                "",
+                "error",
+                "dtype",
+                "float64 has no sparse tensor core path",
+                "cast to float16 or bfloat16",
+            )
+        )
+    if dtype == torch.float32:
+        notes.append(
+            Finding(
+                "",
+                "warn",
+                "fp32",
+                "float32 runs as TF32 on sparse tensor cores and gains little over dense TF32",
+                "run the model in float16 or bfloat16 (model.half() / model.bfloat16())",
+            )
+        )
+    if backend == "cutlass" and target.is_hopper:
+        notes.append(
+            Finding(
+                "",
+                "error",
+                "cutlass-hopper",
+                f"torch's CUTLASS 2:4 backend has no kernels for Hopper ({target.sm}) and refuses to run",
+                "use cuSPARSELt: explorer.sparsify(model), or set "
+                "SparseSemiStructuredTensor._FORCE_CUTLASS = False with torch's API",
+            )
+        )
+    if dtype in _EIGHT_BIT:
+        notes.append(
+            Finding(
+                "",
+                "info",
+                "int8-layout",
+                "8-bit sparse matmuls need the dense operand (the activations) transposed, i.e. "
+                "column-major; row-major or non-contiguous activations make cuSPARSELt fail with "
+                "'operation not supported when calling cusparseLtMatmulDescriptorInit'",
+                "explorer.sparsify(model, dtype=torch.int8) lays the activations out for you; with "
+                "torch's ops pass a contiguous activation and its transpose as torch expects",
+            )
+        )
+    notes.append(
+        Finding(
+            "",
+            "info",
+            "contiguous",
+            "activations that are non-contiguous (a slice, a transpose, a permuted view) are "
+            "rejected or copied by cuSPARSELt",
+            "call .contiguous() on them first; explorer.SparseLinear does this for you",
+        )
+    )
+    return notes
+
+
+def _layer_findings(info, target, dtype, tokens, backend):
+    name, (out_f, in_f) = info.name, info.matrix_shape
+    if not info.accelerated:
+        yield Finding(
+            name,
+            "error",
+            "not-linear",
+            f"{info.kind} is a convolution: the 2:4 sparse matmul path runs Linear layers only",
+            "keep it dense (prune it only to study accuracy), or rewrite it as a Linear",
+        )
+        return
+    # 1. the weight must really be 2:4
+    if in_f % 4:
+        yield Finding(
+            name,
+            "error",
+            "width",
+            f"in_features={in_f} is not a multiple of 4, so the layer cannot hold 2:4 groups",
+            "skip this layer with filter_fn",
+        )
+    elif info.valid_24 is False:
+        weight = matrix_view(info.module).detach()
+        report = check_pattern(weight, "2:4")
+        yield Finding(
+            name,
+            "error",
+            "not-24",
+            f"the weight is not 2:4: {report.violations:,} of {report.groups:,} groups of 4 "
+            f"have more than 2 nonzeros",
+            'prune it first: explorer.prune(model, method="wanda", pattern="2:4", calibration=...)',
+        )
+    # 2. alignment of the sparse operand (the weight) and the dense one (the activations)
+    sparse_align, dense_align = (32, 16) if dtype in _EIGHT_BIT else (16, 8)
+    bad = [
+        f"{label}={size}"
+        for label, size in (("out_features", out_f), ("in_features", in_f))
+        if size % sparse_align
+    ]
+    if bad:
+        yield Finding(
+            name,
+            "error",
+            "align",
+            f"{_name(dtype)} sparse weights need rows and columns in multiples of {sparse_align}; "
+            f"this layer has {', '.join(bad)}",
+            f"pad the layer to a multiple of {sparse_align} or keep it dense (explorer.sparsify skips it)",
+        )
+    # 3. the token count
+    if tokens == 1:
+        yield Finding(
+            name,
+            "error" if backend != "cusparselt" else "warn",
+            "tokens-one",
+            "a single token (one-row activations, as in decoding) is rejected by cuSPARSELt",
+            "pad the activations to 8 or 16 rows (explorer.SparseLinear pads for you); for "
+            "decoding, expect little gain: the product is bound by reading the weight",
+        )
+    elif tokens % dense_align:
+        padded = -(-tokens // dense_align) * dense_align
+        yield Finding(
+            name,
+            "info",
+            "tokens-align",
+            f"tokens={tokens} is not a multiple of {dense_align}, which raw cuSPARSELt calls reject",
+            f"pad to {padded} tokens (explorer.SparseLinear pads internally)",
+        )
+    # 4. will it be faster?
+    macs = out_f * in_f * tokens
+    if macs < FAST_MACS:
+        yield Finding(
+            name,
+            "warn",
+            "small",
+            f"the product is small ({_gmac(info, tokens)} per call): sparse kernels are not "
+            f"faster than dense below about {FAST_MACS / 1e9:.0f} GMAC",
+            "sparsify the large layers only, or run with more tokens per call (bigger batches)",
+        )
+    if backend == "torch":
+        dense_seconds = 2 * macs / DENSE_FLOPS.get(target.capability[0], 300e12)
+        if dense_seconds < 4 * TORCH_EAGER_HOST_SECONDS:
+            yield Finding(
+                name,
+                "warn",
+                "host-overhead",
+                f"torch's eager path spends about {TORCH_EAGER_HOST_SECONDS * 1e6:.0f} us of host "
+                f"time per call rebuilding cuSPARSELt descriptors, against about "
+                f"{dense_seconds * 1e6:.0f} us for the whole dense matmul",
+                "use explorer.sparsify(model) (plans built once), or capture the model in a CUDA graph",
+            )

@@ -1,0 +1,210 @@
+"""Make a keep-mask for a weight under a sparsity pattern.
+
+``make_mask`` keeps the highest-scored entries the pattern allows. Scores default to the weight's
+magnitude. Ties are broken deterministically: among equal scores, the entry with the lower index
+(earlier input column, then earlier row) is kept, so the same weight always gives the same mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_matrix, check_scores, chunk_rows
+from .patterns import Pattern
+
+__all__ = ["make_mask", "top_k_mask"]
+
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+
+
+def make_mask(
+    weight: torch.Tensor,
+    pattern: str | Pattern = "2:4",
+    scores: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Keep the top-scored entries of ``weight`` that ``pattern`` allows.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        A 2-D weight ``(out_features, in_features)``.
+    pattern : str or Pattern
+        ``"2:4"`` (default), any ``"N:M"``, ``"unstructured:S"``, ``"unstructured-row:S"``,
+        ``"blockB:S"`` or ``"rows:S"``; see :mod:`explorer.patterns`.
+    scores : torch.Tensor, optional
+        Importance of each entry, same shape as ``weight``; higher is kept first. Defaults to
+        ``weight.abs()``. Blocks and rows are scored by the L2 norm of their entries' scores.
+
+    Returns
+    -------
+    torch.Tensor
+        A bool tensor shaped like ``weight``, on its device; True where the weight is kept.
+
+    Raises
+    ------
+    ValueError
+        A weight that is not 2-D, is empty or meta, has NaN/Inf, or whose width the pattern cannot
+        divide; scores of another shape.
+    TypeError
+        Integer or bool weights without ``scores``, or scores that are not numbers.
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.arange(1.0, 9.0).reshape(1, 8)
+    >>> make_mask(w, "2:4").int().tolist()
+    [[0, 0, 1, 1, 0, 0, 1, 1]]
+    """
+    weight = check_matrix(weight, "weight")
+    pattern = Pattern.parse(pattern)
+    if scores is None:
+        if not weight.is_floating_point():
+            raise TypeError(
+                f"weight has dtype {weight.dtype}, which has no magnitude to rank by; "
+                f"pass scores=... (e.g. weight.float().abs()) or a floating-point weight"
+            )
+        check_scores(weight, "weight")
+        keys = _magnitude_keys(weight) if pattern.kind in ("nm", "unstructured") else None
+        scores = keys if keys is not None else weight.abs()
+    else:
+        scores = check_matrix(scores, "scores")
+        if scores.shape != weight.shape:
+            raise ValueError(
+                f"scores have shape {tuple(scores.shape)} but the weight has {tuple(weight.shape)}; "
+                f"give one score per weight entry"
+            )
+        check_scores(scores)
+        if scores.device != weight.device:
+            scores = scores.to(weight.device)
+
+    rows, cols = weight.shape
+    if pattern.kind == "nm":
+        _check_divides(cols, pattern.m, "in_features (columns)", pattern)
+        return _nm_mask(scores, pattern.n, pattern.m)
+    if pattern.kind == "unstructured":
+        if pattern.per_row:
+            return top_k_mask(scores, round(pattern.density * cols), dim=1)
+        return top_k_mask(scores.reshape(1, -1), round(pattern.density * rows * cols), dim=1).view(
+            rows, cols
+        )
+    if pattern.kind == "block":
+        b = pattern.block
+        _check_divides(rows, b, "out_features (rows)", pattern)
+        _check_divides(cols, b, "in_features (columns)", pattern)
+        norms = _float(scores).square().view(rows // b, b, cols // b, b).sum(dim=(1, 3))
+        kept = top_k_mask(norms.reshape(1, -1), round(pattern.density * norms.numel()), dim=1)
+        kept = kept.view(rows // b, cols // b)
+        return kept.repeat_interleave(b, dim=0).repeat_interleave(b, dim=1)
+    # rows
+    norms = _float(scores).square().sum(dim=1).view(1, rows)
+    kept = top_k_mask(norms, round(pattern.density * rows), dim=1).view(rows, 1)
+    return kept.expand(rows, cols).contiguous()
+
+
+def _float(scores: torch.Tensor) -> torch.Tensor:
+    return scores if scores.dtype in (torch.float32, torch.float64) else scores.float()
+
+
+def _check_divides(size: int, by: int, what: str, pattern: Pattern) -> None:
+    if size % by:
+        raise ValueError(
+            f"pattern {pattern.name!r} needs {what} divisible by {by}, but the layer has {size}; "
+            f"skip this layer (filter_fn) or choose a pattern whose group size divides {size}"
+        )
+
+
+def _magnitude_keys(weight: torch.Tensor) -> torch.Tensor | None:
+    """Integer keys that order 16-bit floats by magnitude, without converting them.
+
+    fp16 and bf16 store sign, exponent and mantissa in that order, so clearing the sign bit leaves
+    an integer whose order is the order of ``|w|``; comparing int16 is much cheaper on the CPU than
+    converting to float32 first.
+    """
+    if weight.dtype in _SIXTEEN_BIT and weight.is_contiguous():
+        return weight.view(torch.int16) & 0x7FFF
+    return None
+
+
+def _nm_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """Top-n of every m along rows; ties go to the lower column. Chunked to stay in cache."""
+    rows, cols = scores.shape
+    mask = torch.empty((rows, cols), dtype=torch.bool, device=scores.device)
+    step = chunk_rows(rows, cols)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        s = scores[start:stop].reshape(-1, m)
+        if m == 4 and s.dtype == torch.int16:
+            mask[start:stop] = _top_of_four(s, n).view(stop - start, cols)
+            continue
+        # 1. rank[i] = how many entries of the group beat entry i (higher score, or equal and earlier).
+        rank = torch.zeros(s.shape, dtype=torch.uint8, device=s.device)
+        for j in range(m):
+            col = s[:, j : j + 1]
+            rank += col > s
+            if j + 1 < m:
+                rank[:, j + 1 :] += col == s[:, j + 1 :]
+        # 2. keep the n best of each group.
+        mask[start:stop] = (rank < n).view(stop - start, cols)
+    return mask
+
+
+def _top_of_four(keys16: torch.Tensor, n: int) -> torch.Tensor:
+    """Top-n of each row of a (groups, 4) int16 key array, by a min/max selection network.
+
+    Appending the reversed position to each key makes the keys of a group unique (ties go to the
+    lower position), so the n-th largest key is a threshold that keeps exactly n entries.
+    """
+    keys = (keys16.to(torch.int32) << 2) | _REVERSED_POSITION.to(keys16.device)
+    a, b, c, d = keys.unbind(dim=1)
+    hi1, lo1 = torch.maximum(a, b), torch.minimum(a, b)
+    hi2, lo2 = torch.maximum(c, d), torch.minimum(c, d)
+    if n == 1:
+        threshold = torch.maximum(hi1, hi2)
+    elif n == 2:
+        threshold = torch.maximum(torch.minimum(hi1, hi2), torch.maximum(lo1, lo2))
+    else:
+        threshold = torch.minimum(torch.maximum(lo1, lo2), torch.minimum(hi1, hi2))
+    return keys >= threshold.unsqueeze(1)
+
+
+_REVERSED_POSITION = torch.tensor([3, 2, 1, 0], dtype=torch.int32)
+
+
+def top_k_mask(scores: torch.Tensor, k: int, dim: int = 1) -> torch.Tensor:
+    """Keep the ``k`` highest scores along ``dim`` of a 2-D tensor, ties to the lower index.
+
+    Parameters
+    ----------
+    scores : torch.Tensor
+        2-D scores.
+    k : int
+        How many to keep in each slice along ``dim`` (clipped to ``[0, size]``).
+    dim : int
+        1 to choose within each row, 0 within each column.
+
+    Returns
+    -------
+    torch.Tensor
+        Bool mask shaped like ``scores``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> top_k_mask(torch.tensor([[1.0, 3.0, 3.0, 2.0]]), 2).tolist()
+    [[False, True, True, False]]
+    """
+    size = scores.shape[dim]
+    k = max(0, min(int(k), size))
+    if k == 0:
+        return torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
+    if k == size:
+        return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
+    values = scores if scores.dtype != torch.int16 else scores.to(torch.int32)
+    # 1. the k-th largest value is the threshold; everything above it is kept.
+    threshold = values.kthvalue(size - k + 1, dim=dim, keepdim=True).values
+    above = values > threshold
+    # 2. fill the remaining places with entries equal to the threshold, lowest index first.
+    need = k - above.sum(dim=dim, keepdim=True)
+    ties = values == threshold
+    tie_rank = ties.cumsum(dim=dim)
+    return above | (ties & (tie_rank <= need))
