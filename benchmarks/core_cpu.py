@@ -42,7 +42,10 @@ def main() -> None:
         ("check_pattern(pruned w, '2:4')", lambda: explorer.check_pattern(pruned)),
         ("check_pattern(bool mask, '2:4')", lambda: explorer.check_pattern(mask)),
         ("check_pattern(dense w, '2:4')", lambda: explorer.check_pattern(weight)),
-        ("naive per-group count (reference)", lambda: ((pruned != 0).view(-1, 4).sum(1) <= 2).all()),
+        (
+            "naive per-group count (reference)",
+            lambda: ((pruned != 0).view(-1, 4).sum(1) <= 2).all(),
+        ),
     ]
     print(
         f"{args.rows} x {args.cols} float16 on {platform.processor() or platform.machine()}, "
