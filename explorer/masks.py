@@ -64,6 +64,8 @@ def make_mask(
                 f"pass scores=... (e.g. weight.float().abs()) or a floating-point weight"
             )
         check_scores(weight, "weight")
+        if pattern.kind == "nm" and pattern.m == 4 and _magnitude_keys(weight) is not None:
+            return _top_of_four_16bit(weight, pattern.n)
         keys = _magnitude_keys(weight) if pattern.kind in ("nm", "unstructured") else None
         scores = keys if keys is not None else weight.abs()
     else:
@@ -133,9 +135,6 @@ def _nm_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
     for start in range(0, rows, step):
         stop = min(rows, start + step)
         s = scores[start:stop].reshape(-1, m)
-        if m == 4 and s.dtype == torch.int16:
-            mask[start:stop] = _top_of_four(s, n).view(stop - start, cols)
-            continue
         # 1. rank[i] = how many entries of the group beat entry i (higher score, or equal and earlier).
         rank = torch.zeros(s.shape, dtype=torch.uint8, device=s.device)
         for j in range(m):
@@ -148,26 +147,48 @@ def _nm_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
     return mask
 
 
-def _top_of_four(keys16: torch.Tensor, n: int) -> torch.Tensor:
-    """Top-n of each row of a (groups, 4) int16 key array, by a min/max selection network.
+# int64 lane arithmetic on four 16-bit floats at once (see _top_of_four_16bit).
+_LOW15 = 0x7FFF7FFF7FFF7FFF
+_TOP_BITS = 0x8000800080008000 - (1 << 64)  # bit 15 of each lane, as a signed int64
+_LANE_BITS = 0x0001000100010001
+# Lanes that compare against an earlier lane after rotating by k lanes: ties go to the earlier one.
+_TIE_LANES = {1: 1 << 48, 2: (1 << 32) | (1 << 48), 3: (1 << 16) | (1 << 32) | (1 << 48)}
 
-    Appending the reversed position to each key makes the keys of a group unique (ties go to the
-    lower position), so the n-th largest key is a threshold that keeps exactly n entries.
+
+def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
+    """Top-n magnitudes of every group of 4 fp16/bf16 values, four lanes per int64 word.
+
+    Clearing the sign bits leaves each 16-bit lane an integer ordered like ``|w|``. Rotating a
+    word by k lanes lines every lane up with the lane k places later; setting bit 15 of each lane
+    and subtracting the rotated word leaves bit 15 set exactly where the lane is the larger one,
+    with no borrow between lanes (one more is subtracted where ties must go to the earlier lane).
+    Each lane adds up the rivals it beats; it is kept when it beats at least ``4 - n`` of the 3.
     """
-    keys = (keys16.to(torch.int32) << 2) | _REVERSED_POSITION.to(keys16.device)
-    a, b, c, d = keys.unbind(dim=1)
-    hi1, lo1 = torch.maximum(a, b), torch.minimum(a, b)
-    hi2, lo2 = torch.maximum(c, d), torch.minimum(c, d)
-    if n == 1:
-        threshold = torch.maximum(hi1, hi2)
-    elif n == 2:
-        threshold = torch.maximum(torch.minimum(hi1, hi2), torch.maximum(lo1, lo2))
-    else:
-        threshold = torch.minimum(torch.maximum(lo1, lo2), torch.minimum(hi1, hi2))
-    return keys >= threshold.unsqueeze(1)
-
-
-_REVERSED_POSITION = torch.tensor([3, 2, 1, 0], dtype=torch.int32)
+    rows, cols = weight.shape
+    mask = torch.empty((rows, cols), dtype=torch.bool, device=weight.device)
+    words = weight.view(torch.int64)
+    step = chunk_rows(rows, cols)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        keys = words[start:stop] & _LOW15
+        raised = keys | _TOP_BITS
+        wins = torch.zeros_like(keys)
+        for k in (1, 2, 3):
+            rotated = (keys >> 16 * k) | (keys << 64 - 16 * k)
+            beats = raised - rotated
+            beats -= _TIE_LANES[k]
+            beats >>= 15
+            beats &= _LANE_BITS
+            wins += beats
+        if n == 1:
+            kept = wins & (wins >> 1)  # 3 wins
+        elif n == 2:
+            kept = wins >> 1  # 2 or 3 wins
+        else:
+            kept = wins | (wins >> 1)  # at least 1 win
+        kept &= _LANE_BITS
+        mask[start:stop] = kept.view(torch.int16).view(stop - start, cols) != 0
+    return mask
 
 
 def top_k_mask(scores: torch.Tensor, k: int, dim: int = 1) -> torch.Tensor:
