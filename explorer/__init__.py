@@ -36,7 +36,7 @@ _LAZY = {
     "CompressedWeight": "explorer.compression",
     "SparseLinear": "explorer.gpu",
     "sparsify": "explorer.gpu",
-    "sweep": "explorer.sweep",
+    "sweep": "explorer.sweeps",
     "ResultStore": "explorer.store",
     "load_model": ("explorer.models", "load"),
 }

@@ -1,0 +1,351 @@
+"""The benchmark command: dense cuBLAS vs torch's eager cuSPARSELt vs the explorer's cached plans.
+
+``python -m explorer.bench`` (or ``sparsity-explorer bench``) times, for each shape and dtype,
+the median of CUDA-event timings after warm-up, in eager mode and as CUDA-graph replay, plus the
+host cost per call; then the LLaMA-7B MLP block end to end, CSR/BSR at 50-99.9% sparsity, and the
+explorer's N:M check kernel against the device's copy bandwidth. Rows are plain dicts; ``--json``
+writes them, ``--db`` records them in a :class:`explorer.store.ResultStore`, ``--markdown``
+writes the tables (``docs/bench-h100.md`` is generated this way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from explorer.bench.table import TARGETS, format_table, format_targets, markdown
+
+__all__ = ["TARGETS", "format_table", "format_targets", "main", "run_bench"]
+
+_DTYPES = {
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "int8": torch.int8,
+}
+_SUITES = ("matmul", "mlp", "unstructured", "kernel")
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(
+            f"shape {text!r} not understood; expected OUTxTOKENSxIN, e.g. 4096x1024x4096"
+        ) from None
+    return m, n, k
+
+
+def run_bench(
+    shapes: Iterable[tuple[int, int, int]] | None = None,
+    dtypes: Iterable[torch.dtype | str] = (torch.float16, torch.bfloat16),
+    quick: bool = False,
+    suites: Iterable[str] = _SUITES,
+    graph: bool = True,
+    mlp_tokens: Iterable[int] | None = None,
+    progress: bool = True,
+    on_row=None,
+    job_timeout: float | None = None,
+    log=None,
+) -> list[dict]:
+    """Run the benchmark and return its rows.
+
+    Parameters
+    ----------
+    shapes : iterable of (out, tokens, in), optional
+        Matmul problems; default the full list (or the quick one with ``quick=True``).
+        ``8192^3`` is also run in int8.
+    dtypes : iterable
+        float16 / bfloat16 (int8 rows are added for 8192^3 and the 4096 shapes).
+    quick : bool
+        The subset that covers the issue's targets; fits one device call.
+    suites : iterable of str
+        Any of ``matmul``, ``mlp``, ``unstructured``, ``kernel``.
+    graph : bool
+        Also time CUDA-graph replay.
+    progress : bool
+        Show a tqdm progress bar.
+    on_row : callable, optional
+        Called with each finished row (e.g. to record it in a store as it arrives).
+    job_timeout : float, optional
+        Seconds after which one case is abandoned (recorded as failed).
+    log : file, optional
+        Where to write one line per finished case.
+
+    Returns
+    -------
+    list of dict
+        One row per (problem, implementation, mode) with ``ms``, ``host_us``, ``status``...
+
+    Examples
+    --------
+    >>> rows = run_bench([(4096, 1024, 4096)], suites=["matmul"])  # doctest: +SKIP
+    """
+    from tqdm.auto import tqdm
+
+    from explorer.bench import runner as R
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "the benchmark needs a CUDA GPU with sparse tensor cores; none is visible here"
+        )
+    dts = [_DTYPES[d] if isinstance(d, str) else d for d in dtypes]
+    shapes = list(shapes) if shapes is not None else (R.QUICK_SHAPES if quick else R.FULL_SHAPES)
+    suites = set(suites)
+    jobs = []
+    if "kernel" in suites:
+        jobs.append(("kernel", lambda: R.bench_check_kernel(1.0)))
+    if "matmul" in suites:
+        for m, n, k in shapes:
+            for dt in dts:
+                jobs.append(
+                    (
+                        f"{m}x{k}@{n} {dt}",
+                        lambda m=m, n=n, k=k, dt=dt: R.bench_matmul(m, n, k, dt, graph=graph),
+                    )
+                )
+            if (m, n, k) in ((8192, 8192, 8192), (4096, 1024, 4096), (11008, 4096, 4096)):
+                jobs.append(
+                    (
+                        f"{m}x{k}@{n} int8",
+                        lambda m=m, n=n, k=k: R.bench_matmul(m, n, k, torch.int8, graph=graph),
+                    )
+                )
+    if "mlp" in suites:
+        toks = list(mlp_tokens) if mlp_tokens else ([4096] if quick else [1024, 4096, 16384])
+        for t in toks:
+            for dt in dts:
+                jobs.append((f"mlp {t} {dt}", lambda t=t, dt=dt: R.bench_mlp(t, dt, graph=graph)))
+    if "unstructured" in suites:
+        sp = (0.5, 0.9, 0.99, 0.999)
+        jobs.append(("csr/bsr", lambda: R.bench_unstructured(sparsities=sp)))
+    rows: list[dict] = []
+    bar = tqdm(jobs, disable=not progress, desc="bench", unit="case")
+    try:
+        for name, job in bar:
+            bar.set_postfix_str(name)
+            t0 = time.perf_counter()
+            new = R.safe(job, {"suite": name.split()[0], "label": name}, job_timeout)
+            if log is not None:
+                print(
+                    f"[bench] {name}: {len(new)} rows, {time.perf_counter() - t0:.1f} s",
+                    file=log,
+                    flush=True,
+                )
+            for r in new:
+                if on_row is not None:
+                    on_row(r)
+            rows.extend(new)
+            torch.cuda.empty_cache()
+    except KeyboardInterrupt:
+        bar.write(f"interrupted: {len(rows)} rows kept")
+    finally:
+        bar.close()
+    return rows
+
+
+def environment() -> dict:
+    """Device and library versions for the table's header."""
+    env = {"torch": torch.__version__}
+    if torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name()
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+        env["cuda"] = torch.version.cuda
+        try:
+            from explorer.gpu.cusparselt import library_version
+
+            env["cusparselt"] = library_version()
+        except Exception as exc:
+            env["cusparselt"] = f"unavailable ({exc})"
+    try:
+        import importlib.metadata as md
+
+        env["nvmath-python"] = md.version("nvmath-python")
+    except Exception:
+        env["nvmath-python"] = None
+    return env
+
+
+def render_markdown(rows: list[dict], env: dict, command: str) -> str:
+    """The whole generated Markdown page (targets, matmul table, CSR/BSR, kernel)."""
+    parts = [
+        "# Benchmark: dense vs 2:4 sparse (generated)",
+        "",
+        f"Generated by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+        "Do not edit by hand: rerun the command.",
+        "",
+        "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
+        "",
+        "Times are milliseconds per call (median of 7 CUDA-event timings of 20 back-to-back calls "
+        "after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the speedup over "
+        "dense cuBLAS in the same mode; host us is the host time to issue one call.",
+        "",
+        "## Targets",
+        "",
+        format_targets(rows),
+        "",
+        "## Matmuls and the MLP block",
+        "",
+        format_table(rows),
+        "",
+    ]
+    uns = [r for r in rows if r.get("suite") == "unstructured"]
+    if uns:
+        parts += [
+            "## Unstructured CSR and block-sparse BSR (4096x4096 @ 1024 tokens, fp16)",
+            "",
+            markdown(
+                ["format", "sparsity", "dense ms", "sparse ms", "speedup", "status"],
+                [
+                    [
+                        r["impl"],
+                        f"{r['sparsity']:.1%}",
+                        r.get("dense_ms"),
+                        r.get("ms"),
+                        f"{r['speedup']:.2f}x" if r.get("speedup") else None,
+                        r.get("status") if r.get("status") == "ok" else r.get("error"),
+                    ]
+                    for r in uns
+                ],
+            ),
+            "",
+        ]
+    ker = [r for r in rows if r.get("suite") == "kernel" and r.get("status") == "ok"]
+    if ker:
+        parts += [
+            "## N:M validity kernel vs device copy",
+            "",
+            markdown(
+                ["kernel", "ms", "TB/s read", "copy TB/s (read+write)", "share"],
+                [
+                    [r["label"], r["ms"], r["tbps"], r["copy_tbps"], f"{r['fraction_of_copy']:.0%}"]
+                    for r in ker
+                ],
+            ),
+            "",
+        ]
+    failed = [r for r in rows if r.get("status") == "failed"]
+    if failed:
+        parts += [
+            "## Failed rows",
+            "",
+            markdown(
+                ["suite", "case", "impl", "mode", "error"],
+                [
+                    [
+                        r.get("suite"),
+                        r.get("label")
+                        or f"{r.get('m')}x{r.get('k')}@{r.get('n')} {r.get('dtype')}",
+                        r.get("impl"),
+                        r.get("mode"),
+                        (r.get("error") or "")[:120],
+                    ]
+                    for r in failed
+                ],
+            ),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+_CONFIG_KEYS = ("suite", "label", "m", "n", "k", "dtype", "impl", "mode", "alg", "sparsity")
+
+
+def _recorder(db: str):
+    from explorer.store import ResultStore
+
+    store = ResultStore(db)
+
+    def record(r: dict) -> None:
+        config = {k: r[k] for k in _CONFIG_KEYS if r.get(k) is not None}
+        if "n" in config:
+            config["tokens"] = config["n"]
+        metrics = {
+            k: v
+            for k, v in r.items()
+            if k not in _CONFIG_KEYS and k not in ("status", "error", "trace")
+        }
+        store.record(
+            f"bench-{r.get('suite', 'unknown')}",
+            config,
+            metrics,
+            status=r.get("status", "ok"),
+            error=r.get("error"),
+        )
+
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (``python -m explorer.bench --help``)."""
+    p = argparse.ArgumentParser(
+        prog="python -m explorer.bench",
+        description="Time dense cuBLAS against torch's eager cuSPARSELt and the explorer's "
+        "cached-plan 2:4 path (eager and CUDA-graph replay), on the current GPU.",
+    )
+    p.add_argument("--quick", action="store_true", help="the target shapes only (a few minutes)")
+    p.add_argument("--shapes", help="comma-separated OUTxTOKENSxIN, e.g. 4096x1024x4096")
+    p.add_argument("--dtypes", default="float16,bfloat16", help="e.g. float16,bfloat16")
+    p.add_argument("--suites", default=",".join(_SUITES), help=f"any of {','.join(_SUITES)}")
+    p.add_argument("--no-graph", action="store_true", help="skip CUDA-graph replay")
+    p.add_argument("--json", type=Path, help="write the rows as JSON here")
+    p.add_argument("--markdown", type=Path, help="write the generated Markdown tables here")
+    p.add_argument("--db", help="record every row in this results database")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--job-timeout", type=float, help="abandon one case after this many seconds")
+    args = p.parse_args(argv)
+    try:
+        shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else None
+        dtypes = [_DTYPES[d.strip().lower()] for d in args.dtypes.split(",")]
+    except (KeyError, ValueError) as exc:
+        p.error(str(exc))
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    bad = [s for s in suites if s not in _SUITES]
+    if bad:
+        p.error(f"unknown suite(s) {bad}; expected any of {list(_SUITES)}")
+    if not torch.cuda.is_available():
+        print("explorer.bench: no CUDA GPU visible; nothing to time.", file=sys.stderr)
+        return 2
+    sinks = []
+    if args.db:
+        sinks.append(_recorder(args.db))
+    if args.json:
+        partial = args.json.with_suffix(".partial.jsonl")
+        partial.write_text("")
+
+        def _append(r: dict, path=partial) -> None:
+            with path.open("a") as fh:
+                fh.write(json.dumps(r, default=str) + "\n")
+
+        sinks.append(_append)
+
+    def on_row(r: dict) -> None:
+        for sink in sinks:
+            sink(r)
+
+    rows = run_bench(
+        shapes,
+        dtypes,
+        quick=args.quick,
+        suites=suites,
+        graph=not args.no_graph,
+        progress=not args.no_progress,
+        on_row=on_row,
+    )
+    env = environment()
+    if args.json:
+        args.json.write_text(json.dumps({"env": env, "rows": rows}, indent=1, default=str))
+    command = "python -m explorer.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.markdown:
+        args.markdown.write_text(render_markdown(rows, env, command.strip()))
+    print(format_table(rows))
+    print()
+    print(format_targets(rows))
+    return 0

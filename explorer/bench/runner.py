@@ -1,0 +1,299 @@
+"""The benchmark suites: matmul shapes, the LLaMA MLP block, CSR/BSR and the check kernel."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from explorer.bench.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
+
+__all__ = [
+    "FULL_SHAPES",
+    "QUICK_SHAPES",
+    "bench_check_kernel",
+    "bench_matmul",
+    "bench_mlp",
+    "bench_unstructured",
+]
+
+_LLAMA = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)]  # (out, in)
+_SHIPPED = [
+    (256, 64),
+    (256, 256),
+    (512, 784),
+    (512, 512),
+    (384, 384),
+    (1536, 384),
+    (384, 1536),
+    (576, 576),
+    (1536, 576),
+    (576, 1536),
+    (192, 576),
+]
+_VIT = [(3072, 768), (768, 3072), (4096, 1024), (1024, 4096)]
+
+#: (out, tokens, in) triples of the full run
+FULL_SHAPES: list[tuple[int, int, int]] = (
+    [(o, t, i) for (o, i) in _LLAMA for t in (16, 64, 256, 1024, 4096, 16384)]
+    + [(8192, 8192, 8192)]
+    + [(o, b * 197, i) for (o, i) in _VIT for b in (1, 32)]
+    + [(o, t, i) for (o, i) in _SHIPPED for t in (128, 1024)]
+)
+#: the targets plus a few small layers: fits one device call
+QUICK_SHAPES: list[tuple[int, int, int]] = [
+    (4096, 1024, 4096),
+    (11008, 4096, 4096),
+    (8192, 8192, 8192),
+    (4096, 16, 4096),
+    (1536, 1024, 384),
+    (576, 1024, 1536),
+]
+
+
+def mask24(w: torch.Tensor) -> torch.Tensor:
+    """Magnitude 2:4 along the last dimension (zeros in place)."""
+    g = w.reshape(-1, 4)
+    idx = g.float().abs().topk(2, dim=1).indices
+    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(1, idx, True)
+    return (g * keep).reshape(w.shape)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _rows_for(base: dict, impls: dict[str, Callable], graph: bool, host: bool) -> list[dict]:
+    rows = []
+    for impl, fn in impls.items():
+        for mode in ("eager", "graph") if graph else ("eager",):
+            r = dict(base, impl=impl, mode=mode)
+            try:
+                slow = call_s(fn) > SLOW_S  # e.g. a path that rebuilds its plan every call
+                if mode == "eager":
+                    r["ms"] = eager_ms(fn, iters=2, reps=3, warmup=1) if slow else eager_ms(fn)
+                    if host:
+                        r["host_us"] = host_us(fn, iters=3) if slow else host_us(fn)
+                else:
+                    r["ms"] = graph_ms(fn, iters=2, reps=3) if slow else graph_ms(fn)
+                r["status"] = "ok"
+            except Exception as exc:
+                r["status"] = "failed"
+                r["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                torch.cuda.synchronize()
+            rows.append(r)
+    return rows
+
+
+def _tflops(rows: list[dict], flops: float) -> None:
+    for r in rows:
+        if r.get("ms"):
+            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
+
+
+def bench_matmul(
+    m: int, n: int, k: int, dtype: torch.dtype, graph: bool = True, alg: int = -1
+) -> list[dict]:
+    """Rows for one ``[n tokens, k] @ [m, k]^T`` problem: dense, torch eager, explorer."""
+    from explorer.gpu import cusparselt as C
+    from explorer.gpu import torch_backend as TB
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    dev = "cuda"
+    base = dict(suite="matmul", m=m, n=n, k=k, dtype=_name(dtype), alg=alg)
+    if dtype == torch.int8:
+        w = mask24(torch.randint(-127, 128, (m, k), device=dev).float()).to(torch.int8)
+        x = torch.randint(-127, 128, (n, k), device=dev).to(torch.int8)
+        wt = w.t()  # [k, m] column-major: the layout cuBLASLt's int8 kernels want
+        cw = C.compress(w, check=False)
+        wc_t = TB.compress(w)
+        impls = {
+            "dense": lambda: torch._int_mm(x, wt),
+            "torch": lambda: TB.sparse_mm(wc_t, x, out_dtype=torch.int32),
+            "explorer": lambda: C.matmul(cw, x, out_dtype=torch.int32, alg=alg),
+        }
+        ref = (x.double() @ w.double().t()) if n * m * k <= 2**33 else None
+        y = impls["explorer"]()
+    else:
+        w = mask24(torch.randn(m, k, device=dev, dtype=dtype))
+        x = torch.randn(n, k, device=dev, dtype=dtype)
+        lin = nn.Linear(k, m, bias=False, device=dev, dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(w)
+        sl = SparseLinear.from_linear(lin, alg=alg)
+        wc_t = TB.compress(w)
+        impls = {
+            "dense": lambda: nn.functional.linear(x, w),
+            "torch": lambda: TB.sparse_mm(wc_t, x),
+            "explorer": lambda: sl(x),
+        }
+        ref = x.float() @ w.float().t()
+        y = sl(x)
+    base["err"] = _relerr(y, ref) if ref is not None else None
+    rows = _rows_for(base, impls, graph, host=True)
+    _tflops(rows, 2.0 * m * n * k)
+    return rows
+
+
+class _MLP(nn.Module):
+    def __init__(self, d: int, h: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
+        self.up = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
+        self.down = nn.Linear(h, d, bias=False, device="cuda", dtype=dtype)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def bench_mlp(
+    tokens: int, dtype: torch.dtype, d: int = 4096, h: int = 11008, graph: bool = True
+) -> list[dict]:
+    """The LLaMA-7B MLP block (gate, up, down) dense vs 2:4 (torch eager and explorer)."""
+    from explorer.gpu import sparsify
+
+    with torch.no_grad():
+        dense = _MLP(d, h, dtype)
+        for lin in (dense.gate, dense.up, dense.down):
+            lin.weight.copy_(mask24(lin.weight) * 20)
+        x = torch.randn(tokens, d, device="cuda", dtype=dtype)
+        ref = dense(x)
+        sparse_t = sparsify(dense, backend="torch", inplace=False).model
+        sparse_e = sparsify(dense, backend="cusparselt", inplace=False).model
+        err = _relerr(sparse_e(x), ref)
+    base = dict(
+        suite="mlp",
+        label=f"LLaMA-7B MLP {d}->{h}->{d} @ {tokens} tok",
+        m=h,
+        n=tokens,
+        k=d,
+        dtype=_name(dtype),
+        err=err,
+    )
+
+    def run(model):
+        def f():
+            with torch.no_grad():
+                return model(x)
+
+        return f
+
+    impls = {"dense": run(dense), "torch": run(sparse_t), "explorer": run(sparse_e)}
+    rows = _rows_for(base, impls, graph, host=True)
+    _tflops(rows, 2.0 * tokens * d * h * 3)
+    return rows
+
+
+def bench_unstructured(
+    m: int = 4096,
+    k: int = 4096,
+    n: int = 1024,
+    sparsities: Iterable[float] = (0.5, 0.9, 0.99, 0.999),
+    dtype: torch.dtype = torch.float16,
+    block: int = 32,
+) -> list[dict]:
+    """CSR (``torch.sparse.mm``) and BSR against dense, at several sparsities."""
+    rows = []
+    x = torch.randn(k, n, device="cuda", dtype=dtype)
+    dense_w = torch.randn(m, k, device="cuda", dtype=dtype)
+    t_dense = eager_ms(lambda: dense_w @ x)
+    for s in sparsities:
+        keep = torch.rand(m, k, device="cuda") >= s
+        w = dense_w * keep
+        bkeep = torch.rand(m // block, k // block, device="cuda") >= s
+        wb = dense_w * bkeep.repeat_interleave(block, 0).repeat_interleave(block, 1)
+        for fmt, make in (
+            ("csr", lambda w=w: w.to_sparse_csr()),
+            ("bsr", lambda wb=wb: wb.to_sparse_bsr((block, block))),
+        ):
+            r = dict(
+                suite="unstructured",
+                m=m,
+                n=n,
+                k=k,
+                dtype=_name(dtype),
+                impl=fmt,
+                mode="eager",
+                sparsity=s,
+                dense_ms=t_dense,
+            )
+            try:
+                sw = make()
+                r["ms"] = eager_ms(lambda sw=sw: torch.sparse.mm(sw, x), iters=5, reps=5, warmup=2)
+                r["speedup"] = t_dense / r["ms"]
+                r["status"] = "ok"
+            except Exception as exc:
+                r["status"] = "failed"
+                r["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(r)
+    return rows
+
+
+def bench_check_kernel(gib: float = 1.0) -> list[dict]:
+    """The N:M validity kernel over ``gib`` GiB of fp16 weights vs a device copy."""
+    from explorer.gpu import kernels as K
+
+    numel = int(gib * 2**30) // 2
+    numel -= numel % 4096
+    x = mask24(torch.randn(numel // 4096, 4096, device="cuda", dtype=torch.float16))
+    y = torch.empty_like(x)
+    hist = torch.zeros(8, dtype=torch.int64, device="cuda")
+    first = torch.zeros(1, dtype=torch.int64, device="cuda")
+    t_copy = eager_ms(lambda: y.copy_(x), iters=10)
+    t_chk = eager_ms(lambda: K._nm_histogram_into(x, 2, 4, hist, first), iters=10)
+    nbytes = x.numel() * 2
+    copy_bw = 2 * nbytes / (t_copy * 1e-3) / 1e12
+    chk_bw = nbytes / (t_chk * 1e-3) / 1e12
+    ok = K.nm_histogram(x).valid
+    return [
+        dict(
+            suite="kernel",
+            label=f"nm_check 2:4 on {nbytes / 2**30:.2f} GiB fp16",
+            impl="nm_check",
+            mode="eager",
+            ms=t_chk,
+            copy_ms=t_copy,
+            tbps=chk_bw,
+            copy_tbps=copy_bw,
+            fraction_of_copy=chk_bw / copy_bw,
+            valid=ok,
+            status="ok",
+        )
+    ]
+
+
+def safe(fn: Callable[[], list[dict]], base: dict, timeout: float | None = None) -> list[dict]:
+    """Run one suite entry; a crash (or a timeout, on the main thread) becomes one failed row."""
+    import signal
+    import threading
+
+    use_alarm = bool(timeout) and threading.current_thread() is threading.main_thread()
+
+    def _alarm(signum, frame):
+        raise TimeoutError(f"case took longer than {timeout} s")
+
+    old = signal.signal(signal.SIGALRM, _alarm) if use_alarm else None
+    if use_alarm:
+        signal.setitimer(signal.ITIMER_REAL, float(timeout))
+    try:
+        return fn()
+    except Exception as exc:
+        return [
+            dict(
+                base,
+                status="failed",
+                error=f"{type(exc).__name__}: {exc}"[:300],
+                trace=traceback.format_exc()[-800:],
+            )
+        ]
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)

@@ -1,0 +1,190 @@
+"""Turn benchmark rows (plain dicts) into Markdown tables and the target check (CPU only)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+__all__ = ["TARGETS", "format_table", "format_targets", "markdown"]
+
+#: (label, suite, shape (m, n, k) or None, dtype, impl compared, minimum speedup over dense)
+TARGETS = (
+    ("fp16 4096x4096, 1024 tokens", "matmul", (4096, 1024, 4096), "float16", 1.3),
+    ("bf16 4096x4096, 1024 tokens", "matmul", (4096, 1024, 4096), "bfloat16", 1.3),
+    ("fp16 11008x4096, 4096 tokens", "matmul", (11008, 4096, 4096), "float16", 1.4),
+    ("bf16 11008x4096, 4096 tokens", "matmul", (11008, 4096, 4096), "bfloat16", 1.4),
+    ("fp16 8192^3", "matmul", (8192, 8192, 8192), "float16", 1.5),
+    ("bf16 8192^3", "matmul", (8192, 8192, 8192), "bfloat16", 1.5),
+    ("int8 8192^3", "matmul", (8192, 8192, 8192), "int8", 1.8),
+    ("fp16 LLaMA-7B MLP block, 4096 tokens", "mlp", (11008, 4096, 4096), "float16", 1.35),
+)
+HOST_TARGET_US = 25.0
+
+
+def _fmt(v, spec=".3f") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def markdown(header, rows) -> str:
+    """A Markdown table from a header and rows of cells.
+
+    Examples
+    --------
+    >>> print(markdown(["a", "b"], [[1, 2.5]]))
+    | a | b |
+    | --- | --- |
+    | 1 | 2.500 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _key(r: dict) -> tuple:
+    return (
+        r.get("suite"),
+        r.get("label") or "",
+        r.get("m"),
+        r.get("n"),
+        r.get("k"),
+        r.get("dtype"),
+    )
+
+
+def _pivot(rows: list[dict]) -> OrderedDict:
+    groups: OrderedDict = OrderedDict()
+    for r in rows:
+        if r.get("suite") not in ("matmul", "mlp"):
+            continue
+        groups.setdefault(_key(r), {})[(r.get("impl"), r.get("mode"))] = r
+    return groups
+
+
+def _ms(g: dict, impl: str, mode: str):
+    r = g.get((impl, mode))
+    return r.get("ms") if r and r.get("status", "ok") == "ok" else None
+
+
+def _speed(g: dict, impl: str, mode: str):
+    d, s = _ms(g, "dense", mode), _ms(g, impl, mode)
+    return d / s if d and s else None
+
+
+def format_table(rows: list[dict]) -> str:
+    """Dense vs torch eager cuSPARSELt vs the explorer's cached plans, eager and graph replay.
+
+    Times are milliseconds per call; ``x`` columns are speedups over dense in the same mode.
+
+    Examples
+    --------
+    >>> rows = [dict(suite="matmul", m=8, n=8, k=8, dtype="float16", impl=i, mode=md, ms=t)
+    ...         for i, t in (("dense", 1.0), ("explorer", 0.5)) for md in ("eager", "graph")]
+    >>> print(format_table(rows).splitlines()[2])
+    | matmul | 8x8 @ 8 tok | float16 | 1.000 | - | - | 0.500 | 2.00x | 1.000 | - | 0.500 | 2.00x | - | - |
+    """
+    header = [
+        "suite",
+        "shape (out x in @ tokens)",
+        "dtype",
+        "dense",
+        "torch eager",
+        "x",
+        "explorer",
+        "x",
+        "dense graph",
+        "torch graph",
+        "explorer graph",
+        "x",
+        "host us torch",
+        "host us explorer",
+    ]
+    out = []
+    for key, g in _pivot(rows).items():
+        suite, label, m, n, k, dtype = key
+        shape = label or f"{m}x{k} @ {n} tok"
+        sx = _speed(g, "explorer", "eager")
+        tx = _speed(g, "torch", "eager")
+        gx = _speed(g, "explorer", "graph")
+        ht = (g.get(("torch", "eager")) or {}).get("host_us")
+        he = (g.get(("explorer", "eager")) or {}).get("host_us")
+        out.append(
+            [
+                suite,
+                shape,
+                dtype,
+                _ms(g, "dense", "eager"),
+                _ms(g, "torch", "eager"),
+                f"{tx:.2f}x" if tx else None,
+                _ms(g, "explorer", "eager"),
+                f"{sx:.2f}x" if sx else None,
+                _ms(g, "dense", "graph"),
+                _ms(g, "torch", "graph"),
+                _ms(g, "explorer", "graph"),
+                f"{gx:.2f}x" if gx else None,
+                f"{ht:.1f}" if ht else None,
+                f"{he:.1f}" if he else None,
+            ]
+        )
+    return markdown(header, out)
+
+
+def format_targets(rows: list[dict]) -> str:
+    """The issue's targets against the measured speedups (explorer eager, torch eager, graph).
+
+    Examples
+    --------
+    >>> print(format_targets([]).splitlines()[2])
+    | fp16 4096x4096, 1024 tokens | 1.30x | - | - | - | not measured |
+    """
+    piv = _pivot(rows)
+    out = []
+    for label, suite, (m, n, k), dtype, goal in TARGETS:
+        g = next(
+            (v for kk, v in piv.items() if kk[0] == suite and kk[2:] == (m, n, k, dtype)), None
+        )
+        if g is None:
+            out.append([label, f"{goal:.2f}x", None, None, None, "not measured"])
+            continue
+        sx, tx, gx = (
+            _speed(g, "explorer", "eager"),
+            _speed(g, "torch", "eager"),
+            _speed(g, "explorer", "graph"),
+        )
+        verdict = "met" if sx and sx >= goal else "missed"
+        out.append(
+            [
+                label,
+                f"{goal:.2f}x",
+                f"{sx:.2f}x" if sx else None,
+                f"{tx:.2f}x" if tx else None,
+                f"{gx:.2f}x" if gx else None,
+                verdict,
+            ]
+        )
+    host = [
+        r.get("host_us")
+        for r in rows
+        if r.get("impl") == "explorer"
+        and r.get("mode") == "eager"
+        and r.get("host_us")
+        and r.get("suite") == "matmul"
+    ]
+    if host:
+        host.sort()
+        med = host[len(host) // 2]
+        out.append(
+            [
+                f"host cost per sparse call (median of {len(host)} shapes)",
+                f"<= {HOST_TARGET_US:.0f} us",
+                f"{med:.1f} us",
+                None,
+                None,
+                "met" if med <= HOST_TARGET_US else "missed",
+            ]
+        )
+    return markdown(
+        ["target", "goal", "explorer eager", "torch eager", "explorer graph", "verdict"], out
+    )

@@ -1,0 +1,84 @@
+"""Timing helpers: CUDA-event medians, CUDA-graph replay and host cost per call."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["call_s", "eager_ms", "graph_ms", "host_us"]
+
+SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repetitions
+
+
+def call_s(fn: Callable[[], object]) -> float:
+    """Wall time of one synchronized call (seconds), after one warm-up call."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def eager_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7, warmup: int = 5) -> float:
+    """Median over ``reps`` of the CUDA-event time of ``iters`` back-to-back calls, per call.
+
+    Back-to-back calls include whatever host time the device waits for, so a host-bound path
+    shows its real per-call cost.
+    """
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / iters)
+    return statistics.median(times)
+
+
+def graph_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7) -> float:
+    """Median per-call time of ``iters`` calls captured in one CUDA graph and replayed."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(iters):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / iters)
+    del g
+    return statistics.median(times)
+
+
+def host_us(fn: Callable[[], object], iters: int = 200) -> float:
+    """Host time to issue one call (microseconds), measured without synchronizing inside."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6

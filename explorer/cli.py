@@ -1,0 +1,291 @@
+"""The ``sparsity-explorer`` command: dashboard, doctor, bench, sweep and report.
+
+Every verb has ``--help``. Errors print one line on stderr and exit with status 2; an
+interrupted sweep exits with 130 and resumes when the same command is run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+PROG = "sparsity-explorer"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the verb and pointing at --help."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _parser() -> _Parser:
+    from explorer.store import explorer_version
+
+    parser = _Parser(
+        prog=PROG,
+        description="Explore weight sparsity (2:4 and N:M) in PyTorch models: see it, prune, "
+        "and measure accuracy against real speedups.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {explorer_version()}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+
+    p = verbs.add_parser(
+        "dashboard",
+        help="open the dashboard in Voila",
+        description="Serve the dashboard notebook (notebooks/dashboard.ipynb) with Voila.",
+    )
+    p.add_argument("--notebook", type=Path, help="another dashboard notebook to serve")
+    p.add_argument("--port", type=int, help="port to serve on (Voila's default otherwise)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+
+    p = verbs.add_parser(
+        "doctor",
+        help="say layer by layer whether 2:4 will run fast, and why not",
+        description="Diagnose a bundled model for 2:4 sparse matmuls on a target GPU.",
+    )
+    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument("--dtype", default="float16", help="float16 (default), bfloat16, int8, ...")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per matmul (default 1024)")
+    p.add_argument(
+        "--capability",
+        help="target GPU compute capability, e.g. 9.0 (default: this GPU, or an H100)",
+    )
+    p.add_argument("--device", help="target GPU by name, e.g. A100 (instead of --capability)")
+    p.add_argument(
+        "--backend",
+        default="cusparselt",
+        choices=("cusparselt", "torch", "cutlass"),
+        help="the sparse kernel path to judge (default cusparselt)",
+    )
+
+    verbs.add_parser(
+        "bench",
+        help="time dense against 2:4 sparse layers on this GPU",
+        description="Time dense against 2:4 sparse matmuls; see 'sparsity-explorer bench "
+        "--help' for the benchmark's own options.",
+        add_help=False,
+    )
+
+    p = verbs.add_parser(
+        "sweep",
+        help="run a resumable grid of pruning (and speed) measurements",
+        description="Prune a bundled model over methods x patterns x layer sets x dtypes, "
+        "recording accuracy and pruning time (and layer speed on a CUDA GPU) in a results "
+        "database. Each cell is committed when it finishes; run the same command again to "
+        "resume an interrupted sweep.",
+    )
+    p.add_argument("--model", default="digits-mlp", help="bundled model (default digits-mlp)")
+    p.add_argument("--methods", type=_csv, default=["magnitude"], help="e.g. magnitude,wanda")
+    p.add_argument("--patterns", type=_csv, default=["2:4"], help="e.g. 2:4,4:8,unstructured:0.5")
+    p.add_argument(
+        "--layer-sets",
+        type=lambda s: _csv(s),
+        default=["all"],
+        help="'all' (the model's default layers), 'every', or name globs joined by '|'",
+    )
+    p.add_argument("--dtypes", type=_csv, default=["float16"], help="e.g. float16,bfloat16")
+    p.add_argument("--tokens", type=_csv, default=["1024"], help="token counts for speed rows")
+    p.add_argument("--db", type=Path, help="results database (default: the per-user cache)")
+    p.add_argument("--name", help="sweep id, to grow one sweep over several runs")
+    p.add_argument("--calibration-samples", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--retry-failed", action="store_true", help="run failed cells again")
+    p.add_argument("--workers", type=int, default=0, help="run cells in N worker processes")
+    p.add_argument("--scheduler", help="a dask.distributed scheduler address to run cells on")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = verbs.add_parser(
+        "report",
+        help="write a self-contained HTML report (and CSV/JSON exports)",
+        description="Write the trade-off plot (Pareto frontier marked), the tables and the "
+        "versions of a results database to one self-contained HTML file.",
+    )
+    p.add_argument("--db", type=Path, help="results database (default: the per-user cache)")
+    p.add_argument("--out", type=Path, default=Path("report.html"), help="HTML file to write")
+    p.add_argument("--csv", type=Path, help="also export every row as CSV")
+    p.add_argument("--json", type=Path, help="also export every row as JSON")
+    p.add_argument("--no-reference", action="store_true", help="leave out the reference rows")
+    p.add_argument("--title", default="sparsity-explorer report")
+    return parser
+
+
+def _dashboard(args) -> int:
+    checkout = Path(__file__).resolve().parents[1]
+    notebook = args.notebook or checkout / "notebooks" / "dashboard.ipynb"
+    if not notebook.is_file():
+        raise FileNotFoundError(
+            f"dashboard notebook {notebook} not found; run from a checkout of sparsity-explorer "
+            "or pass --notebook PATH"
+        )
+    if importlib.util.find_spec("voila") is None:
+        print(
+            f'{PROG}: Voila is not installed; install it with: pip install "sparsity-explorer[widgets]"',
+            file=sys.stderr,
+        )
+        return 2
+    command = [sys.executable, "-m", "voila", str(notebook.resolve())]
+    if args.port:
+        command.append(f"--port={args.port}")
+    if args.no_browser:
+        command.append("--no-browser")
+    # Run from the checkout so Voila reads its voila.json (theme, tracebacks, allowed files).
+    cwd = checkout if (checkout / "voila.json").is_file() else None
+    return subprocess.call(command, cwd=cwd)
+
+
+def _doctor(args) -> int:
+    from explorer.doctor import doctor
+    from explorer.models import load
+
+    bundle = load(args.model)
+    device = args.capability or args.device
+    report = doctor(
+        bundle.model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
+    )
+    print(report)
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    try:
+        from explorer.bench import main as bench_main
+    except ImportError as exc:
+        if argv and argv[0] in ("-h", "--help"):
+            print(
+                f"usage: {PROG} bench [options]\n\nTime dense against 2:4 sparse matmuls "
+                f"(explorer.bench is not available here: {exc})."
+            )
+            return 0
+        raise FileNotFoundError(
+            f"the benchmark module explorer.bench is not available ({exc})"
+        ) from exc
+    code = bench_main(argv)
+    return int(code or 0)
+
+
+def _sweep(args) -> int:
+    from explorer.store import ResultStore
+    from explorer.sweeps import sweep
+
+    executor = None
+    if args.scheduler:
+        from explorer.errors import require
+
+        executor = require("dask.distributed", "distributed").Client(args.scheduler)
+    elif args.workers and args.workers > 0:
+        import concurrent.futures
+        import multiprocessing
+
+        executor = concurrent.futures.ProcessPoolExecutor(
+            args.workers, mp_context=multiprocessing.get_context("spawn")
+        )
+    store = ResultStore(args.db)
+    try:
+        result = sweep(
+            args.model,
+            methods=args.methods,
+            patterns=args.patterns,
+            layer_sets=args.layer_sets,
+            dtypes=args.dtypes,
+            tokens=args.tokens,
+            db=store,
+            progress=not args.no_progress,
+            executor=executor,
+            name=args.name,
+            calibration_samples=args.calibration_samples,
+            seed=args.seed,
+            retry_failed=args.retry_failed,
+        )
+        print(result)
+        for row in result.rows(store):
+            metric = row.metrics.get("metric")
+            value = row.metrics.get(metric) if metric else None
+            what = " ".join(
+                str(row.config.get(k))
+                for k in ("method", "pattern", "layers", "dtype", "tokens")
+                if row.config.get(k) is not None
+            )
+            shown = f"{metric}={value:.4g}" if isinstance(value, (int, float)) else ""
+            if isinstance(row.metrics.get("speedup"), (int, float)):
+                shape = "x".join(map(str, row.config.get("shape") or []))
+                shown = f"{shape} speedup={row.metrics['speedup']:.2f}x"
+            print(f"  {row.kind:<12} {row.status:<8} {what:<36} {shown} {row.error or ''}".rstrip())
+        print(f"report: {PROG} report --db {store.path} --out report.html")
+    finally:
+        store.close()
+        if executor is not None:
+            (executor.close if hasattr(executor, "close") else executor.shutdown)()
+    return 0
+
+
+def _report(args) -> int:
+    from explorer.report import write_report
+
+    out = write_report(
+        args.db,
+        args.out,
+        csv=args.csv,
+        json=args.json,
+        include_reference=not args.no_reference,
+        title=args.title,
+    )
+    print(f"wrote {out}" + "".join(f", {p}" for p in (args.csv, args.json) if p))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``sparsity-explorer`` command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, 2 on an error (one line on stderr; set
+        ``SPARSITY_EXPLORER_DEBUG=1`` for the traceback), 130 when interrupted.
+
+    Examples
+    --------
+    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])  # doctest: +SKIP
+    0
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from explorer.errors import MissingExtraError
+    from explorer.store import StoreError
+
+    try:
+        if argv[:1] == ["bench"]:
+            return _bench(argv[1:])
+        args = _parser().parse_args(argv)
+        if args.verb is None:
+            _parser().print_help()
+            return 0
+        handler = {"dashboard": _dashboard, "doctor": _doctor, "sweep": _sweep, "report": _report}
+        return handler[args.verb](args)
+    except KeyboardInterrupt:
+        print(
+            f"{PROG}: interrupted; finished sweep cells are kept: run the same command again to "
+            "resume",
+            file=sys.stderr,
+        )
+        return 130
+    except (StoreError, MissingExtraError, ValueError, TypeError, OSError, RuntimeError) as exc:
+        if os.environ.get("SPARSITY_EXPLORER_DEBUG"):
+            raise
+        message = " ".join(str(exc).split())
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2

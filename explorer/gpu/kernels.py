@@ -1,0 +1,401 @@
+"""The explorer's own CUDA kernels (``kernels/*.cu``), loaded with CuPy ``RawModule``.
+
+Each GPU function has a pure-torch CPU reference of the same name with ``_reference`` appended;
+the tests compare the two on fresh random inputs.
+
+* :func:`nm_mask` - N:M mask selection from scores (keep the N largest of every M).
+* :func:`nm_histogram` - one pass over a weight: N:M validity and the 2:4 pattern histogram.
+* :func:`block_density` - mean of a bool mask over tiles (at most 512 x 512 cells) for heatmaps.
+
+The sources ship inside the wheel as ``explorer/_kernels`` and sit in ``kernels/`` of a source
+checkout; :func:`kernel_dir` finds either.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from explorer import _html
+from explorer.errors import require
+
+__all__ = [
+    "PATTERNS_24",
+    "NMHistogram",
+    "block_density",
+    "block_density_reference",
+    "kernel_dir",
+    "nm_histogram",
+    "nm_histogram_reference",
+    "nm_mask",
+    "nm_mask_reference",
+]
+
+#: The six legal 2:4 position patterns, in histogram order.
+PATTERNS_24: tuple[tuple[int, int], ...] = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+_BITS_TO_BIN = {(1 << a) | (1 << b): i for i, (a, b) in enumerate(PATTERNS_24)}
+_THREADS = 256
+_NO_BAD = 2**63 - 1
+
+
+def kernel_dir() -> Path:
+    """Folder holding the ``.cu`` sources: ``explorer/_kernels`` (wheel) or ``kernels/`` (checkout).
+
+    Examples
+    --------
+    >>> kernel_dir().joinpath("nm_check.cu").exists()
+    True
+    """
+    here = Path(__file__).resolve().parent.parent  # the explorer package
+    for cand in (here / "_kernels", here.parent / "kernels"):
+        if (cand / "nm_check.cu").exists():
+            return cand
+    raise FileNotFoundError(
+        f"CUDA kernel sources not found in {here / '_kernels'} or {here.parent / 'kernels'}; "
+        "reinstall sparsity-explorer."
+    )
+
+
+@cache
+def _module(name: str, device: int):
+    cp = require("cupy", "gpu")
+    src = (kernel_dir() / f"{name}.cu").read_text()
+    with cp.cuda.Device(device):
+        mod = cp.RawModule(code=src, options=("-std=c++17",))
+        mod.compile()
+    return mod
+
+
+def _launch(name: str, fn: str, tensor: torch.Tensor, grid: int, args: tuple) -> None:
+    cp = require("cupy", "gpu")
+    dev = tensor.device.index or 0
+    kern = _module(name, dev).get_function(fn)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # CuPy 14 renamed ExternalStream
+        ext = cp.cuda.ExternalStream(stream, dev)
+    with cp.cuda.Device(dev), ext:
+        kern((grid,), (_THREADS,), args)
+
+
+def _ptr(t: torch.Tensor) -> np.uint64:
+    return np.uint64(t.data_ptr())
+
+
+def _cuda_only(t: torch.Tensor, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(
+            f"{what} is on {t.device}; this kernel needs a CUDA tensor. Hint: use the "
+            f"CPU reference {what}_reference or move it with .cuda()."
+        )
+
+
+def _grid(work: int, device: int) -> int:
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return int(max(1, min(math.ceil(work / _THREADS), sms * 8)))
+
+
+def _check_nm(n: int, m: int, last: int) -> None:
+    if not (1 <= n <= m <= 64):
+        raise ValueError(f"N:M = {n}:{m} is not a valid pattern; expected 1 <= N <= M <= 64")
+    if last % m:
+        raise ValueError(
+            f"the last dimension ({last}) is not a multiple of M={m}; groups of M run along it. "
+            "Hint: pad the tensor or keep this layer dense."
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# N:M mask selection
+# ---------------------------------------------------------------------------------------------
+def nm_mask_reference(scores: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
+    """CPU reference of :func:`nm_mask`: keep the ``n`` largest of each ``m`` (ties: lower index).
+
+    Examples
+    --------
+    >>> nm_mask_reference(torch.tensor([[1.0, 4.0, 3.0, 2.0]])).int().tolist()
+    [[0, 1, 1, 0]]
+    """
+    _check_nm(n, m, scores.shape[-1])
+    s = scores.detach().float().reshape(-1, m)
+    s = torch.where(torch.isnan(s), torch.full_like(s, -math.inf), s)
+    # rank_i = #{j: s_j > s_i} + #{j < i: s_j == s_i}
+    gt = (s[:, None, :] > s[:, :, None]).sum(-1)
+    idx = torch.arange(m)
+    eq_before = ((s[:, None, :] == s[:, :, None]) & (idx[None, :] < idx[:, None])).sum(-1)
+    return ((gt + eq_before) < n).reshape(scores.shape)
+
+
+def nm_mask(scores: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
+    """Bool mask keeping the ``n`` highest scores of every ``m`` consecutive ones (GPU).
+
+    Parameters
+    ----------
+    scores : torch.Tensor
+        CUDA tensor; groups of ``m`` run along the last dimension.
+
+    Examples
+    --------
+    >>> nm_mask(torch.rand(64, 64, device="cuda")).float().mean().item()  # doctest: +SKIP
+    0.5
+    """
+    _cuda_only(scores, "nm_mask")
+    _check_nm(n, m, scores.shape[-1])
+    s = scores.detach().float().contiguous()
+    out = torch.empty(s.shape, dtype=torch.uint8, device=s.device)
+    groups = s.numel() // m
+    if groups:
+        _launch(
+            "nm_mask",
+            "nm_select_f32",
+            s,
+            _grid(groups, s.device.index or 0),
+            (_ptr(s), _ptr(out), np.int64(groups), np.int32(n), np.int32(m)),
+        )
+    return out.view(torch.bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# N:M validity check + histogram
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NMHistogram:
+    """Result of an N:M check: counts of groups by 2:4 pattern, other valid groups, violations.
+
+    ``counts`` has 8 entries: the six :data:`PATTERNS_24` (groups with exactly 2 nonzeros, only
+    for 2:4; labelled ``"1100"`` ... ``"0011"`` as in :func:`explorer.checks.keep_patterns`),
+    other valid groups (``"sparser"`` for 2:4) and too-dense groups. ``first_violation`` is the
+    flat index of the first too-dense group (row-major), or None.
+    """
+
+    n: int
+    m: int
+    counts: tuple[int, ...]
+    first_violation: int | None = None
+    labels: tuple[str, ...] = field(
+        default=("1100", "1010", "1001", "0110", "0101", "0011", "sparser", "too dense"),
+        repr=False,
+    )
+
+    @property
+    def groups(self) -> int:
+        """Total number of groups."""
+        return int(sum(self.counts))
+
+    @property
+    def violations(self) -> int:
+        """Groups with more than N nonzeros."""
+        return int(self.counts[7])
+
+    @property
+    def valid(self) -> bool:
+        """True if no group has more than N nonzeros."""
+        return self.violations == 0
+
+    @property
+    def valid_fraction(self) -> float:
+        """Share of groups that satisfy the pattern (1.0 for an empty tensor)."""
+        return 1.0 if self.groups == 0 else 1.0 - self.violations / self.groups
+
+    def as_dict(self) -> dict:
+        """Labels to counts, keyed like :attr:`explorer.checks.PatternReport.histogram` for 2:4.
+
+        For other patterns only ``"valid"`` (at most N nonzeros) and ``"too dense"`` are given.
+        """
+        if self.n == 2 and self.m == 4:
+            return dict(zip(self.labels, self.counts, strict=True))
+        return {"valid": self.groups - self.violations, "too dense": self.violations}
+
+    def __repr__(self) -> str:
+        return (
+            f"NMHistogram({self.n}:{self.m}, groups={self.groups}, violations={self.violations}, "
+            f"valid={self.valid_fraction:.2%})"
+        )
+
+    def _repr_html_(self) -> str:
+        lvl = "ok" if self.valid else "error"
+        head = _html.badge("valid" if self.valid else f"{self.violations} violations", lvl)
+        return head + _html.table(["pattern", "groups"], list(self.as_dict().items()))
+
+
+def _zmask(dtype: torch.dtype) -> int:
+    if dtype.is_floating_point:
+        return {1: 0x7F, 2: 0x7FFF, 4: 0x7FFFFFFF}[dtype.itemsize]
+    return {1: 0xFF, 2: 0xFFFF, 4: 0xFFFFFFFF}[dtype.itemsize]
+
+
+def nm_histogram_reference(tensor: torch.Tensor, n: int = 2, m: int = 4) -> NMHistogram:
+    """CPU reference of :func:`nm_histogram`.
+
+    Examples
+    --------
+    >>> nm_histogram_reference(torch.tensor([[1.0, 0, 2, 0, 1, 1, 1, 0]])).counts
+    (0, 1, 0, 0, 0, 0, 0, 1)
+    """
+    _check_nm(n, m, tensor.shape[-1] if tensor.dim() else 1)
+    nz = (tensor.detach().cpu().reshape(-1, m) != 0) if tensor.numel() else torch.zeros(0, m)
+    nz = nz.bool()
+    c = nz.sum(1)
+    bins = torch.full((nz.shape[0],), 6, dtype=torch.long)
+    if n == 2 and m == 4:
+        bits = (nz[:, :4].long() * torch.tensor([1, 2, 4, 8])).sum(1)
+        for b, i in _BITS_TO_BIN.items():
+            bins[(c == 2) & (bits == b)] = i
+    bad = c > n
+    bins[bad] = 7
+    counts = tuple(int(v) for v in torch.bincount(bins, minlength=8).tolist())
+    first = int(bad.nonzero()[0, 0]) if bool(bad.any()) else None
+    return NMHistogram(n, m, counts, first)
+
+
+def nm_histogram(tensor: torch.Tensor, n: int = 2, m: int = 4) -> NMHistogram:
+    """Check the N:M pattern of a CUDA tensor in one pass and count the 2:4 patterns.
+
+    Groups of ``m`` run along the last dimension; a group is valid with at most ``n`` nonzeros
+    (the definition of :func:`explorer.checks.check_pattern`).
+
+    Examples
+    --------
+    >>> nm_histogram(torch.randn(64, 64, device="cuda")).valid  # doctest: +SKIP
+    False
+    """
+    _cuda_only(tensor, "nm_histogram")
+    t = tensor.detach().contiguous()
+    hist = torch.empty(8, dtype=torch.int64, device=t.device)
+    first = torch.empty(1, dtype=torch.int64, device=t.device)
+    _nm_histogram_into(t, n, m, hist, first)
+    counts = tuple(int(v) for v in hist.tolist())
+    f = int(first.item())
+    return NMHistogram(n, m, counts, None if f == _NO_BAD else f)
+
+
+def _nm_histogram_into(
+    t: torch.Tensor, n: int, m: int, hist: torch.Tensor, first: torch.Tensor
+) -> None:
+    """Launch the check into preallocated ``hist`` (8 x int64) and ``first`` (1 x int64)."""
+    if t.itemsize not in (1, 2, 4) or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(
+            f"nm_histogram handles 1-, 2- and 4-byte real dtypes; got {t.dtype}. "
+            "Hint: pass (tensor != 0).to(torch.uint8)."
+        )
+    _check_nm(n, m, t.shape[-1] if t.dim() else 1)
+    if not t.is_contiguous():
+        raise ValueError("the tensor must be contiguous")
+    dev = t.device.index or 0
+    hist.zero_()
+    first.fill_(_NO_BAD)
+    zm = np.uint32(_zmask(t.dtype))
+    if not t.numel():
+        return
+    if t.itemsize == 2 and m == 4 and t.numel() % 8 == 0:
+        n_vec = t.numel() // 8
+        _launch(
+            "nm_check",
+            "nm_hist_m4_u16",
+            t,
+            _grid(n_vec, dev),
+            (_ptr(t), np.int64(n_vec), np.int32(n), zm, _ptr(hist), _ptr(first)),
+        )
+    else:
+        fn = {1: "nm_hist_u8", 2: "nm_hist_u16", 4: "nm_hist_u32"}[t.itemsize]
+        groups = t.numel() // m
+        _launch(
+            "nm_check",
+            fn,
+            t,
+            _grid(groups, dev),
+            (_ptr(t), np.int64(groups), np.int32(n), np.int32(m), zm, _ptr(hist), _ptr(first)),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# block density
+# ---------------------------------------------------------------------------------------------
+def _tiles(rows: int, cols: int, max_cells: int) -> tuple[int, int]:
+    return max(1, math.ceil(rows / max_cells)), max(1, math.ceil(cols / max_cells))
+
+
+def block_density_reference(
+    mask: torch.Tensor, max_cells: int = 512, tile: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """CPU reference of :func:`block_density`.
+
+    Examples
+    --------
+    >>> block_density_reference(torch.tensor([[1, 0, 1], [1, 1, 0]]).bool(), tile=(2, 2)).tolist()
+    [[0.75, 0.5]]
+    """
+    m2 = mask.detach().cpu().reshape(mask.shape[0], -1) if mask.dim() > 1 else mask.reshape(1, -1)
+    rows, cols = m2.shape
+    th, tw = tile or _tiles(rows, cols, max_cells)
+    gr, gc = math.ceil(rows / th), math.ceil(cols / tw)
+    x = torch.zeros(gr * th, gc * tw, dtype=torch.float64)
+    ones = torch.zeros_like(x)
+    x[:rows, :cols] = (m2 != 0).double()
+    ones[:rows, :cols] = 1
+    s = x.reshape(gr, th, gc, tw).sum((1, 3))
+    c = ones.reshape(gr, th, gc, tw).sum((1, 3))
+    return (s / c).float()
+
+
+def block_density(
+    mask: torch.Tensor, max_cells: int = 512, tile: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """Mean of a bool ``mask`` over tiles, at most ``max_cells`` per side (GPU).
+
+    Parameters
+    ----------
+    mask : torch.Tensor
+        CUDA tensor (bool or any dtype, nonzero = kept), 2-D or flattened to 2-D.
+    max_cells : int
+        Cells per side of the output (the tile size is chosen so the grid fits).
+    tile : (int, int), optional
+        Explicit tile height and width.
+
+    Returns
+    -------
+    torch.Tensor
+        float32 ``[ceil(rows/th), ceil(cols/tw)]`` on the mask's device.
+
+    Examples
+    --------
+    >>> block_density(torch.rand(4096, 4096, device="cuda") > 0.5).shape  # doctest: +SKIP
+    torch.Size([512, 512])
+    """
+    _cuda_only(mask, "block_density")
+    m2 = mask.detach().reshape(mask.shape[0], -1) if mask.dim() > 1 else mask.reshape(1, -1)
+    m2 = (m2 != 0).to(torch.uint8).contiguous() if m2.dtype != torch.bool else m2.contiguous()
+    m2 = m2.view(torch.uint8)
+    rows, cols = m2.shape
+    th, tw = tile or _tiles(rows, cols, max_cells)
+    if th < 1 or tw < 1:
+        raise ValueError(f"tile {tile} must have positive sides")
+    gr, gc = math.ceil(rows / th), math.ceil(cols / tw)
+    out = torch.empty(gr, gc, dtype=torch.float32, device=m2.device)
+    if out.numel():
+        blocks = math.ceil(gr * gc * 32 / _THREADS)
+        _launch(
+            "block_density",
+            "block_density_u8",
+            m2,
+            blocks,
+            (
+                _ptr(m2),
+                _ptr(out),
+                np.int32(rows),
+                np.int32(cols),
+                np.int32(th),
+                np.int32(tw),
+                np.int32(gr),
+                np.int32(gc),
+            ),
+        )
+    return out

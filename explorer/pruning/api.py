@@ -1,0 +1,397 @@
+"""``prune``: one entry point for every pruning method."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checks import check_pattern
+from ..patterns import Pattern
+from .calibration import (
+    InputStats,
+    PruningCancelled,
+    as_batches,
+    check_cancel,
+    model_device,
+    progress_bar,
+    selected_linears,
+    validate_cancel,
+)
+from .magnitude import magnitude_mask
+from .random import random_mask
+from .result import PruneResult
+from .sequential import run_sequential
+from .sparsegpt import sparsegpt_prune
+from .wanda import wanda_mask
+from .weightnorm import weightnorm_masks
+
+__all__ = ["METHODS", "MethodInfo", "prune"]
+
+_ALL_KINDS = ("nm", "unstructured", "block", "rows")
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What a pruning method needs and supports.
+
+    Attributes
+    ----------
+    name : str
+        The name to pass as ``method=``.
+    kinds : tuple of str
+        Pattern kinds it supports (see :class:`explorer.patterns.Pattern`).
+    patterns : str
+        The supported patterns in words, for messages and menus.
+    needs_calibration : bool
+        Whether it needs ``calibration=``.
+    updates_weights : bool
+        Whether it changes kept weights too (not only zeros the pruned ones).
+    summary : str
+        One line on what it does.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    patterns: str
+    needs_calibration: bool
+    updates_weights: bool
+    summary: str
+
+    def supports(self, pattern: Pattern) -> bool:
+        """Whether ``pattern`` is one this method can produce."""
+        if pattern.kind not in self.kinds:
+            return False
+        return not (
+            self.name == "weightnorm" and pattern.kind == "unstructured" and pattern.per_row
+        )
+
+
+_ANY = '"N:M", "unstructured:S", "unstructured-row:S", "blockB:S", "rows:S"'
+
+#: The pruning methods by name.
+METHODS: MappingProxyType[str, MethodInfo] = MappingProxyType(
+    {
+        "random": MethodInfo(
+            "random", _ALL_KINDS, _ANY, False, False, "random scores: the floor to beat"
+        ),
+        "magnitude": MethodInfo(
+            "magnitude", _ALL_KINDS, _ANY, False, False, "keep the largest |w| the pattern allows"
+        ),
+        "weightnorm": MethodInfo(
+            "weightnorm",
+            ("nm", "unstructured", "block"),
+            '"N:M", "unstructured:S" (per layer), "blockB:S"',
+            False,
+            False,
+            "torch.ao.pruning WeightNormSparsifier, the PyTorch tutorial's flow",
+        ),
+        "wanda": MethodInfo(
+            "wanda",
+            ("nm", "unstructured"),
+            '"N:M", "unstructured:S", "unstructured-row:S" (compared per output row)',
+            True,
+            False,
+            "|w| times the input column's activation norm, per output row",
+        ),
+        "sparsegpt": MethodInfo(
+            "sparsegpt",
+            ("nm", "unstructured"),
+            '"N:M", "unstructured:S", "unstructured-row:S"',
+            True,
+            True,
+            "optimal-brain-surgeon updates from the calibration Hessian",
+        ),
+    }
+)
+
+
+# ----------------------------------------------------------------------------- validation
+def _method(method: Any, pattern: Pattern) -> MethodInfo:
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(
+            f"unknown pruning method {method!r}; choose one of {', '.join(map(repr, METHODS))}"
+        )
+    info = METHODS[method]
+    if not info.supports(pattern):
+        raise ValueError(
+            f"method {method!r} does not support pattern {pattern.name!r} (kind {pattern.kind!r}); "
+            f"it supports {info.patterns}. Use magnitude or random for any pattern kind."
+        )
+    return info
+
+
+def _check_selection(
+    model: nn.Module, chosen: dict[str, nn.Linear], names: list[str], pattern: Pattern
+) -> None:
+    if not chosen:
+        if names:
+            listed = ", ".join(repr(n) for n in names[:6]) + (" ..." if len(names) > 6 else "")
+            where = f"the model's {len(names)} Linear layers are {listed}"
+        else:
+            others = [n for n, _ in model.named_modules() if n][:6]
+            where = f"the model has no nn.Linear layers (its modules include {others})"
+        raise ValueError(
+            f"filter_fn selected no layers to prune; {where}. filter_fn(module, fqn) is asked "
+            f'about every nn.Linear, e.g. filter_fn=lambda mod, fqn: "mlp" in fqn'
+        )
+    for fqn, mod in chosen.items():
+        rows, cols = mod.weight.shape
+        if pattern.kind == "nm" and cols % pattern.m:
+            raise ValueError(
+                f"layer {fqn!r} has in_features={cols}, which is not divisible by M={pattern.m} of "
+                f"pattern {pattern.name!r}; skip it with filter_fn "
+                f"(e.g. filter_fn=lambda mod, fqn: mod.in_features % {pattern.m} == 0)"
+            )
+        if pattern.kind == "block" and (rows % pattern.block or cols % pattern.block):
+            raise ValueError(
+                f"layer {fqn!r} has weight shape {rows}x{cols}, not divisible into "
+                f"{pattern.block}x{pattern.block} blocks of pattern {pattern.name!r}; skip it with "
+                f"filter_fn or choose a block size that divides both"
+            )
+        if mod.weight.is_meta:
+            raise ValueError(f"layer {fqn!r} is on the meta device; load its weights first")
+
+
+def _warn_tied(model: nn.Module, chosen: dict[str, nn.Linear]) -> None:
+    owners: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(param), []).append(name)
+    for fqn, mod in chosen.items():
+        names = owners.get(id(mod.weight), [])
+        others = [n for n in names if n != f"{fqn}.weight"]
+        if others:
+            warnings.warn(
+                f"{fqn}.weight is shared with {others[0]}; pruning it prunes both. "
+                f"Skip it with filter_fn if that is not wanted",
+                stacklevel=3,
+            )
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    modes = {mod: mod.training for mod in model.modules()}
+    model.eval()
+    try:
+        yield
+    finally:
+        for mod, training in modes.items():
+            mod.training = training
+
+
+# ----------------------------------------------------------------------------- layer functions
+def _apply(module: nn.Linear, mask: torch.Tensor) -> torch.Tensor:
+    module.weight.data.masked_fill_(~mask, 0)
+    return mask
+
+
+def _layer_fn(
+    method: str, pattern: Pattern
+) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
+    if method == "wanda":
+        return lambda fqn, mod, stats: _apply(mod, wanda_mask(mod.weight, pattern, stats))
+
+    def sparsegpt(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
+        new, mask = sparsegpt_prune(mod.weight, stats.hessian, pattern)
+        mod.weight.data.copy_(new)
+        return mask
+
+    return sparsegpt
+
+
+def _data_free(
+    model: nn.Module,
+    chosen: dict[str, nn.Linear],
+    info: MethodInfo,
+    pattern: Pattern,
+    seed: int,
+    cancel: Any,
+    progress: bool,
+) -> dict[str, torch.Tensor]:
+    if info.name == "weightnorm":
+        check_cancel(cancel, "before WeightNormSparsifier")
+        masks = weightnorm_masks(model, chosen, pattern)
+        for fqn, mask in masks.items():
+            report = check_pattern(mask, pattern)
+            if not report.valid:
+                raise RuntimeError(
+                    f"WeightNormSparsifier's mask for {fqn!r} breaks {pattern.name!r} "
+                    f"({report.violations} violations, first at {report.first_violations[:3]})"
+                )
+        return masks
+    masks = {}
+    with progress_bar(len(chosen), f"{info.name} {pattern.name}", progress) as bar:
+        for fqn, mod in chosen.items():
+            check_cancel(cancel, f"before layer {fqn}")
+            if info.name == "magnitude":
+                mask = magnitude_mask(mod.weight, pattern)
+            else:
+                mask = random_mask(mod.weight, pattern, seed, fqn)
+            masks[fqn] = _apply(mod, mask)
+            bar.update()
+    return masks
+
+
+# ----------------------------------------------------------------------------- prune
+def prune(
+    model: nn.Module,
+    method: str = "magnitude",
+    pattern: str | Pattern = "2:4",
+    calibration: Any = None,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    inplace: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    cancel: Any = None,
+) -> PruneResult:
+    """Prune the model's Linear layers to a sparsity pattern.
+
+    The contract: each pruned weight is left dense with zeros in place, and the result holds the
+    bool keep-mask of each layer. If anything fails half way (an error, a cancellation), the
+    selected weights are restored exactly as they were.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model; its selected layers are changed in place unless ``inplace=False``.
+    method : str
+        One of :data:`METHODS`: ``"random"``, ``"magnitude"`` (default), ``"weightnorm"``,
+        ``"wanda"`` or ``"sparsegpt"`` (the last two need ``calibration``).
+    pattern : str or Pattern
+        ``"2:4"`` (default), ``"N:M"``, ``"unstructured:S"``, ``"unstructured-row:S"``,
+        ``"blockB:S"`` or ``"rows:S"``; each method lists what it supports.
+    calibration : iterable of batches, optional
+        Inputs passed as ``model(batch)``, ``model(**batch)`` for dicts (tokenized Hugging Face
+        input as it is) or ``model(*batch)`` for tuples; a single tensor or dict is one batch.
+        With it, every method also reports per-layer reconstruction errors. Transformer models
+        (with a repeated block list) are calibrated block by block, so later layers see the
+        pruned model's activations.
+    filter_fn : callable, optional
+        ``filter_fn(module, fqn) -> bool`` asked about every ``nn.Linear``; default all of them.
+    inplace : bool
+        If False, prune a deep copy and leave ``model`` untouched (the copy is ``result.model``).
+    seed : int
+        Seed of the ``random`` method.
+    progress : bool
+        Show tqdm progress bars.
+    cancel : threading.Event or object with ``is_set()``, optional
+        Checked between batches and layers; when set, the model is restored and
+        :class:`PruningCancelled` is raised.
+
+    Returns
+    -------
+    PruneResult
+        Masks, method, pattern, time taken, per-layer reconstruction errors and layer names.
+
+    Raises
+    ------
+    ValueError
+        Unknown method, a pattern the method does not support, a method that needs calibration
+        called without it, a filter that selects nothing, a layer width the pattern cannot
+        divide, or calibration batches the model rejects.
+    PruningCancelled
+        When ``cancel`` was set; the model is restored first.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> net = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    >>> calib = [torch.randn(32, 16) for _ in range(2)]
+    >>> result = prune(net, "sparsegpt", "2:4", calibration=calib, progress=False)
+    >>> result.layers, result.density
+    (('0', '2'), 0.5)
+    >>> bool((net[0].weight[~result.masks["0"]] == 0).all())
+    True
+    """
+    start = time.perf_counter()
+    pattern = Pattern.parse(pattern)
+    info = _method(method, pattern)
+    validate_cancel(cancel)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    batches = as_batches(calibration)
+    if info.needs_calibration and batches is None:
+        raise ValueError(
+            f"method {method!r} needs calibration data: pass calibration= an iterable of input "
+            f"batches (e.g. calibration=[x[:64], x[64:128]], or tokenized dicts for a language "
+            f"model); magnitude, random and weightnorm work without it"
+        )
+    target = model if inplace else copy.deepcopy(model)
+    chosen, names = selected_linears(target, filter_fn)
+    _check_selection(target, chosen, names, pattern)
+    _warn_tied(target, chosen)
+    # 1. snapshot the selected weights so a failure can restore them bit for bit.
+    snapshot = {fqn: mod.weight.detach().to("cpu", copy=True) for fqn, mod in chosen.items()}
+    device = model_device(target)
+    try:
+        with torch.no_grad(), _eval_mode(target):
+            if info.needs_calibration:
+                # 2a. gather statistics (block by block where possible), prune, measure.
+                driven = run_sequential(
+                    target,
+                    chosen,
+                    batches,
+                    _layer_fn(info.name, pattern),
+                    snapshot,
+                    full=True if info.name == "sparsegpt" else None,
+                    device=device,
+                    cancel=cancel,
+                    progress=progress,
+                    desc=f"{info.name} {pattern.name}",
+                )
+                masks, errors, blocks = driven.masks, driven.errors, driven.blocks
+            else:
+                # 2b. prune from the weights alone, then measure on calibration if given.
+                masks = _data_free(target, chosen, info, pattern, seed, cancel, progress)
+                errors, blocks = {}, None
+                if batches is not None:
+                    driven = run_sequential(
+                        target,
+                        chosen,
+                        batches,
+                        None,
+                        snapshot,
+                        masks,
+                        device=device,
+                        cancel=cancel,
+                        progress=progress,
+                        desc="reconstruction error",
+                    )
+                    errors, blocks = driven.errors, driven.blocks
+    except PruningCancelled as exc:
+        _restore(target, snapshot)
+        raise PruningCancelled(
+            f"pruning with {method!r} was cancelled ({exc}); the model's weights were restored"
+        ) from None
+    except BaseException:
+        _restore(target, snapshot)
+        raise
+    return PruneResult(
+        masks={fqn: masks[fqn] for fqn in chosen},
+        method=info.name,
+        pattern=pattern,
+        seconds=time.perf_counter() - start,
+        errors={fqn: errors[fqn] for fqn in chosen if fqn in errors},
+        layers=tuple(chosen),
+        model=target,
+        blocks=blocks,
+        calibration_batches=0 if batches is None else len(batches),
+        seed=seed,
+    )
+
+
+def _restore(model: nn.Module, snapshot: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for fqn, saved in snapshot.items():
+            model.get_submodule(fqn).weight.data.copy_(saved)

@@ -1,0 +1,35 @@
+"""The results store: every measurement in an SQLite file, with provenance on every row.
+
+Examples
+--------
+>>> from explorer.store import ResultStore
+>>> store = ResultStore(":memory:")
+>>> store.record("dense", {"model": "digits-mlp", "dtype": "float32"}, {"accuracy": 0.97})
+1
+>>> store.query(model="digits-mlp")
+ResultTable(1 rows: dense=1, failed=0)
+
+Every row's provenance comes from :func:`explorer.store.provenance.provenance`.
+"""
+
+from explorer.store.canonical import canonical_json, config_key, to_jsonable
+from explorer.store.db import ResultStore
+from explorer.store.location import StoreError, default_path, reference_path
+from explorer.store.provenance import explorer_version, machine
+from explorer.store.schema import SCHEMA_VERSION
+from explorer.store.table import ResultTable, Row
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ResultStore",
+    "ResultTable",
+    "Row",
+    "StoreError",
+    "canonical_json",
+    "config_key",
+    "default_path",
+    "explorer_version",
+    "machine",
+    "reference_path",
+    "to_jsonable",
+]

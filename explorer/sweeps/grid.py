@@ -1,0 +1,223 @@
+"""A sweep's grid: its frozen configuration and the independent cells it expands into.
+
+Every cell is a plain JSON-able dict (``{"cell": "prune", "model": ..., ...}``) whose key is the
+hash of its canonical JSON, so the same cell gets the same key in every run and on every
+machine: that key is what makes an interrupted sweep resumable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from explorer.store.canonical import config_key
+
+__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig"]
+
+#: Bumped when a cell's measurement changes meaning, so old results are not reused.
+CELL_VERSION = 1
+
+#: Patterns with a sparse kernel to time (cuSPARSELt's 2:4); others get accuracy cells only.
+SPEED_PATTERNS = ("2:4",)
+
+_DTYPES = ("float32", "float16", "bfloat16", "int8", "float8_e4m3fn")
+
+
+def _names(value: object, what: str, example: str) -> tuple[str, ...]:
+    parts = value.split(",") if isinstance(value, str) else value
+    try:
+        items = tuple(str(v).strip() for v in parts)  # type: ignore[union-attr]
+    except TypeError:
+        raise TypeError(f"{what}={value!r}: expected a list of strings such as {example}") from None
+    if not items or any(not v for v in items):
+        raise ValueError(f"{what}={value!r}: expected a non-empty list such as {example}")
+    return tuple(dict.fromkeys(items))
+
+
+def _check_known(model: str, methods: tuple[str, ...]) -> None:
+    from explorer.models import MODELS
+    from explorer.pruning import METHODS
+
+    if model not in MODELS:
+        raise ValueError(f"model={model!r}: expected one of {', '.join(MODELS)}")
+    for method in methods:
+        if method not in METHODS:
+            raise ValueError(
+                f"method {method!r} is not a pruning method; expected one of {', '.join(METHODS)}"
+            )
+
+
+def _dtype_name(value: object) -> str:
+    name = str(value).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ValueError(
+            f"dtype {value!r} is not one a sweep measures; expected one of {', '.join(_DTYPES)}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What a sweep covers: one model and a grid of methods, patterns, layers, dtypes and tokens.
+
+    Parameters
+    ----------
+    model : str
+        A bundled model name (see :data:`explorer.models.MODELS`).
+    methods, patterns, layer_sets, dtypes : tuple of str
+        The grid's axes. A layer set is ``"all"`` (the model's own ``filter_fn``), ``"every"``
+        (every ``nn.Linear``) or glob patterns on layer names joined by ``|``
+        (``"encoder.*.intermediate*|encoder.*.output.dense"``).
+    tokens : tuple of int
+        Token counts (rows of the activation matrix) for the speed measurements.
+    calibration_samples : int
+        Calibration samples given to methods that need them (Wanda, SparseGPT).
+    seed : int
+        Seed of the calibration draw and of the random method.
+
+    Examples
+    --------
+    >>> cfg = SweepConfig.make("digits-mlp", methods="magnitude,random", patterns=["2:4"])
+    >>> [c.kind for c in cfg.cells()]
+    ['dense', 'prune', 'prune', 'speed']
+    >>> cfg.sweep_id == SweepConfig.from_json(cfg.to_json()).sweep_id
+    True
+    """
+
+    model: str
+    methods: tuple[str, ...] = ("magnitude",)
+    patterns: tuple[str, ...] = ("2:4",)
+    layer_sets: tuple[str, ...] = ("all",)
+    dtypes: tuple[str, ...] = ("float16",)
+    tokens: tuple[int, ...] = (1024,)
+    calibration_samples: int = 128
+    seed: int = 0
+
+    @classmethod
+    def make(
+        cls,
+        model: str,
+        methods: object = ("magnitude",),
+        patterns: object = ("2:4",),
+        layer_sets: object = ("all",),
+        dtypes: object = ("float16",),
+        tokens: object = (1024,),
+        calibration_samples: int = 128,
+        seed: int = 0,
+    ) -> SweepConfig:
+        """Validate and normalise the axes (comma-separated strings or lists) into a config."""
+        from explorer.patterns import Pattern
+
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model={model!r}: expected a bundled model name such as 'digits-mlp'")
+        patterns = tuple(Pattern.parse(p).name for p in _names(patterns, "patterns", '["2:4"]'))
+        token_items = _names(tokens, "tokens", "[128, 1024]") if tokens is not None else ()
+        try:
+            token_counts = tuple(int(t) for t in token_items)
+        except ValueError:
+            raise ValueError(
+                f"tokens={tokens!r}: expected positive integers such as 1024"
+            ) from None
+        if any(t < 1 for t in token_counts):
+            raise ValueError(f"tokens={tokens!r}: expected positive integers such as 1024")
+        for name, value in (("calibration_samples", calibration_samples), ("seed", seed)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}={value!r}: expected a non-negative int")
+        method_names = _names(methods, "methods", '["magnitude", "wanda"]')
+        _check_known(model, method_names)
+        return cls(
+            model=model,
+            methods=method_names,
+            patterns=patterns,
+            layer_sets=_names(layer_sets, "layer_sets", '["all"]'),
+            dtypes=tuple(
+                dict.fromkeys(_dtype_name(d) for d in _names(dtypes, "dtypes", "float16"))
+            ),
+            tokens=tuple(dict.fromkeys(token_counts)),
+            calibration_samples=calibration_samples,
+            seed=seed,
+        )
+
+    @property
+    def sweep_id(self) -> str:
+        """``"<model>-<hash of the config>"``: the same grid resumes the same sweep."""
+        return f"{self.model}-{config_key(asdict(self), 10)}"
+
+    def to_json(self) -> str:
+        """The configuration as JSON text."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SweepConfig:
+        """Rebuild a configuration from :meth:`to_json`'s text."""
+        data = json.loads(text)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def cells(self) -> list[Cell]:
+        """The grid's cells: dense baselines, pruned models, then speed measurements.
+
+        One dense cell per dtype; one prune cell per method x pattern x layer set x dtype; one
+        speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
+        (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
+        """
+        base = {"model": self.model, "version": CELL_VERSION}
+        out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
+        for method in self.methods:
+            for pattern in self.patterns:
+                for layers in self.layer_sets:
+                    for dtype in self.dtypes:
+                        config = {
+                            "cell": "prune",
+                            **base,
+                            "method": method,
+                            "pattern": pattern,
+                            "layers": layers,
+                            "dtype": dtype,
+                            "calibration_samples": self.calibration_samples,
+                            "seed": self.seed,
+                        }
+                        out.append(Cell(config))
+        for pattern in self.patterns:
+            if pattern not in SPEED_PATTERNS:
+                continue
+            for layers in self.layer_sets:
+                for dtype in self.dtypes:
+                    for tokens in self.tokens:
+                        config = {
+                            "cell": "speed",
+                            **base,
+                            "pattern": pattern,
+                            "layers": layers,
+                            "dtype": dtype,
+                            "tokens": tokens,
+                        }
+                        out.append(Cell(config))
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One independent unit of a sweep: a JSON-able configuration and its deterministic key.
+
+    Examples
+    --------
+    >>> Cell({"cell": "dense", "model": "m"}).key == Cell({"model": "m", "cell": "dense"}).key
+    True
+    """
+
+    config: dict
+
+    @property
+    def kind(self) -> str:
+        return self.config["cell"]
+
+    @property
+    def key(self) -> str:
+        return config_key(self.config)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        shown = " ".join(str(v) for k, v in self.config.items() if k not in ("cell", "version"))
+        return f"Cell({self.kind} {shown} key={self.key})"

@@ -1,0 +1,255 @@
+"""``sweep``: run a grid of cells, commit each as it finishes, and resume where a run stopped."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from explorer import _html
+from explorer.store import ResultStore
+from explorer.sweeps import cells as _cells
+from explorer.sweeps.grid import Cell, SweepConfig
+
+__all__ = ["SweepResult", "sweep"]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep run did.
+
+    Attributes
+    ----------
+    sweep_id : str
+        The sweep's id in the store (rerun with the same grid to resume it).
+    db : Path or str
+        The results database.
+    total : int
+        Cells in the grid.
+    already_done : int
+        Cells found finished (ok or failed) in the store and not run again.
+    ran, failed, skipped : int
+        Cells run now; of these, how many failed and how many were skipped (speed without a GPU).
+    cancelled : bool
+        Whether the run stopped early (``cancel`` set); the finished cells are kept.
+    seconds : float
+        Wall time of this run.
+    """
+
+    sweep_id: str
+    db: Path | str
+    total: int
+    already_done: int
+    ran: int
+    failed: int
+    skipped: int
+    cancelled: bool
+    seconds: float
+
+    def rows(self, store: ResultStore | None = None):
+        """This sweep's rows, as a :class:`~explorer.store.ResultTable`.
+
+        Reads ``store`` if given (needed for an in-memory store), else reopens :attr:`db`.
+        """
+        if store is not None:
+            return store.query(sweep_id=self.sweep_id, include_reference=False)
+        with ResultStore(self.db) as own:
+            return own.query(sweep_id=self.sweep_id, include_reference=False)
+
+    def __repr__(self) -> str:
+        state = " cancelled" if self.cancelled else ""
+        return (
+            f"SweepResult({self.sweep_id!r}, {self.total} cells: {self.already_done} already done, "
+            f"{self.ran} ran, {self.failed} failed, {self.skipped} skipped, "
+            f"{self.seconds:.1f} s{state})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("sweep", self.sweep_id),
+            ("database", self.db),
+            ("cells", self.total),
+            ("already done", self.already_done),
+            ("ran now", self.ran),
+            ("failed", _html.badge(str(self.failed), "error" if self.failed else "ok")),
+            ("skipped", self.skipped),
+            ("cancelled", "yes" if self.cancelled else "no"),
+            ("seconds", f"{self.seconds:.1f}"),
+        ]
+        rows = [(k, v if k == "failed" else _html.escape(v)) for k, v in rows]
+        return _html.table(["", ""], rows, caption="Sweep", raw_columns=[1])
+
+
+def _entries(cell: Cell, rows: list[dict]) -> list[dict]:
+    # The cell's first row carries its key; further rows (one per layer shape) get key#1, ...
+    return [
+        {**row, "cell_key": cell.key if i == 0 else f"{cell.key}#{i}"} for i, row in enumerate(rows)
+    ]
+
+
+def _failure(cell: Cell, exc: BaseException) -> list[dict]:
+    kind = {"speed": "layer-speed"}.get(cell.kind, cell.kind)
+    reason = f"{type(exc).__name__}: {exc}"
+    return [{"kind": kind, "config": cell.config, "status": "failed", "error": reason[:1000]}]
+
+
+def _as_completed(futures: Iterable) -> Iterable:
+    futures = list(futures)
+    if futures and type(futures[0]).__module__.startswith("distributed"):
+        from distributed import as_completed
+
+        return as_completed(futures)
+    return concurrent.futures.as_completed(futures)
+
+
+def sweep(
+    model: str = "digits-mlp",
+    methods: Iterable[str] | str = ("magnitude",),
+    patterns: Iterable[str] | str = ("2:4",),
+    layer_sets: Iterable[str] | str = ("all",),
+    dtypes: Iterable[str] | str = ("float16",),
+    tokens: Iterable[int] | str = (1024,),
+    db: str | Path | ResultStore | None = None,
+    progress: bool = True,
+    cancel: threading.Event | None = None,
+    executor: Any = None,
+    *,
+    name: str | None = None,
+    calibration_samples: int = 128,
+    seed: int = 0,
+    retry_failed: bool = False,
+) -> SweepResult:
+    """Run a resumable grid of pruning and speed measurements, committing each cell at once.
+
+    The grid is methods x patterns x layer sets x dtypes (accuracy or fidelity, pruning time),
+    a dense baseline per dtype, and N:M patterns x layer sets x dtypes x token counts (layer
+    speed rows from :mod:`explorer.bench`, on a CUDA GPU; elsewhere they are recorded as
+    skipped with the reason). Cells already finished in ``db`` (ok or failed) are not run again,
+    so an interrupted sweep resumes where it stopped; a failing cell is recorded with its reason
+    and the sweep goes on.
+
+    Parameters
+    ----------
+    model : str
+        A bundled model name (``"digits-mlp"``, ``"fashion-mlp"``, ``"minilm"``, ``"smollm2"``).
+    methods, patterns, layer_sets, dtypes, tokens : list or comma-separated str
+        The grid's axes; see :class:`~explorer.sweeps.SweepConfig`.
+    db : path or ResultStore, optional
+        Where results go; defaults to the per-user results database.
+    progress : bool
+        Show a tqdm progress bar.
+    cancel : threading.Event, optional
+        Set it to stop after the running cell; finished cells are kept.
+    executor : concurrent.futures.Executor or dask.distributed.Client, optional
+        Runs cells elsewhere (``executor.submit(fn, config)``); this process alone writes.
+    name : str, optional
+        The sweep's id; by default ``"<model>-<hash of the grid>"``, so the same grid resumes.
+        Give a name to grow one sweep with more cells over several runs.
+    calibration_samples : int
+        Calibration samples for Wanda and SparseGPT.
+    seed : int
+        Seed of calibration draws and of the random method.
+    retry_failed : bool
+        Run cells that failed before again (their old rows are replaced).
+
+    Returns
+    -------
+    SweepResult
+
+    Examples
+    --------
+    >>> result = sweep("digits-mlp", methods="magnitude", patterns="2:4", db=":memory:",
+    ...                progress=False)  # doctest: +SKIP
+    """
+    from tqdm.auto import tqdm
+
+    config = SweepConfig.make(
+        model, methods, patterns, layer_sets, dtypes, tokens, calibration_samples, seed
+    )
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ValueError(f"name={name!r}: expected a non-empty string or None")
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise TypeError(f"cancel={cancel!r}: expected a threading.Event (or None)")
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TypeError(
+            f"executor={executor!r}: expected a concurrent.futures.Executor or a "
+            "dask.distributed.Client (anything with submit(fn, arg) returning a future)"
+        )
+    sweep_id = name or config.sweep_id
+    own = not isinstance(db, ResultStore)
+    store = ResultStore(db) if own else db
+    start = time.perf_counter()
+    counts = {"ran": 0, "failed": 0, "skipped": 0}
+    cancelled = False
+    try:
+        store.add_sweep(sweep_id, asdict(config))
+        grid = config.cells()
+        done = store.done_cells(sweep_id)
+        finished = {"ok", "failed"} if not retry_failed else {"ok"}
+        pending = [c for c in grid if done.get(c.key) not in finished]
+        bar = tqdm(
+            total=len(grid),
+            initial=len(grid) - len(pending),
+            desc=f"sweep {config.model}",
+            unit="cell",
+            disable=not progress,
+        )
+
+        def commit(cell: Cell, rows: list[dict]) -> None:
+            try:
+                store.record_many(_entries(cell, rows), sweep_id=sweep_id, replace=cell.key in done)
+            except sqlite3.IntegrityError:
+                pass  # another process finished this cell first: it is counted once, there
+            counts["ran"] += 1
+            counts["failed"] += any(r.get("status") == "failed" for r in rows)
+            counts["skipped"] += all(r.get("status") == "skipped" for r in rows)
+            bar.set_postfix(failed=counts["failed"], refresh=False)
+            bar.update(1)
+
+        try:
+            if executor is None:
+                for cell in pending:
+                    if cancel is not None and cancel.is_set():
+                        cancelled = True
+                        break
+                    try:
+                        rows = _cells.run_cell(cell.config, cancel=cancel)
+                    except Exception as exc:
+                        if type(exc).__name__ != "PruningCancelled":
+                            raise
+                        cancelled = True
+                        break
+                    commit(cell, rows)
+            else:
+                futures = {executor.submit(_cells.run_cell, c.config): c for c in pending}
+                for future in _as_completed(futures):
+                    cell = futures[future]
+                    try:
+                        rows = future.result()
+                    except Exception as exc:  # the worker died or could not run the cell
+                        rows = _failure(cell, exc)
+                    commit(cell, rows)  # a finished cell is kept, even when cancelling
+                    if cancel is not None and cancel.is_set():
+                        cancelled = True
+                        for other in futures:
+                            other.cancel()
+                        break
+        finally:
+            bar.close()
+        return SweepResult(
+            sweep_id=sweep_id,
+            db=store.path,
+            total=len(grid),
+            already_done=len(grid) - len(pending),
+            cancelled=cancelled,
+            seconds=time.perf_counter() - start,
+            **counts,
+        )
+    finally:
+        if own:
+            store.close()

@@ -1,0 +1,55 @@
+"""Widgets for exploring sparsity: plain logic classes with thin ipywidgets views.
+
+The logic classes (importable without ipywidgets or plotly) hold all state; ``.view()``
+builds the widget lazily and objects display themselves in a notebook.
+
+Examples
+--------
+>>> import torch
+>>> from explorer.widgets import MaskViewer
+>>> MaskViewer(torch.rand(64, 64) > 0.5, name="fc").mode
+'overview'
+"""
+
+from explorer.widgets.dashboard import DEFAULT_MODEL, MODELS, Dashboard, Status
+from explorer.widgets.kernel_runner import KernelResult, KernelRunner, recorded_speed
+from explorer.widgets.layer_picker import LayerPicker, LayerRow
+from explorer.widgets.mask_view import (
+    MaskComparison,
+    MaskViewer,
+    Overview,
+    Window,
+    block_density,
+    window,
+)
+from explorer.widgets.method_picker import MethodConfig, MethodPicker
+from explorer.widgets.pattern_panel import PatternPanel, row_validity
+from explorer.widgets.speed import SpeedEstimate, estimate_speedup
+from explorer.widgets.tradeoff import TradeoffPlot, TradeoffPoint, pareto_front
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "Dashboard",
+    "KernelResult",
+    "KernelRunner",
+    "LayerPicker",
+    "LayerRow",
+    "MaskComparison",
+    "MaskViewer",
+    "MethodConfig",
+    "MethodPicker",
+    "Overview",
+    "PatternPanel",
+    "SpeedEstimate",
+    "Status",
+    "TradeoffPlot",
+    "TradeoffPoint",
+    "Window",
+    "block_density",
+    "estimate_speedup",
+    "pareto_front",
+    "recorded_speed",
+    "row_validity",
+    "window",
+]

@@ -1,0 +1,425 @@
+"""The dashboard's logic: one model, its layers, pruning runs in the background, the trade-off.
+
+Plain Python: the state lives here and :class:`explorer.widgets.views.DashboardView` only
+mirrors it. Listeners registered with :meth:`Dashboard.on_change` get an event name
+(``"status"``, ``"progress"``, ``"busy"``, ``"model"``, ``"layer"``, ``"kernel"``); the
+mask viewer, pattern panel and trade-off plot have listeners of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from explorer import _html
+from explorer.widgets._quiet import hidden_displays
+from explorer.widgets.kernel_runner import KernelRunner
+from explorer.widgets.layer_picker import LayerPicker
+from explorer.widgets.mask_view import MaskViewer
+from explorer.widgets.method_picker import MethodConfig, MethodPicker
+from explorer.widgets.pattern_panel import PatternPanel
+from explorer.widgets.speed import estimate_speedup
+from explorer.widgets.tradeoff import TradeoffPlot, TradeoffPoint
+
+__all__ = ["DEFAULT_MODEL", "MODELS", "Dashboard", "Status"]
+
+#: Models offered in the dashboard's dropdown; the first one loads in about a second.
+MODELS = ("digits-mlp", "fashion-mlp", "minilm", "smollm2")
+#: The model the served dashboard opens with (interactive within seconds on a 2-core CPU).
+DEFAULT_MODEL = "digits-mlp"
+#: Loader options that keep each evaluation to seconds on a CPU (smaller evaluation sets).
+MODEL_OPTIONS = {"minilm": {"n_eval": 64}, "smollm2": {"n_eval": 4}}
+
+
+@dataclass(frozen=True)
+class Status:
+    """A message for the page: ``level`` is one of ok, info, warn, error."""
+
+    level: str
+    text: str
+
+    def html(self) -> str:
+        """The message as a coloured badge plus text."""
+        return f"<div class='status'>{_html.badge(self.level, self.level)} {_html.escape(self.text)}</div>"
+
+
+@dataclass
+class _Run:
+    config: MethodConfig
+    masks: dict
+    score: float
+
+
+def _bundle(model):
+    if isinstance(model, str):
+        from explorer.models import load
+
+        return load(model, **MODEL_OPTIONS.get(model, {}))
+    if hasattr(model, "evaluate") and hasattr(model, "model"):
+        return model
+    if isinstance(model, nn.Module):
+        from explorer.models.bundle import ModelBundle
+
+        return ModelBundle.from_module(
+            model,
+            evaluate=lambda m: {"score": float("nan")},
+            name=type(model).__name__,
+            metric="score",
+        )
+    raise TypeError(
+        f"model must be a model name ({', '.join(MODELS)}), a ModelBundle or a torch.nn.Module, "
+        f"got {type(model).__name__}"
+    )
+
+
+class Dashboard:
+    """Everything the dashboard page shows, as plain Python state.
+
+    Parameters
+    ----------
+    model : str, ModelBundle or torch.nn.Module
+        A bundled model's name (see :data:`MODELS`), a bundle, or a plain module (then the
+        trade-off plot has no metric to show).
+    tokens : int
+        Token count the doctor, the kernel runner and the speedup estimate assume.
+    dtype : str
+        Dtype they assume.
+    store : explorer.store.ResultStore, optional
+        Where recorded measurements come from (default: the shipped reference database).
+
+    Examples
+    --------
+    >>> dash = Dashboard("digits-mlp")  # doctest: +SKIP
+    >>> dash.run(MethodConfig("magnitude", "2:4"), wait=True)  # doctest: +SKIP
+    >>> [p.label for p in dash.tradeoff.points]  # doctest: +SKIP
+    ['dense', 'magnitude 2:4 all float16']
+    """
+
+    def __init__(
+        self, model="digits-mlp", tokens: int = 1024, dtype: str = "float16", store=None
+    ) -> None:
+        self.tokens, self.dtype, self.store = tokens, dtype, store
+        self.models = MODELS
+        self.mask_viewer = MaskViewer()
+        self.pattern_panel = PatternPanel()
+        self.kernel_runner = KernelRunner(store)
+        self.method_picker = MethodPicker(MethodConfig(dtype=dtype, tokens=tokens))
+        self.tradeoff = TradeoffPlot(
+            speedup_label=f"estimated speedup over dense ({tokens} tokens, {dtype})"
+        )
+        self.tradeoff.on_click(self.load_point)
+        self.layer_picker: LayerPicker | None = None
+        self.bundle = None
+        self.status = Status("info", "starting")
+        self.progress = (0.0, "")
+        self.busy = False
+        self.runs: dict[str, _Run] = {}
+        self.current: _Run | None = None
+        self._dense: dict[str, torch.Tensor] = {}
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[str], None]] = []
+        self.load(model)
+
+    # -- events ---------------------------------------------------------------------------
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(event)`` after each change."""
+        self._listeners.append(callback)
+
+    def _emit(self, event: str) -> None:
+        for callback in list(self._listeners):
+            callback(event)
+
+    def _say(self, level: str, text: str) -> None:
+        self.status = Status(level, text)
+        self._emit("status")
+
+    def _progress(self, fraction: float, text: str) -> None:
+        self.progress = (fraction, text)
+        self._emit("progress")
+
+    # -- model ----------------------------------------------------------------------------
+    @property
+    def model(self) -> nn.Module | None:
+        """The current model (pruned by the latest run, or dense)."""
+        return None if self.bundle is None else self.bundle.model
+
+    def load(self, model) -> None:
+        """Switch to another model (a name, a bundle or a module); errors go to the status."""
+        if self.busy:
+            self._say("warn", "a run is in progress; cancel it before switching models")
+            return
+        try:
+            with hidden_displays():
+                bundle = _bundle(model)
+        except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
+            self._say("error", f"could not load {model!r}: {exc}")
+            return
+        self.bundle, self.runs, self.current = bundle, {}, None
+        self._dense = {
+            name: module.weight.detach().clone()
+            for name, module in bundle.model.named_modules()
+            if isinstance(module, nn.Linear)
+        }
+        self.layer_picker = LayerPicker(bundle.model, _torch_dtype(self.dtype), self.tokens)
+        self.layer_picker.on_select(self.select_layer)
+        self.method_picker.layer_names = self.layer_picker.names
+        self.method_picker.set(layers=None)
+        self.tradeoff.clear(bundle.metric, bundle.higher_is_better)
+        self._emit("model")
+        if not self.layer_picker.rows:
+            self.mask_viewer.clear("this model has no layers to prune")
+            self._say(
+                "warn",
+                f"{bundle.name}: nothing to prune or draw "
+                f"({self.layer_picker.reason}); pick another model",
+            )
+            return
+        self._say("info", f"loaded {bundle.name}; evaluating the dense model")
+        self._add_dense_point()
+        self.layer_picker.select(self._first_prunable())
+        self._say(
+            "ok",
+            f"{bundle.name}: {len(self.layer_picker.rows)} layers; pick a layer or run a method",
+        )
+
+    def _first_prunable(self) -> str:
+        prunable = list(getattr(self.bundle, "prunable", []) or [])
+        return prunable[0] if prunable else self.layer_picker.names[0]
+
+    def _add_dense_point(self) -> None:
+        try:
+            score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
+        except (ValueError, RuntimeError, TypeError) as exc:
+            self._say("warn", f"could not evaluate the dense model: {exc}")
+            return
+        dense = MethodConfig("dense", "2:4", 0, None, self.dtype, self.tokens)
+        self.tradeoff.add(
+            TradeoffPoint("dense", 1.0, score, dense.to_json(), {"model": self.bundle.name})
+        )
+
+    # -- layer ----------------------------------------------------------------------------
+    def select_layer(self, name: str | None) -> None:
+        """Show layer ``name`` in the mask viewer and the pattern panel."""
+        if name is None:
+            self.mask_viewer.clear()
+            return
+        module = self.bundle.model.get_submodule(name)
+        weight = module.weight.detach()
+        mask = self.current.masks.get(name) if self.current else None
+        mask = mask if mask is not None else weight != 0
+        pattern = self.current.config.pattern if self.current else self.method_picker.config.pattern
+        label = f"{name} ({self.current.config.method})" if self.current else f"{name} (dense)"
+        try:
+            self.mask_viewer.set_mask(mask, label, pattern)
+        except ValueError as exc:
+            self.mask_viewer.clear(str(exc))
+        self.pattern_panel.update(weight, pattern, name)
+        self._emit("layer")
+
+    @property
+    def selected(self) -> str | None:
+        """Name of the selected layer."""
+        return None if self.layer_picker is None else self.layer_picker.selected
+
+    def run_kernel(self, tokens: int | None = None, dtype: str | None = None):
+        """Run the kernel runner on the selected layer; the result goes to ``kernel_runner.result``."""
+        if self.selected is None:
+            self._say("warn", "select a layer first")
+            return None
+        weight = self.bundle.model.get_submodule(self.selected).weight
+        try:
+            result = self.kernel_runner.run(
+                weight, self.selected, tokens or self.tokens, dtype or self.dtype
+            )
+        except ValueError as exc:
+            self._say("error", str(exc))
+            return None
+        self._emit("kernel")
+        self._say("ok" if result.mode != "unavailable" else "warn", result.message)
+        return result
+
+    # -- pruning --------------------------------------------------------------------------
+    def run(
+        self, config: MethodConfig | None = None, wait: bool = False
+    ) -> threading.Thread | None:
+        """Prune the dense model with ``config`` (default: the method picker's) in a thread.
+
+        Progress goes to :attr:`progress`, the outcome to :attr:`status` and the trade-off
+        plot; :meth:`cancel` stops it and restores the dense weights. ``wait=True`` blocks.
+        """
+        if self.busy:
+            self._say("warn", "a run is already in progress; wait for it or cancel it")
+            return None
+        if self.bundle is None or not self.layer_picker.rows:
+            self._say("warn", "there is no model with prunable layers loaded")
+            return None
+        config = config or self.method_picker.config
+        self.busy = True
+        self._cancel.clear()
+        self._emit("busy")
+        self._thread = threading.Thread(
+            target=self._run, args=(config,), daemon=True, name="explorer-prune"
+        )
+        self._thread.start()
+        if wait:
+            self._thread.join()
+        return self._thread
+
+    def cancel(self) -> None:
+        """Ask the running job to stop (it restores the dense model and says so)."""
+        if self.busy:
+            self._cancel.set()
+            self._say("info", "cancelling ...")
+
+    def _restore_dense(self) -> None:
+        with torch.no_grad():
+            for name, weight in self._dense.items():
+                self.bundle.model.get_submodule(name).weight.copy_(weight)
+
+    def _filter(self, config: MethodConfig):
+        if config.layers is None:
+            return self.bundle.filter_fn
+        chosen = set(config.layers)
+        return lambda module, fqn: isinstance(module, nn.Linear) and fqn in chosen
+
+    def _run(self, config: MethodConfig) -> None:
+        from explorer.pruning import PruningCancelled, prune
+
+        start = time.perf_counter()
+        try:
+            # 1. start from the dense weights, 2. calibrate, 3. prune, 4. evaluate, 5. estimate.
+            self._progress(0.05, "restoring the dense weights")
+            self._restore_dense()
+            self.current = None
+            calibration = None
+            if config.calibration and config.method not in ("random", "magnitude", "weightnorm"):
+                self._progress(0.15, f"calibration: {config.calibration} samples")
+                calibration = self.bundle.calibration(config.calibration)
+            self._check_cancel()
+            self._progress(0.25, f"pruning with {config.method} {config.pattern}")
+            result = prune(
+                self.bundle.model,
+                config.method,
+                config.pattern,
+                calibration=calibration,
+                filter_fn=self._filter(config),
+                inplace=True,
+                progress=False,
+                cancel=self._cancel,
+            )
+            self._check_cancel()
+            self._progress(0.8, "evaluating the pruned model")
+            score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
+            masks = {k: v.detach().cpu() for k, v in result.masks.items()}
+            self._progress(0.9, "checking the pruned layers")
+            self.layer_picker.refresh()
+            estimate = estimate_speedup(
+                {r.name: r.shape for r in self.layer_picker.rows},
+                masks,
+                config.pattern,
+                config.tokens,
+                config.dtype,
+                {r.name: r.verdict for r in self.layer_picker.rows},
+                self.store,
+            )
+            run = _Run(config, masks, score)
+            self.runs[config.label] = run
+            self.current = run
+            details = {
+                "speedup from": estimate.source,
+                "bound (every 2:4 layer at 2x)": f"{estimate.bound:.2f}x",
+                "pruned layers": len(masks),
+                "pruning took": f"{time.perf_counter() - start:.1f} s",
+            }
+            self.tradeoff.add(
+                TradeoffPoint(config.label, estimate.speedup, score, config.to_json(), details)
+            )
+            self._progress(1.0, "done")
+            self._emit("model")
+            self.select_layer(self.selected or self._first_prunable())
+            self._say(
+                "ok",
+                f"{config.label}: {self.bundle.metric} {score:.4g}, estimated "
+                f"speedup {estimate.speedup:.2f}x ({estimate.source})",
+            )
+        except PruningCancelled:
+            self._restore_dense()
+            self._progress(0.0, "cancelled")
+            self._say("warn", "the run was cancelled; the model is dense again")
+            self.select_layer(self.selected)
+        except Exception as exc:  # the page shows every failure as a message, never a traceback
+            self._restore_dense()
+            self._progress(0.0, "failed")
+            self._say("error", f"{config.label} failed: {type(exc).__name__}: {exc}")
+            self.select_layer(self.selected)
+        finally:
+            self.busy = False
+            self._emit("busy")
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            from explorer.pruning import PruningCancelled
+
+            raise PruningCancelled("cancelled")
+
+    def load_point(self, point: TradeoffPoint) -> None:
+        """Load the configuration of a trade-off point: its settings and its masks."""
+        try:
+            config = MethodConfig.from_json(point.config)
+        except (ValueError, TypeError) as exc:
+            self._say("error", f"cannot load {point.label}: {exc}")
+            return
+        if self.busy:
+            self._say("warn", "a run is in progress; wait for it before loading another")
+            return
+        self._restore_dense()
+        run = self.runs.get(point.label)
+        if config.method != "dense":
+            self.method_picker.config = replace(config)
+        if run is not None:
+            with torch.no_grad():
+                for name, mask in run.masks.items():
+                    self.bundle.model.get_submodule(name).weight.mul_(
+                        mask.to(torch.float32).to(
+                            self.bundle.model.get_submodule(name).weight.dtype
+                        )
+                    )
+        self.current = run
+        self.layer_picker.refresh()
+        self._emit("model")
+        self.select_layer(self.selected)
+        note = (
+            ""
+            if config.method in ("magnitude", "random", "dense")
+            else (
+                " (masks applied to the dense weights; run it again for the method's weight updates)"
+            )
+        )
+        self._say("ok", f"loaded {point.label}{note}")
+
+    # -- display --------------------------------------------------------------------------
+    def view(self):
+        """The dashboard as ipywidgets (built lazily)."""
+        from explorer.widgets.views import DashboardView
+
+        return DashboardView(self).widget
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.view()._repr_mimebundle_(**kwargs)
+
+    def __repr__(self) -> str:
+        name = getattr(self.bundle, "name", None)
+        return (
+            f"Dashboard({name!r}, layer={self.selected!r}, {len(self.tradeoff.points)} points, "
+            f"status={self.status.text!r})"
+        )
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name, torch.float32)

@@ -1,0 +1,147 @@
+"""The method picker: which pruning method, pattern, calibration size and layers to use."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+
+__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker"]
+
+#: Methods offered when :mod:`explorer.pruning` does not list its own.
+METHODS = ("magnitude", "wanda", "sparsegpt", "random")
+#: Patterns offered in the dropdown (any pattern :class:`explorer.patterns.Pattern` parses works).
+PATTERNS = ("2:4", "4:8", "1:4", "unstructured:0.5", "block16:0.5", "rows:0.25")
+
+
+def available_methods() -> tuple[str, ...]:
+    """Methods :mod:`explorer.pruning` offers (``METHODS`` when it does not say)."""
+    try:
+        from explorer import pruning
+    except ImportError:
+        return METHODS
+    names = getattr(pruning, "METHODS", None)
+    if isinstance(names, Mapping):
+        names = tuple(names)
+    return tuple(names) if names else METHODS
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """One pruning configuration (frozen, JSON-serialisable).
+
+    Attributes
+    ----------
+    method : str
+        Pruning method, e.g. ``"magnitude"`` or ``"wanda"``.
+    pattern : str
+        Sparsity pattern, e.g. ``"2:4"``.
+    calibration : int
+        Number of calibration samples (0 for data-free methods).
+    layers : tuple of str, optional
+        Layer names to prune; None prunes every layer the model's filter selects.
+    dtype : str
+        Dtype the speedup is estimated for.
+    tokens : int
+        Token count the speedup is estimated for.
+
+    Examples
+    --------
+    >>> cfg = MethodConfig("wanda", "2:4", calibration=32)
+    >>> MethodConfig.from_json(cfg.to_json()) == cfg
+    True
+    >>> cfg.label
+    'wanda 2:4 all float16'
+    """
+
+    method: str = "magnitude"
+    pattern: str = "2:4"
+    calibration: int = 32
+    layers: tuple[str, ...] | None = None
+    dtype: str = "float16"
+    tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError(
+                f"method must be a non-empty str, got {self.method!r}; e.g. 'magnitude'"
+            )
+        if not isinstance(self.calibration, int) or self.calibration < 0:
+            raise ValueError(
+                f"calibration must be a non-negative int (samples), got {self.calibration!r}"
+            )
+        if not isinstance(self.tokens, int) or self.tokens < 1:
+            raise ValueError(f"tokens must be a positive int, got {self.tokens!r}; e.g. 1024")
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(str(n) for n in self.layers))
+        try:
+            from explorer.patterns import Pattern
+        except ImportError:
+            return
+        Pattern.parse(self.pattern)
+
+    @property
+    def layer_set(self) -> str:
+        """``"all"`` or a short description of the chosen layers."""
+        if self.layers is None:
+            return "all"
+        if len(self.layers) == 1:
+            return self.layers[0]
+        return f"{len(self.layers)} layers"
+
+    @property
+    def label(self) -> str:
+        """One-line label: method, pattern, layer set, dtype."""
+        return f"{self.method} {self.pattern} {self.layer_set} {self.dtype}"
+
+    def to_json(self) -> str:
+        """JSON text that :meth:`from_json` reads back."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MethodConfig:
+        """Read a configuration written by :meth:`to_json`."""
+        data = json.loads(text)
+        if data.get("layers") is not None:
+            data["layers"] = tuple(data["layers"])
+        return cls(**data)
+
+    def __repr__(self) -> str:
+        return f"MethodConfig({self.label}, calibration={self.calibration}, tokens={self.tokens})"
+
+
+class MethodPicker:
+    """Holds the configuration the next run uses; views bind their controls to :meth:`set`.
+
+    Examples
+    --------
+    >>> picker = MethodPicker(layer_names=["fc1", "fc2"])
+    >>> picker.set(method="wanda", layers=("fc1",))
+    >>> picker.config.label
+    'wanda 2:4 fc1 float16'
+    """
+
+    def __init__(self, config: MethodConfig | None = None, layer_names: Sequence[str] = ()) -> None:
+        self.config = config or MethodConfig()
+        self.methods = available_methods()
+        self.patterns = PATTERNS
+        self.layer_names = list(layer_names)
+
+    def set(self, **changes) -> None:
+        """Change fields of the configuration (validated; a bad value leaves it unchanged)."""
+        if "method" in changes and changes["method"] not in self.methods:
+            raise ValueError(
+                f"unknown method {changes['method']!r}; expected one of {', '.join(self.methods)}"
+            )
+        layers = changes.get("layers")
+        if layers is not None:
+            unknown = [n for n in layers if n not in self.layer_names]
+            if unknown:
+                raise ValueError(
+                    f"unknown layers {unknown}; expected names from the layer table, "
+                    f"e.g. {self.layer_names[:3]}"
+                )
+        self.config = replace(self.config, **changes)
+
+    def __repr__(self) -> str:
+        return f"MethodPicker({self.config!r})"

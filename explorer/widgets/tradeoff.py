@@ -1,0 +1,198 @@
+"""Accuracy (or fidelity) versus speedup: one point per configuration, the Pareto frontier drawn."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from explorer import _html
+
+__all__ = ["TradeoffPlot", "TradeoffPoint", "pareto_front"]
+
+
+def pareto_front(points: Sequence[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
+    """Indices of the points no other point beats on both speedup and score, by speedup.
+
+    A point ``(speedup, score)`` is dominated when another is at least as fast and at least
+    as good, and strictly better in one of the two. NaN points are never on the frontier.
+
+    Parameters
+    ----------
+    points : sequence of (float, float)
+        ``(speedup, score)`` pairs.
+    higher_is_better : bool
+        Whether a larger score is better (accuracy) or a smaller one (perplexity).
+
+    Returns
+    -------
+    list of int
+        Frontier indices ordered by increasing speedup.
+
+    Examples
+    --------
+    >>> pareto_front([(1.0, 0.9), (1.2, 0.8), (1.1, 0.7), (1.2, 0.85)])
+    [0, 3]
+    >>> pareto_front([(1.0, 5.0), (1.5, 9.0)], higher_is_better=False)
+    [0, 1]
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    finite = [
+        (float(x), sign * float(y), i)
+        for i, (x, y) in enumerate(points)
+        if not (math.isnan(float(x)) or math.isnan(float(y)))
+    ]
+    # 1. sort by speedup descending, then score descending;
+    # 2. sweep, keeping a point when its score beats every faster point's score.
+    finite.sort(key=lambda p: (-p[0], -p[1]))
+    front, best = [], -math.inf
+    for _x, y, i in finite:
+        if y > best:
+            front.append(i)
+            best = y
+    front.reverse()
+    return front
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """One configuration's result.
+
+    Attributes
+    ----------
+    label : str
+        e.g. ``"wanda 2:4 all float16"``.
+    speedup : float
+        Estimated or measured speedup over dense (1.0 = none).
+    score : float
+        The model's metric (accuracy, cosine to dense, perplexity ...).
+    config : str
+        The configuration as JSON (:meth:`MethodConfig.to_json`), loaded again on click.
+    details : dict
+        Extra hover lines (e.g. how the speedup was obtained).
+    """
+
+    label: str
+    speedup: float
+    score: float
+    config: str = "{}"
+    details: dict = field(default_factory=dict, compare=False)
+
+    def hover(self) -> str:
+        """Hover text: label, both numbers and the details."""
+        lines = [
+            f"<b>{_html.escape(self.label)}</b>",
+            f"speedup {self.speedup:.3f}x",
+            f"score {self.score:.4g}",
+        ]
+        lines += [f"{_html.escape(k)}: {_html.escape(v)}" for k, v in self.details.items()]
+        return "<br>".join(lines)
+
+
+class TradeoffPlot:
+    """Points of (speedup, score) with their Pareto frontier; clicking a point calls back.
+
+    Parameters
+    ----------
+    metric : str
+        Name of the score axis.
+    higher_is_better : bool
+        Direction of the score.
+    speedup_label : str
+        Title of the speedup axis (says whether speedups are measured or estimated).
+
+    Examples
+    --------
+    >>> plot = TradeoffPlot("accuracy")
+    >>> plot.add(TradeoffPoint("dense", 1.0, 0.97))
+    >>> plot.add(TradeoffPoint("magnitude 2:4 all float16", 1.3, 0.95))
+    >>> plot.add(TradeoffPoint("random 2:4 all float16", 1.3, 0.40))
+    >>> [p.label for p in plot.frontier()]
+    ['dense', 'magnitude 2:4 all float16']
+    """
+
+    def __init__(
+        self,
+        metric: str = "score",
+        higher_is_better: bool = True,
+        speedup_label: str = "speedup over dense",
+    ) -> None:
+        self.metric = metric
+        self.higher_is_better = higher_is_better
+        self.speedup_label = speedup_label
+        self.points: list[TradeoffPoint] = []
+        self._listeners: list[Callable[[TradeoffPlot], None]] = []
+        self._click: list[Callable[[TradeoffPoint], None]] = []
+
+    def on_change(self, callback: Callable[[TradeoffPlot], None]) -> None:
+        """Call ``callback(plot)`` after points are added or cleared."""
+        self._listeners.append(callback)
+
+    def on_click(self, callback: Callable[[TradeoffPoint], None]) -> None:
+        """Call ``callback(point)`` when a point is clicked."""
+        self._click.append(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            callback(self)
+
+    def add(self, point: TradeoffPoint) -> None:
+        """Add a point; a point with the same label replaces the old one."""
+        self.points = [p for p in self.points if p.label != point.label] + [point]
+        self._changed()
+
+    def clear(self, metric: str | None = None, higher_is_better: bool | None = None) -> None:
+        """Remove every point (and optionally switch the metric)."""
+        self.points = []
+        self.metric = self.metric if metric is None else metric
+        if higher_is_better is not None:
+            self.higher_is_better = higher_is_better
+        self._changed()
+
+    def frontier(self) -> list[TradeoffPoint]:
+        """The Pareto-optimal points by increasing speedup."""
+        idx = pareto_front([(p.speedup, p.score) for p in self.points], self.higher_is_better)
+        return [self.points[i] for i in idx]
+
+    def click(self, index: int) -> TradeoffPoint:
+        """Report a click on point ``index`` to the listeners and return the point."""
+        if not 0 <= index < len(self.points):
+            raise ValueError(f"no point {index}; the plot has {len(self.points)} points")
+        point = self.points[index]
+        for callback in list(self._click):
+            callback(point)
+        return point
+
+    def traces(self) -> tuple[dict, dict]:
+        """Arguments for the points' and the frontier's plotly ``Scatter`` traces."""
+        front = self.frontier()
+        direction = "higher" if self.higher_is_better else "lower"
+        return (
+            {
+                "x": [p.speedup for p in self.points],
+                "y": [p.score for p in self.points],
+                "text": [p.label for p in self.points],
+                "hovertext": [p.hover() for p in self.points],
+                "name": f"configurations ({self.metric}, {direction} is better)",
+            },
+            {
+                "x": [p.speedup for p in front],
+                "y": [p.score for p in front],
+                "name": "Pareto frontier",
+            },
+        )
+
+    def view(self):
+        """The plotly ``FigureWidget``, built lazily."""
+        from explorer.widgets.views import tradeoff_figure
+
+        return tradeoff_figure(self)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.view()._repr_mimebundle_(**kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"TradeoffPlot({len(self.points)} points, {len(self.frontier())} on the frontier, "
+            f"metric={self.metric!r})"
+        )

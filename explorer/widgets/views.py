@@ -1,0 +1,329 @@
+"""Thin ipywidgets views over the logic classes; everything here only mirrors their state.
+
+ipywidgets and plotly are imported through :func:`explorer.errors.require`, so a missing
+extra names the ``pip install`` to run.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from explorer.errors import require
+from explorer.widgets._plotly import figure_widget
+
+__all__ = [
+    "DashboardView",
+    "comparison_box",
+    "mask_figure",
+    "on_main_thread",
+    "tradeoff_figure",
+]
+
+
+def on_main_thread(fn):
+    """Wrap ``fn`` so that calls from worker threads run on the kernel's main thread.
+
+    Widget messages sent from a worker thread can race the kernel's handling of messages from
+    the browser (traitlets then coalesce plotly's value-then-None updates and the browser
+    never sees them); the kernel's IO loop serialises them. Outside a kernel ``fn`` runs as is.
+    """
+
+    def call(*args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            return fn(*args, **kwargs)
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        loop = getattr(getattr(shell, "kernel", None), "io_loop", None)
+        if loop is None:
+            return fn(*args, **kwargs)
+        loop.add_callback(fn, *args, **kwargs)
+        return None
+
+    return call
+
+
+def _widgets():
+    return require("ipywidgets", "widgets")
+
+
+def _go():
+    return require("plotly.graph_objects", "widgets")
+
+
+def mask_figure(viewer, height: int = 420, on_click=None):
+    """A heatmap ``FigureWidget`` that redraws when ``viewer`` changes; a click zooms."""
+    go = _go()
+    # The layout goes into the constructor: updates sent before the figure is displayed
+    # are not applied by the front end.
+    layout = {
+        "title": {"text": viewer.title, "font": {"size": 12}},
+        "height": height,
+        "margin": {"l": 60, "r": 10, "t": 40, "b": 40},
+        "xaxis": {"title": {"text": "input feature"}},
+        "yaxis": {"title": {"text": "output feature"}, "autorange": "reversed"},
+    }
+    fig = figure_widget(data=[go.Heatmap(**viewer.heatmap())], layout=layout)
+
+    def redraw(v) -> None:
+        with fig.batch_update():
+            fig.data[0].update(**v.heatmap())
+            fig.layout.title.text = v.title
+
+    def clicked(trace, points, state) -> None:
+        if points.xs and points.ys:
+            (on_click or viewer.click)(points.ys[0], points.xs[0])
+
+    viewer.on_change(on_main_thread(redraw))
+    fig.data[0].on_click(clicked)
+    return fig
+
+
+def comparison_box(comparison, height: int = 360):
+    """Three heatmaps in a row; a click in any zooms all three."""
+    w = _widgets()
+    figs = [mask_figure(p, height, on_click=comparison.click) for p in comparison.panels]
+    for fig in figs:
+        fig.layout.width = 380
+    return w.HBox(figs)
+
+
+def tradeoff_figure(plot, height: int = 380, follow: bool = True):
+    """Scatter of the configurations plus the Pareto frontier; a click loads a configuration.
+
+    With ``follow`` the figure redraws itself when points are added; without, it is a
+    snapshot (the dashboard replaces the snapshot instead, see :class:`DashboardView`).
+    """
+    go = _go()
+    points, front = plot.traces()
+    layout = {
+        "height": height,
+        "margin": {"l": 60, "r": 10, "t": 40, "b": 40},
+        "title": {
+            "text": "trade-off: click a point to load its configuration",
+            "font": {"size": 12},
+        },
+        "xaxis": {"title": {"text": plot.speedup_label}},
+        "yaxis": {"title": {"text": plot.metric}},
+        "legend": {"orientation": "h", "y": -0.25},
+    }
+    fig = figure_widget(
+        data=[
+            go.Scatter(
+                mode="markers+text",
+                textposition="top center",
+                hoverinfo="text",
+                marker={"size": 10},
+                **points,
+            ),
+            go.Scatter(mode="lines", line={"dash": "dot"}, hoverinfo="skip", **front),
+        ],
+        layout=layout,
+    )
+
+    def redraw(p) -> None:
+        pts, fr = p.traces()
+        with fig.batch_update():
+            fig.data[0].update(**pts)
+            fig.data[1].update(**fr)
+            fig.layout.yaxis.title.text = p.metric
+
+    def clicked(trace, pts, state) -> None:
+        if pts.point_inds:
+            plot.click(pts.point_inds[0])
+
+    if follow:
+        plot.on_change(on_main_thread(redraw))
+    fig.data[0].on_click(clicked)
+    return fig
+
+
+class DashboardView:
+    """The dashboard page: controls bound to a :class:`explorer.widgets.Dashboard`.
+
+    ``DashboardView(dash).widget`` is the root ``VBox``; ``Dashboard.view()`` builds it.
+    """
+
+    def __init__(self, dash) -> None:
+        w = _widgets()
+        self.dash = dash
+        self._lock = threading.Lock()
+        self.title = w.HTML("<h2 style='margin:4px 0'>sparsity-explorer</h2>")
+        self.model = w.Dropdown(options=list(dash.models), description="model")
+        self.status = w.HTML(dash.status.html()).add_class("explorer-status")
+        self.layer = w.Dropdown(description="layer", layout={"width": "420px"}).add_class(
+            "explorer-layer"
+        )
+        self.table = w.HTML().add_class("explorer-layer-table")
+        self.mask = mask_figure(dash.mask_viewer)
+        self.mask_box = w.Box([self.mask]).add_class("explorer-mask")
+        self.pattern = w.HTML(dash.pattern_panel.html()).add_class("explorer-pattern")
+        cfg = dash.method_picker.config
+        self.method = w.Dropdown(
+            options=list(dash.method_picker.methods), value=cfg.method, description="method"
+        )
+        self.pattern_choice = w.Combobox(
+            options=list(dash.method_picker.patterns),
+            value=cfg.pattern,
+            description="pattern",
+            ensure_option=False,
+        )
+        self.calibration = w.IntSlider(
+            value=cfg.calibration, min=0, max=256, step=8, description="calibration"
+        )
+        self.layers = w.Dropdown(
+            options=[("all prunable", "all"), ("selected layer", "one")],
+            value="all",
+            description="layers",
+        )
+        self.dtype = w.Dropdown(
+            options=["float16", "bfloat16"], value=cfg.dtype, description="dtype"
+        )
+        self.tokens = w.Dropdown(
+            options=[128, 512, 1024, 4096, 16384], value=cfg.tokens, description="tokens"
+        )
+        self.run = w.Button(description="Prune", button_style="primary", icon="play").add_class(
+            "explorer-run"
+        )
+        self.cancel = w.Button(description="Cancel", icon="stop", disabled=True).add_class(
+            "explorer-cancel"
+        )
+        self.bar = w.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="", layout={"width": "200px"}
+        )
+        self.bar_text = w.Label("")
+        self.kernel = w.Button(description="Run kernel", icon="bolt").add_class("explorer-kernel")
+        self.kernel_out = w.HTML("<i>compress the selected layer and run its sparse matmul</i>")
+        self.tradeoff = tradeoff_figure(dash.tradeoff, follow=False)
+        self.tradeoff_box = w.Box([self.tradeoff]).add_class("explorer-tradeoff")
+
+        controls = w.VBox(
+            [
+                w.HTML("<b>pruning</b>"),
+                self.method,
+                self.pattern_choice,
+                self.calibration,
+                self.layers,
+                self.dtype,
+                self.tokens,
+                w.HBox([self.run, self.cancel]),
+                w.HBox([self.bar, self.bar_text]),
+                w.HTML("<b>kernel</b>"),
+                self.kernel,
+                self.kernel_out,
+            ],
+            layout={"width": "38%"},
+        )
+        left = w.VBox(
+            [self.layer, self.table, self.mask_box, self.pattern], layout={"width": "62%"}
+        )
+        self.widget = w.VBox(
+            [
+                w.HBox([self.title, self.model]),
+                self.status,
+                w.HBox([left, controls]),
+                self.tradeoff_box,
+            ]
+        ).add_class("explorer-dashboard")
+
+        self._sync_model()
+        self.model.observe(self._on_model, names="value")
+        self.layer.observe(self._on_layer, names="value")
+        for control in (
+            self.method,
+            self.pattern_choice,
+            self.calibration,
+            self.dtype,
+            self.tokens,
+        ):
+            control.observe(self._on_config, names="value")
+        self.run.on_click(self._on_run)
+        self.cancel.on_click(lambda _: dash.cancel())
+        self.kernel.on_click(self._on_kernel)
+        dash.on_change(on_main_thread(self._on_event))
+        dash.tradeoff.on_change(on_main_thread(self._on_tradeoff))
+
+    # -- state -> widgets -----------------------------------------------------------------
+    def _sync_model(self) -> None:
+        dash = self.dash
+        picker = dash.layer_picker
+        with self._lock:
+            name = getattr(dash.bundle, "name", None)
+            if name is not None and name not in self.model.options:
+                self.model.options = [*self.model.options, name]
+            if name is not None:
+                self.model.value = name
+            rows = picker.rows if picker is not None else []
+            self.layer.options = [(r.label, r.name) for r in rows]
+            self.layer.value = dash.selected if dash.selected in picker.names else None
+        self.table.value = picker.html() if picker is not None else ""
+
+    def _on_event(self, event: str) -> None:
+        dash = self.dash
+        if event == "status":
+            self.status.value = dash.status.html()
+        elif event == "progress":
+            fraction, text = dash.progress
+            self.bar.value, self.bar_text.value = fraction, text
+        elif event == "busy":
+            self.run.disabled = dash.busy
+            self.cancel.disabled = not dash.busy
+            self.model.disabled = dash.busy
+        elif event == "model":
+            self._sync_model()
+        elif event == "layer":
+            self.pattern.value = dash.pattern_panel.html()
+            self.table.value = dash.layer_picker.html()
+            with self._lock:
+                if self.layer.value != dash.selected:
+                    self.layer.value = dash.selected
+        elif event == "kernel" and dash.kernel_runner.result is not None:
+            self.kernel_out.value = dash.kernel_runner.result._repr_html_()
+
+    def _on_tradeoff(self, plot) -> None:
+        # A new figure per change: it arrives with its whole state, where an incremental
+        # update sent right after a run's burst of messages was sometimes not applied.
+        self.tradeoff = tradeoff_figure(plot, follow=False)
+        self.tradeoff_box.children = [self.tradeoff]
+
+    # -- widgets -> state -----------------------------------------------------------------
+    def _on_model(self, change) -> None:
+        if self._lock.locked() or change["new"] == getattr(self.dash.bundle, "name", None):
+            return
+        self.dash._say("info", f"loading {change['new']} ...")
+        threading.Thread(target=self.dash.load, args=(change["new"],), daemon=True).start()
+
+    def _on_layer(self, change) -> None:
+        if self._lock.locked() or change["new"] is None:
+            return
+        if change["new"] != self.dash.selected:
+            self.dash.layer_picker.select(change["new"])
+
+    def _on_config(self, change) -> None:
+        try:
+            self.dash.method_picker.set(
+                method=self.method.value,
+                pattern=self.pattern_choice.value,
+                calibration=int(self.calibration.value),
+                dtype=self.dtype.value,
+                tokens=int(self.tokens.value),
+            )
+        except (ValueError, TypeError) as exc:
+            self.dash._say("error", f"invalid setting: {exc}")
+
+    def _on_run(self, _button) -> None:
+        self._on_config(None)
+        picker = self.dash.method_picker
+        layers = None
+        if self.layers.value == "one" and self.dash.selected is not None:
+            layers = (self.dash.selected,)
+        try:
+            picker.set(layers=layers)
+        except ValueError as exc:
+            self.dash._say("error", str(exc))
+            return
+        self.dash.run(picker.config)
+
+    def _on_kernel(self, _button) -> None:
+        self.dash._say("info", "running the kernel ...")
+        self.dash.run_kernel(int(self.tokens.value), self.dtype.value)

@@ -1,0 +1,166 @@
+"""SparseLinear and sparsify against the dense masked model (run on the GPU machine)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_helpers import mask24, relerr
+from torch import nn
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+def _linear(i, o, dtype=torch.float16, bias=True):
+    lin = nn.Linear(i, o, bias=bias).to(DEV, dtype)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight))
+    return lin
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(5,), (3, 7), (2, 3, 11)])
+def test_matches_dense_masked(dtype, shape):
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 384, dtype)
+    sl = SparseLinear.from_linear(lin)
+    x = torch.randn(*shape, 256, device=DEV, dtype=dtype)
+    y = sl(x)
+    ref = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert y.shape == (*shape, 384) and y.dtype == dtype
+    assert relerr(y, ref) < 2e-3
+
+
+def test_non_contiguous_input():
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 128)
+    sl = SparseLinear.from_linear(lin)
+    x = torch.randn(256, 40, device=DEV, dtype=torch.half).t()  # [40, 256], strided
+    assert not x.is_contiguous()
+    ref = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert relerr(sl(x), ref) < 2e-3
+    x3 = torch.randn(4, 10, 512, device=DEV, dtype=torch.half)[..., ::2]
+    ref3 = nn.functional.linear(x3.double(), lin.weight.double(), lin.bias.double())
+    assert relerr(sl(x3), ref3) < 2e-3
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_activation_epilogue(activation):
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 256)
+    sl = SparseLinear.from_linear(lin, activation=activation)
+    x = torch.randn(33, 256, device=DEV, dtype=torch.half)
+    ref = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    ref = torch.relu(ref) if activation == "relu" else nn.functional.gelu(ref, approximate="tanh")
+    assert relerr(sl(x), ref) < 2e-3
+
+
+def test_int8_flow_matches_quantized_reference():
+    from explorer.gpu import SparseLinear, quant
+
+    lin = _linear(512, 256)
+    sl = SparseLinear.from_linear(lin, dtype=torch.int8)
+    x = torch.randn(21, 512, device=DEV, dtype=torch.half)
+    y = sl(x)
+    wq, ws = quant.quantize_per_channel(lin.weight)
+    xq, xs = quant.quantize_per_token(x)
+    assert int(((wq != 0) & (lin.weight == 0)).sum()) == 0  # zeros stay zeros
+    ref = (xq.double() @ wq.double().t()) * xs.double()[:, None] * ws.double() + lin.bias.double()
+    assert y.dtype == torch.half
+    assert relerr(y, ref) < 2e-3
+    dense = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert relerr(y, dense) < 3e-2  # quantization error only
+
+
+def test_torch_backend_matches():
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 256)
+    sl = SparseLinear.from_linear(lin, backend="torch")
+    x = torch.randn(17, 256, device=DEV, dtype=torch.half)
+    ref = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert relerr(sl(x), ref) < 2e-3
+
+
+def test_plan_reused_across_calls():
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.cusparselt import default_cache
+
+    sl = SparseLinear.from_linear(_linear(128, 128))
+    x = torch.randn(30, 128, device=DEV, dtype=torch.half)
+    sl(x)
+    before = default_cache().stats()
+    for _ in range(10):
+        sl(x)
+    after = default_cache().stats()
+    assert after["hits"] - before["hits"] == 10
+    assert after["misses"] == before["misses"]
+
+
+def test_bad_inputs_are_clear():
+    from explorer.gpu import SparseLinear
+
+    with pytest.raises(ValueError, match="not 2:4"):
+        SparseLinear.from_linear(nn.Linear(64, 64).to(DEV, torch.half))
+    with pytest.raises(ValueError, match="CUDA"):
+        SparseLinear.from_linear(nn.Linear(64, 64).half())
+    with pytest.raises(ValueError, match="alignment"):
+        SparseLinear.from_linear(_linear(64, 10))
+    sl = SparseLinear.from_linear(_linear(64, 64))
+    with pytest.raises(ValueError, match="CUDA"):
+        sl(torch.randn(3, 64).half())
+
+
+def test_sparsify_model():
+    from explorer.gpu import sparsify
+
+    model = nn.Sequential(
+        nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 128), nn.GELU(), nn.Linear(128, 10)
+    ).to(DEV, torch.half)
+    with torch.no_grad():
+        for m in model:
+            if isinstance(m, nn.Linear):
+                m.weight.copy_(mask24(m.weight))
+    x = torch.randn(4, 9, 128, device=DEV, dtype=torch.half)
+    with torch.no_grad():
+        ref = model.double()(x.double())
+        model.half()
+    report = sparsify(model)
+    assert [n for n, _ in report.swapped] == ["0", "2"]
+    assert report.skipped[0][0] == "4" and "alignment" in report.skipped[0][1]
+    with torch.no_grad():
+        y = model(x)
+    assert relerr(y, ref) < 2e-3
+    assert "swapped" in repr(report) and "<table" in report._repr_html_()
+
+
+def test_sparsify_int8_and_filter():
+    from explorer.gpu import SparseLinear, sparsify
+
+    model = nn.Sequential(nn.Linear(128, 128), nn.Linear(128, 128)).to(DEV, torch.half)
+    report = sparsify(
+        model, filter_fn=lambda m, n: n == "1", dtype=torch.int8, prune=True, inplace=False
+    )
+    assert report.skipped == [("0", "excluded by filter_fn")]
+    assert isinstance(report.model[1], SparseLinear) and isinstance(model[1], nn.Linear)
+    y = report.model(torch.randn(5, 128, device=DEV, dtype=torch.half))
+    assert y.dtype == torch.half and torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("layout", ["auto", "cc", "rr", "rc", "cr"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_layout_matches(layout, dtype):
+    from explorer.gpu import SparseLinear
+
+    l1, l2 = _linear(256, 512, dtype), _linear(512, 256, dtype)
+    s1 = SparseLinear.from_linear(l1, layout=layout)
+    s2 = SparseLinear.from_linear(l2, layout=layout, activation="relu")
+    x = torch.randn(2, 45, 256, device=DEV, dtype=dtype)
+    y = s2(s1(x))  # chained: an "r" output feeds the next layer without a copy
+    h = nn.functional.linear(x.double(), l1.weight.double(), l1.bias.double())
+    ref = torch.relu(nn.functional.linear(h, l2.weight.double(), l2.bias.double()))
+    assert y.shape == (2, 45, 256)
+    assert relerr(y, ref) < 3e-3

@@ -1,0 +1,148 @@
+"""The dashboard driven without a browser: state, figures, status text and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from explorer.widgets import Dashboard, MethodConfig
+
+pytest.importorskip("sklearn", reason="digits-mlp needs scikit-learn (the models extra)")
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory):
+    import os
+
+    with pytest.MonkeyPatch.context() as mp:
+        if "SPARSITY_EXPLORER_CACHE" not in os.environ:
+            mp.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield Dashboard("digits-mlp")
+
+
+def test_loads_with_layers_and_a_dense_point(dash):
+    assert dash.status.level == "ok"
+    assert dash.layer_picker.names == ["0", "2", "4"]
+    assert dash.selected == "0"
+    assert [p.label for p in dash.tradeoff.points] == ["dense"]
+    assert dash.tradeoff.metric == "accuracy"
+
+
+def test_selecting_a_layer_updates_mask_and_panel(dash):
+    dash.layer_picker.select("2")
+    hm = dash.mask_viewer.heatmap()
+    assert hm["z"].shape == (256, 256)
+    assert int(hm["z"].sum()) == int((dash.model.get_submodule("2").weight != 0).sum())
+    assert dash.mask_viewer.title.startswith("2 (dense) 256x256")
+    assert dash.pattern_panel.summary()["valid"] is False
+    with pytest.raises(ValueError, match="no layer named"):
+        dash.layer_picker.select("nope")
+
+
+def test_pruning_adds_a_point_and_updates_the_views(dash):
+    dash.layer_picker.select("2")
+    dash.run(MethodConfig("magnitude", "2:4"), wait=True)
+    assert dash.status.level == "ok", dash.status.text
+    assert "magnitude 2:4 all float16" in dash.status.text and "speedup" in dash.status.text
+    assert [p.label for p in dash.tradeoff.points] == ["dense", "magnitude 2:4 all float16"]
+    assert dash.pattern_panel.summary()["valid"] is True
+    assert dash.mask_viewer.title.startswith("2 (magnitude)")
+    z = dash.mask_viewer.heatmap()["z"]
+    assert z.mean() == pytest.approx(0.5)
+    assert dash.progress == (1.0, "done")
+    assert not dash.busy
+
+
+def test_clicking_a_point_loads_its_configuration(dash):
+    dash.tradeoff.click(0)  # dense
+    assert dash.current is None
+    assert (dash.model.get_submodule("2").weight != 0).all()
+    dash.tradeoff.click(1)
+    assert dash.current.config.method == "magnitude"
+    assert dash.pattern_panel.summary()["valid"] is True
+    assert dash.method_picker.config.method == "magnitude"
+
+
+def test_views_mirror_the_logic(dash):
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("plotly")
+    from explorer.widgets.views import DashboardView
+
+    view = DashboardView(dash)
+    assert view.layer.value == dash.selected
+    heat = view.mask.data[0]
+    assert heat.z.shape == dash.mask_viewer.heatmap()["z"].shape
+    view.layer.value = "0"
+    assert dash.selected == "0"
+    assert view.mask.layout.title.text.startswith("0 ")
+    before = len(view.tradeoff.data[0].x)
+    view.method.value = "random"
+    view.run.click()
+    dash._thread.join()
+    assert len(view.tradeoff.data[0].x) == before + 1
+    assert "random 2:4" in view.status.value
+
+
+def test_cancelled_run_restores_the_model(dash, monkeypatch):
+    import explorer.pruning as pruning
+
+    def slow_prune(model, method, pattern, cancel=None, **kwargs):
+        dash.cancel()
+        pruning.calibration.check_cancel(cancel, "in the test")
+
+    monkeypatch.setattr(pruning, "prune", slow_prune)
+    dash.run(MethodConfig("magnitude", "2:4"), wait=True)
+    assert dash.status.level == "warn" and "cancelled" in dash.status.text
+    assert (dash.model.get_submodule("2").weight != 0).all()
+    assert not dash.busy
+
+
+def test_errors_become_messages(dash, monkeypatch):
+    import explorer.pruning as pruning
+
+    def broken(*args, **kwargs):
+        raise ValueError("pattern 2:4 needs in_features divisible by 4")
+
+    monkeypatch.setattr(pruning, "prune", broken)
+    dash.run(MethodConfig("magnitude", "2:4"), wait=True)
+    assert dash.status.level == "error"
+    assert "divisible by 4" in dash.status.text and "Traceback" not in dash.status.text
+    dash.layer_picker.select("0")  # still usable
+    assert dash.mask_viewer.mode == "overview"
+
+
+def test_a_model_without_prunable_layers():
+    dash = Dashboard(nn.Sequential(nn.ReLU(), nn.Tanh()))
+    assert dash.status.level == "warn" and "nothing to prune" in dash.status.text
+    assert dash.mask_viewer.mode == "empty"
+    dash.run(MethodConfig("magnitude", "2:4"), wait=True)
+    assert "no model with prunable layers" in dash.status.text
+
+
+def test_a_layer_too_narrow_for_the_pattern():
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    dash = Dashboard(model)
+    dash.run(MethodConfig("magnitude", "2:4", layers=("0",)), wait=True)
+    assert dash.status.level == "error", dash.status.text
+    assert "failed" in dash.status.text
+    assert torch.equal(model[0].weight != 0, torch.ones(8, 3, dtype=torch.bool))
+    dash.layer_picker.select("2")
+    assert dash.mask_viewer.mode == "overview"
+
+
+def test_unknown_model_name_is_a_message():
+    dash = Dashboard(nn.Sequential(nn.Linear(8, 8)))
+    dash.load("no-such-model")
+    assert dash.status.level == "error" and "no-such-model" in dash.status.text
+
+
+def test_kernel_on_a_gpu_without_sparse_tensor_cores(dash, monkeypatch):
+    dash.layer_picker.select("2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    result = dash.run_kernel(tokens=64, dtype="float16")
+    assert result.mode in ("cpu-emulation", "unavailable")
+    assert "compute capability 7.5" in result.message or "compress" in result.message.lower()
+    assert dash.status.level in ("ok", "warn")
