@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from explorer import _html
+from explorer.pareto import pareto_front as frontier
 from explorer.store import ResultStore, ResultTable, Row, StoreError
 
 __all__ = ["TradeoffPoint", "pareto_front", "tradeoff_points", "write_report"]
@@ -170,6 +171,8 @@ def tradeoff_points(rows: ResultTable) -> list[TradeoffPoint]:
 def pareto_front(points: list[TradeoffPoint]) -> list[TradeoffPoint]:
     """The points no other point beats on both speedup and metric, fastest first.
 
+    Points without a measured speedup are left out; see :func:`explorer.pareto.pareto_front`.
+
     Examples
     --------
     >>> p = lambda s, v: TradeoffPoint("", "m", "x", "2:4", "acc", v, None, s, 1, "local")
@@ -177,18 +180,10 @@ def pareto_front(points: list[TradeoffPoint]) -> list[TradeoffPoint]:
     [(1.2, 0.9), (1.0, 0.95)]
     """
     measured = [p for p in points if p.speedup is not None]
-    front: list[TradeoffPoint] = []
-    best = None
-    for point in sorted(
-        measured, key=lambda p: (-p.speedup, -p.value if p.higher_is_better else p.value)
-    ):
-        better = best is None or (
-            point.value > best if point.higher_is_better else point.value < best
-        )
-        if better:
-            front.append(point)
-            best = point.value
-    return front
+    if not measured:
+        return []
+    indices = frontier([(p.speedup, p.value) for p in measured], measured[0].higher_is_better)
+    return [measured[i] for i in reversed(indices)]
 
 
 def _figure_html(points: list[TradeoffPoint]) -> str:
