@@ -80,7 +80,7 @@ def check_scores(scores: torch.Tensor, what: str = "scores") -> None:
         if bool(bad.any()):
             first = tuple(int(i) for i in bad.nonzero()[0])
             raise ValueError(
-                f"{what} contain {int(bad.sum())} NaN or infinite value(s), the first at {first}; "
+                f"{what} holds {int(bad.sum())} NaN or infinite value(s), the first at {first}; "
                 f"clean the tensor (e.g. torch.nan_to_num) or find where it diverged"
             )
 

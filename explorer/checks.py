@@ -28,6 +28,7 @@ TOO_DENSE = "too dense"
 _LOW15 = 0x7FFF7FFF7FFF7FFF
 _LANE_BITS = 0x0001000100010001
 _CODE_MUL = (1 << 48) + (1 << 33) + (1 << 18) + (1 << 3)
+_BYTE_TOPS = 0x80808080 - (1 << 32)  # bit 7 of each byte of an int32, as a signed value
 
 
 def keep_patterns(n: int, m: int) -> list[str]:
@@ -194,12 +195,12 @@ def _check_nm(tensor: torch.Tensor, pattern: Pattern) -> PatternReport:
     rows, cols = tensor.shape
     n, m = pattern.n, pattern.m
     groups_per_row = cols // m
-    fast = (
-        m == 4
-        and tensor.dtype in (torch.float16, torch.bfloat16)
-        and tensor.is_contiguous()
-        and tensor.device.type == "cpu"
-    )
+    lane_path = None
+    if m == 4 and tensor.is_contiguous() and tensor.device.type == "cpu":
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            lane_path = _nm_counts_16bit
+        elif tensor.dtype == torch.bool:
+            lane_path = _nm_counts_bool
     with_histogram = m <= _HISTOGRAM_MAX_M
     code_counts = torch.zeros(1 << m if with_histogram else 1, dtype=torch.int64)
     row_violations = torch.empty(rows, dtype=torch.int32)
@@ -213,8 +214,8 @@ def _check_nm(tensor: torch.Tensor, pattern: Pattern) -> PatternReport:
         stop = min(rows, start + step)
         chunk = tensor[start:stop]
         # 1. per group: the number of nonzeros and, for the histogram, which positions.
-        if fast:
-            counts, codes, lanes = _nm_counts_16bit(chunk)
+        if lane_path is not None:
+            counts, codes, lanes = lane_path(chunk)
         else:
             nz = _nonzero(chunk).reshape(-1, m)
             counts = nz.sum(dim=1, dtype=torch.int16)
@@ -265,6 +266,14 @@ def _nm_counts_16bit(chunk: torch.Tensor):
     return counts, codes, lanes
 
 
+def _nm_counts_bool(chunk: torch.Tensor):
+    """The same for a bool mask: each group of four bytes is one int32 word, one byte a lane."""
+    words = chunk.reshape(-1).view(torch.int32)
+    codes = (words | words >> 7 | words >> 14 | words >> 21) & 0xF
+    counts = (words * 0x01010101) >> 24
+    return counts, codes, words
+
+
 def _codes(nz: torch.Tensor, m: int) -> torch.Tensor:
     weights = (1 << torch.arange(m, device=nz.device)).to(torch.int32)
     return (nz.to(torch.int32) * weights).sum(dim=1)
@@ -272,6 +281,10 @@ def _codes(nz: torch.Tensor, m: int) -> torch.Tensor:
 
 def _transpose_chunk_ok(chunk: torch.Tensor, lanes, n: int, m: int) -> bool:
     rows, cols = chunk.shape
+    if lanes is not None and lanes.dtype == torch.int32:
+        # bool masks: byte lanes; counts over m consecutive rows stay below 128, never carry.
+        per_column = lanes.view(rows // m, m, cols // 4).sum(dim=1, dtype=torch.int32)
+        return not bool(((per_column + (0x7F - n) * 0x01010101) & _BYTE_TOPS).any())
     if lanes is not None:
         # Per-lane counts over m consecutive rows stay below 16, so lanes never carry.
         per_column = lanes.view(rows // m, m, cols // 4).sum(dim=1)

@@ -63,9 +63,11 @@ def make_mask(
                 f"weight has dtype {weight.dtype}, which has no magnitude to rank by; "
                 f"pass scores=... (e.g. weight.float().abs()) or a floating-point weight"
             )
+        sixteen_bit = weight.dtype in _SIXTEEN_BIT and weight.is_contiguous()
+        if pattern.kind == "nm" and pattern.m == 4 and sixteen_bit:
+            _check_divides(weight.shape[1], 4, "in_features (columns)", pattern)
+            return _top_of_four_16bit(weight, pattern.n)  # checks finiteness as it goes
         check_scores(weight, "weight")
-        if pattern.kind == "nm" and pattern.m == 4 and _magnitude_keys(weight) is not None:
-            return _top_of_four_16bit(weight, pattern.n)
         keys = _magnitude_keys(weight) if pattern.kind in ("nm", "unstructured") else None
         scores = keys if keys is not None else weight.abs()
     else:
@@ -147,47 +149,47 @@ def _nm_mask(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
     return mask
 
 
-# int64 lane arithmetic on four 16-bit floats at once (see _top_of_four_16bit).
-_LOW15 = 0x7FFF7FFF7FFF7FFF
-_TOP_BITS = 0x8000800080008000 - (1 << 64)  # bit 15 of each lane, as a signed int64
-_LANE_BITS = 0x0001000100010001
-# Lanes that compare against an earlier lane after rotating by k lanes: ties go to the earlier one.
-_TIE_LANES = {1: 1 << 48, 2: (1 << 32) | (1 << 48), 3: (1 << 16) | (1 << 32) | (1 << 48)}
+# Magnitude bits at or above these are Inf or NaN (the exponent is all ones).
+_NON_FINITE = {torch.float16: 0x7C00, torch.bfloat16: 0x7F80}
 
 
 def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
-    """Top-n magnitudes of every group of 4 fp16/bf16 values, four lanes per int64 word.
+    """Top-n magnitudes of every group of 4 fp16/bf16 values, from six pairwise comparisons.
 
-    Clearing the sign bits leaves each 16-bit lane an integer ordered like ``|w|``. Rotating a
-    word by k lanes lines every lane up with the lane k places later; setting bit 15 of each lane
-    and subtracting the rotated word leaves bit 15 set exactly where the lane is the larger one,
-    with no borrow between lanes (one more is subtracted where ties must go to the earlier lane).
-    Each lane adds up the rivals it beats; it is kept when it beats at least ``4 - n`` of the 3.
+    Clearing the sign bit leaves each 16-bit value an integer ordered like ``|w|``, so the four
+    members of a group are compared as int16 without converting them. ``ab`` says that the first
+    beats the second (ties go to the earlier one); a member is kept when it beats at least
+    ``4 - n`` of the other three.
     """
     rows, cols = weight.shape
     mask = torch.empty((rows, cols), dtype=torch.bool, device=weight.device)
-    words = weight.view(torch.int64)
+    keys16 = weight.view(torch.int16)
+    non_finite = _NON_FINITE[weight.dtype]
+    need = 4 - n
     step = chunk_rows(rows, cols)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        keys = words[start:stop] & _LOW15
-        raised = keys | _TOP_BITS
-        wins = torch.zeros_like(keys)
-        for k in (1, 2, 3):
-            rotated = (keys >> 16 * k) | (keys << 64 - 16 * k)
-            beats = raised - rotated
-            beats -= _TIE_LANES[k]
-            beats >>= 15
-            beats &= _LANE_BITS
-            wins += beats
-        if n == 1:
-            kept = wins & (wins >> 1)  # 3 wins
-        elif n == 2:
-            kept = wins >> 1  # 2 or 3 wins
-        else:
-            kept = wins | (wins >> 1)  # at least 1 win
-        kept &= _LANE_BITS
-        mask[start:stop] = kept.view(torch.int16).view(stop - start, cols) != 0
+        magnitude = keys16[start:stop] & 0x7FFF
+        if bool((magnitude >= non_finite).any()):
+            check_scores(weight, "weight")  # raises, naming the first NaN or Inf
+        a, b, c, d = magnitude.view(-1, 4).unbind(dim=1)
+        # 1. the six comparisons, as 0/1 int8 so they can be added.
+        ab, ac, ad = (
+            (a >= b).view(torch.int8),
+            (a >= c).view(torch.int8),
+            (a >= d).view(torch.int8),
+        )
+        bc, bd, cd = (
+            (b >= c).view(torch.int8),
+            (b >= d).view(torch.int8),
+            (c >= d).view(torch.int8),
+        )
+        # 2. wins of each member: a beats ab + ac + ad, b beats (1 - ab) + bc + bd, and so on.
+        out = mask[start:stop].view(-1, 4)
+        out[:, 0] = (ab + ac + ad) >= need
+        out[:, 1] = (bc + bd - ab) >= need - 1
+        out[:, 2] = (cd - ac - bc) >= need - 2
+        out[:, 3] = (ad + bd + cd) <= 3 - need
     return mask
 
 

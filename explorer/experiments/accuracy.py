@@ -205,6 +205,9 @@ def _run_model(
     results.rows.append(dense)
     on_row(dense)
     calibration = bundle.calibration(settings["calibration"], seed=0)
+    # 1. One fixed list of fine-tuning batches, so every method is fine-tuned on the same data
+    #    in the same order (an epoch object would reshuffle on every pass).
+    ft_data = list(bundle.train_data) if ft and bundle.train_data is not None else None
     runs = [(p, m) for p in patterns for m in methods]
     for pattern, method in tqdm(runs, desc=name, disable=not progress):
         cal = calibration if INFO[method].needs_calibration else None
@@ -238,9 +241,9 @@ def _run_model(
             continue
         metrics, secs = _evaluate(bundle)
         tuned = tuned_secs = None
-        if ft and bundle.train_data is not None:
+        if ft_data is not None:
             torch.manual_seed(0)
-            curve = finetune(model, result.masks, bundle.train_data, progress=progress, **ft)
+            curve = finetune(model, result.masks, ft_data, progress=progress, **ft)
             tuned = float(bundle.evaluate()[bundle.metric])
             tuned_secs = curve.seconds
         row = Row(

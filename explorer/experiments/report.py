@@ -95,7 +95,9 @@ def ordering_checks(rows: list[Any], model: str) -> list[tuple[bool, str]]:
             continue
         vals = [value[(method, p)] for p in chain]
         holds = all(not _better(higher, b, a) for a, b in itertools.pairwise(vals))
-        text = " >= ".join(f"{p} ({_fmt(v, metric)})" for p, v in zip(chain, vals, strict=True))
+        text = " at least as good as ".join(
+            f"{p} ({_fmt(v, metric)})" for p, v in zip(chain, vals, strict=True)
+        )
         checks.append((holds, f"{method}: {text}"))
     return checks
 
@@ -107,11 +109,20 @@ def render(results: Any) -> str:
         f"Measured {meta.get('date', '?')} on {meta.get('cpu', '?')}, {meta.get('cores', '?')} "
         f"cores ({meta.get('torch_threads', '?')} torch threads), Python {meta.get('python', '?')}"
         f", torch {meta.get('torch', '?')}, transformers {meta.get('transformers', '?')}; "
-        f"total {meta.get('total_seconds', '?')} s.",
+        f"total {meta.get('total_seconds', '?')} s of completed runs.",
         "",
         f"Command: `{meta.get('command', 'python -m explorer.experiments.accuracy')}`",
         "",
     ]
+    if meta.get("runs"):
+        out[0] = out[0].replace(f"Measured {meta.get('date', '?')}", "Measured")
+        out[2:4] = ["Merged from these runs:", ""]
+        out += [
+            f"- {run.get('date', '?')}: `{run.get('command') or '?'}`"
+            + (f" ({run['total_seconds']} s)" if run.get("total_seconds") else "")
+            for run in meta["runs"]
+        ]
+        out.append("")
     methods = ["dense", *meta.get("methods", [])]
     patterns = list(meta.get("patterns", []))
     for model, info in meta.get("models", {}).items():

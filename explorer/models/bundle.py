@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,8 +79,9 @@ class ModelBundle:
     filter_fn : callable or None
         ``filter_fn(module, fqn) -> bool`` picking the Linears that make sense to prune (not the
         classifier or LM head); ``None`` means every Linear.
-    train_data : list of (inputs, targets) or None
-        Training batches, where masked fine-tuning applies (the MLPs).
+    train_data : iterable of (inputs, targets) or None
+        Training batches, where masked fine-tuning applies (the MLPs): a list, or an iterable
+        that yields one shuffled epoch per pass.
     description : str
         One line on the model and data.
     options : dict
@@ -104,7 +105,7 @@ class ModelBundle:
     evaluate_fn: Callable[[nn.Module], dict[str, Any]] = field(repr=False)
     calibration_fn: Callable[[int, int], list[Any]] | None = field(default=None, repr=False)
     filter_fn: Callable[[nn.Module, str], bool] | None = field(default=None, repr=False)
-    train_data: Sequence[Any] | None = field(default=None, repr=False)
+    train_data: Iterable[Any] | None = field(default=None, repr=False)
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -187,7 +188,7 @@ class ModelBundle:
         metric: str | None = None,
         higher_is_better: bool = True,
         filter_fn: Callable[[nn.Module, str], bool] | None = None,
-        train_data: Sequence[Any] | None = None,
+        train_data: Iterable[Any] | None = None,
     ) -> ModelBundle:
         """Wrap your own model and evaluation callable in a bundle.
 
