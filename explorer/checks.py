@@ -221,9 +221,10 @@ def _check_nm(tensor: torch.Tensor, pattern: Pattern) -> PatternReport:
             counts = nz.sum(dim=1, dtype=torch.int16)
             codes = _codes(nz, m) if with_histogram else None
             lanes = None
-        nonzeros += int(counts.sum())
         if codes is not None:
             code_counts += torch.bincount(codes, minlength=1 << m).cpu()
+        else:
+            nonzeros += int(counts.sum())
         # 2. groups with more than n nonzeros break the pattern.
         bad = (counts > n).view(stop - start, groups_per_row)
         row_violations[start:stop] = bad.sum(dim=1, dtype=torch.int32).cpu()
@@ -234,6 +235,10 @@ def _check_nm(tensor: torch.Tensor, pattern: Pattern) -> PatternReport:
         if transpose_ok:
             transpose_ok = _transpose_chunk_ok(chunk, lanes, n, m)
     violations = int(row_violations.sum())
+    if with_histogram:  # every group's nonzeros, from how often each position code occurred
+        nonzeros = sum(
+            bin(code).count("1") * count for code, count in enumerate(code_counts.tolist())
+        )
     histogram = _histogram(code_counts, n, m) if with_histogram else {}
     if not with_histogram:
         histogram = {}
@@ -260,9 +265,16 @@ def _nm_counts_16bit(chunk: torch.Tensor):
     another adds them into a count.
     """
     words = chunk.reshape(-1).view(torch.int64)
-    lanes = ((words & _LOW15) + _LOW15) >> 15 & _LANE_BITS  # 1 in each nonzero lane
-    codes = (lanes * _CODE_MUL) >> 48 & 0xF
-    counts = (lanes * _LANE_BITS) >> 48 & 0x7
+    lanes = words & _LOW15
+    lanes += _LOW15
+    lanes >>= 15
+    lanes &= _LANE_BITS  # 1 in each nonzero lane
+    codes = lanes * _CODE_MUL
+    codes >>= 48
+    codes &= 0xF
+    counts = lanes * _LANE_BITS
+    counts >>= 48
+    counts &= 0x7
     return counts, codes, lanes
 
 

@@ -170,7 +170,7 @@ def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
     for start in range(0, rows, step):
         stop = min(rows, start + step)
         magnitude = keys16[start:stop] & 0x7FFF
-        if bool((magnitude >= non_finite).any()):
+        if int(magnitude.max()) >= non_finite:
             check_scores(weight, "weight")  # raises, naming the first NaN or Inf
         a, b, c, d = magnitude.view(-1, 4).unbind(dim=1)
         # 1. the six comparisons, as 0/1 int8 so they can be added.
@@ -185,11 +185,13 @@ def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
             (c >= d).view(torch.int8),
         )
         # 2. wins of each member: a beats ab + ac + ad, b beats (1 - ab) + bc + bd, and so on.
-        out = mask[start:stop].view(-1, 4)
-        out[:, 0] = (ab + ac + ad) >= need
-        out[:, 1] = (bc + bd - ab) >= need - 1
-        out[:, 2] = (cd - ac - bc) >= need - 2
-        out[:, 3] = (ad + bd + cd) <= 3 - need
+        keep = (
+            (ab + ac + ad) >= need,
+            (bc + bd - ab) >= need - 1,
+            (cd - ac - bc) >= need - 2,
+            (ad + bd + cd) <= 3 - need,
+        )
+        torch.stack(keep, dim=1, out=mask[start:stop].view(-1, 4))
     return mask
 
 
