@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from explorer._threads import one_cpu_thread
 from explorer.models.bundle import cache_dir
 
 __all__ = ["batches", "cached_state", "make_mlp", "train"]
@@ -65,12 +66,8 @@ def train(
     Runs on one thread: these small steps are faster without thread hand-offs, most of all on
     a busy machine, and the result does not depend on the thread count.
     """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_cpu_thread():
         return _train(model, x, y, epochs, batch_size, lr, seed, desc)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(

@@ -13,33 +13,13 @@ weights are set to zero, as the reference does.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 
+from .._threads import one_cpu_thread
 from ..masks import make_mask
 from ..patterns import Pattern
 
 __all__ = ["sparsegpt_prune"]
-
-
-@contextlib.contextmanager
-def _one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """Run the column loop on one CPU thread.
-
-    Its operations are small (a few thousand elements), and with two or more threads their
-    synchronisation dominates: on a busy 2-core machine one thread was 10-30x faster.
-    """
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _inverse_cholesky(h: torch.Tensor, percdamp: float) -> torch.Tensor:
@@ -117,7 +97,7 @@ def sparsegpt_prune(
     w[:, dead] = 0.0
     hinv = _inverse_cholesky(h, percdamp)
     del h
-    with _one_cpu_thread(w.device):
+    with one_cpu_thread(w.device):
         # Work on W^T so that each weight column is a contiguous row (much faster updates).
         wt = w.T.contiguous()
         del w
