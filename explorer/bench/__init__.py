@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from explorer.bench.table import TARGETS, format_table, format_targets, markdown
+from explorer.bench.table import TARGETS, format_mlp, format_table, format_targets, markdown
 
-__all__ = ["TARGETS", "format_table", "format_targets", "main", "run_bench"]
+__all__ = ["TARGETS", "format_mlp", "format_table", "format_targets", "main", "run_bench"]
 
 _DTYPES = {
     "float16": torch.float16,
@@ -30,7 +30,7 @@ _DTYPES = {
     "bf16": torch.bfloat16,
     "int8": torch.int8,
 }
-_SUITES = ("matmul", "mlp", "unstructured", "kernel")
+_SUITES = ("matmul", "mlp", "models", "unstructured", "kernel")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
@@ -123,6 +123,14 @@ def run_bench(
         for t in toks:
             for dt in dts:
                 jobs.append((f"mlp {t} {dt}", lambda t=t, dt=dt: R.bench_mlp(t, dt, graph=graph)))
+    if "models" in suites:
+        for name, batch, seq in R.MODEL_RUNS:
+            jobs.append(
+                (
+                    f"models {name}",
+                    lambda name=name, b=batch, s=seq: R.bench_model(name, b, s),
+                )
+            )
     if "unstructured" in suites:
         sp = (0.5, 0.9, 0.99, 0.999)
         jobs.append(("csr/bsr", lambda: R.bench_unstructured(sparsities=sp)))
@@ -196,6 +204,16 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         format_table(rows),
         "",
     ]
+    if any(r.get("suite") == "mlp" for r in rows):
+        parts += [
+            "## The MLP block, every variant",
+            "",
+            "`dense fused` stacks gate and up into one cuBLAS call, the same fusion the "
+            "explorer's `SparseGatedMLP` does; `explorer per-layer` is three `SparseLinear`.",
+            "",
+            format_mlp(rows),
+            "",
+        ]
     uns = [r for r in rows if r.get("suite") == "unstructured"]
     if uns:
         parts += [

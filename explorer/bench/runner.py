@@ -16,7 +16,10 @@ __all__ = [
     "bench_check_kernel",
     "bench_matmul",
     "bench_mlp",
+    "bench_model",
     "bench_unstructured",
+    "llama_mlp",
+    "shipped_model",
 ]
 
 _LLAMA = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)]  # (out, in)
@@ -70,7 +73,9 @@ def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def _rows_for(base: dict, impls: dict[str, Callable], graph: bool, host: bool) -> list[dict]:
+def _rows_for(
+    base: dict, impls: dict[str, Callable], graph: bool, host: bool, host_iters: int = 200
+) -> list[dict]:
     rows = []
     for impl, fn in impls.items():
         for mode in ("eager", "graph") if graph else ("eager",):
@@ -80,7 +85,7 @@ def _rows_for(base: dict, impls: dict[str, Callable], graph: bool, host: bool) -
                 if mode == "eager":
                     r["ms"] = eager_ms(fn, iters=2, reps=3, warmup=1) if slow else eager_ms(fn)
                     if host:
-                        r["host_us"] = host_us(fn, iters=3) if slow else host_us(fn)
+                        r["host_us"] = host_us(fn, iters=3 if slow else host_iters)
                 else:
                     r["ms"] = graph_ms(fn, iters=2, reps=3) if slow else graph_ms(fn)
                 r["status"] = "ok"
@@ -127,7 +132,7 @@ def bench_matmul(
         lin = nn.Linear(k, m, bias=False, device=dev, dtype=dtype)
         with torch.no_grad():
             lin.weight.copy_(w)
-        sl = SparseLinear.from_linear(lin, alg=alg)
+        sl = SparseLinear.from_linear(lin, alg=alg, tune_tokens=(n,) if alg < 0 else ())
         wc_t = TB.compress(w)
         impls = {
             "dense": lambda: nn.functional.linear(x, w),
@@ -143,31 +148,71 @@ def bench_matmul(
 
 
 class _MLP(nn.Module):
+    """LLaMA's SwiGLU block, for when transformers is not installed (never fused)."""
+
     def __init__(self, d: int, h: int, dtype: torch.dtype) -> None:
         super().__init__()
-        self.gate = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
-        self.up = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
-        self.down = nn.Linear(h, d, bias=False, device="cuda", dtype=dtype)
+        self.gate_proj = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
+        self.up_proj = nn.Linear(d, h, bias=False, device="cuda", dtype=dtype)
+        self.down_proj = nn.Linear(h, d, bias=False, device="cuda", dtype=dtype)
 
     def forward(self, x):
-        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _FusedDense(nn.Module):
+    """The dense block with gate and up stacked into one cuBLAS call: the fair comparison for
+    the explorer's fused sparse block."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
+        self.down = mlp.down_proj.weight.detach()
+
+    def forward(self, x):
+        g, u = nn.functional.linear(x, self.gate_up).chunk(2, dim=-1)
+        return nn.functional.linear(nn.functional.silu(g) * u, self.down)
+
+
+def llama_mlp(d: int, h: int, dtype: torch.dtype) -> nn.Module:
+    """transformers' ``LlamaMLP`` (what real models run), or an equivalent block without it."""
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaMLP
+    except ImportError:
+        return _MLP(d, h, dtype)
+    cfg = LlamaConfig(hidden_size=d, intermediate_size=h, hidden_act="silu", mlp_bias=False)
+    return LlamaMLP(cfg).to("cuda", dtype)
 
 
 def bench_mlp(
     tokens: int, dtype: torch.dtype, d: int = 4096, h: int = 11008, graph: bool = True
 ) -> list[dict]:
-    """The LLaMA-7B MLP block (gate, up, down) dense vs 2:4 (torch eager and explorer)."""
+    """The LLaMA-7B MLP block (gate, up, down) dense vs 2:4, end to end.
+
+    Rows: ``dense`` (the block as models run it), ``dense fused`` (gate and up in one cuBLAS
+    call), ``torch`` (torch's eager ``_cslt`` path, layer by layer), ``explorer per-layer``
+    (three :class:`SparseLinear`) and ``explorer`` (what :func:`sparsify` builds: one
+    :class:`SparseGatedMLP`).
+    """
     from explorer.gpu import sparsify
 
     with torch.no_grad():
-        dense = _MLP(d, h, dtype)
-        for lin in (dense.gate, dense.up, dense.down):
+        dense = llama_mlp(d, h, dtype)
+        for lin in (dense.gate_proj, dense.up_proj, dense.down_proj):
             lin.weight.copy_(mask24(lin.weight) * 20)
         x = torch.randn(tokens, d, device="cuda", dtype=dtype)
         ref = dense(x)
-        sparse_t = sparsify(dense, backend="torch", inplace=False).model
-        sparse_e = sparsify(dense, backend="cusparselt", inplace=False).model
-        err = _relerr(sparse_e(x), ref)
+        models = {
+            "dense": dense,
+            "dense fused": _FusedDense(dense),
+            "torch": sparsify(dense, backend="torch", inplace=False, fuse_mlp=False).model,
+            "explorer per-layer": sparsify(
+                dense, inplace=False, fuse_mlp=False, tune_tokens=(tokens,)
+            ).model,
+            "explorer": sparsify(dense, inplace=False, tune_tokens=(tokens,)).model,
+        }
+        errs = {k: _relerr(m(x), ref) for k, m in models.items() if k != "dense"}
     base = dict(
         suite="mlp",
         label=f"LLaMA-7B MLP {d}->{h}->{d} @ {tokens} tok",
@@ -175,7 +220,8 @@ def bench_mlp(
         n=tokens,
         k=d,
         dtype=_name(dtype),
-        err=err,
+        err=errs["explorer"],
+        block=type(dense).__name__,
     )
 
     def run(model):
@@ -185,10 +231,117 @@ def bench_mlp(
 
         return f
 
-    impls = {"dense": run(dense), "torch": run(sparse_t), "explorer": run(sparse_e)}
-    rows = _rows_for(base, impls, graph, host=True)
+    impls = {k: run(m) for k, m in models.items()}
+    rows = _rows_for(base, impls, graph, host=True, host_iters=20)
+    for r in rows:
+        r["err"] = errs.get(r["impl"], 0.0)
     _tflops(rows, 2.0 * tokens * d * h * 3)
     return rows
+
+
+#: The shipped transformers' published configurations, used when their weights are absent
+#: (the timing does not depend on the weights' values).
+SHIPPED_CONFIGS = {
+    "minilm": dict(
+        kind="bert",
+        hidden_size=384,
+        intermediate_size=1536,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        vocab_size=30522,
+        hidden_act="gelu",
+    ),
+    "smollm2": dict(
+        kind="llama",
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        hidden_act="silu",
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+    ),
+}
+#: (model, batch, sequence length) of the end-to-end runs
+MODEL_RUNS = (("digits-mlp", 4096, 1), ("minilm", 32, 128), ("smollm2", 4, 1024))
+
+
+def shipped_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, str]:
+    """A shipped model on the GPU for timing: its real weights if installed, else its
+    architecture with random weights. Returns the model and where its weights came from."""
+    if name == "digits-mlp":
+        from explorer.models import load
+
+        return load(name).model.to("cuda", dtype).eval(), "trained"
+    import transformers
+
+    cfg = dict(SHIPPED_CONFIGS[name])
+    kind = cfg.pop("kind")
+    if kind == "bert":
+        model = transformers.BertModel(transformers.BertConfig(**cfg), add_pooling_layer=False)
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+    return model.to("cuda", dtype).eval(), "random (architecture only)"
+
+
+def bench_model(
+    name: str, batch: int, seq: int, dtype: torch.dtype = torch.float16, graph: bool = False
+) -> list[dict]:
+    """One shipped model end to end: dense vs 2:4 (magnitude-pruned, every eligible Linear)."""
+    from explorer.gpu import sparsify
+
+    torch.manual_seed(0)
+    dense, weights = shipped_model(name, dtype)
+    with torch.no_grad():
+        if name == "digits-mlp":
+            x = torch.randn(batch, 64, device="cuda", dtype=dtype)
+
+            def call(m):
+                return lambda: m(x)
+        else:
+            ids = torch.randint(0, 1000, (batch, seq), device="cuda")
+
+            def call(m):
+                return lambda: m(input_ids=ids)
+
+        def keep(mod, fqn):
+            return not fqn.endswith("lm_head")  # tied to the embedding
+
+        for fqn, mod in dense.named_modules():
+            if isinstance(mod, nn.Linear) and keep(mod, fqn) and mod.in_features % 4 == 0:
+                mod.weight.copy_(mask24(mod.weight))
+        rep_t = sparsify(dense, filter_fn=keep, backend="torch", inplace=False, fuse_mlp=False)
+        rep_e = sparsify(dense, filter_fn=keep, inplace=False)
+    tokens = batch * seq
+    base = dict(
+        suite="models",
+        label=(
+            f"{name} @ {batch}x{seq if seq > 1 else ''} tokens, {weights} weights, "
+            f"{len(rep_e.swapped)} layers sparse, {len(rep_e.skipped)} dense"
+        ).replace("x tokens", " rows"),
+        m=0,
+        n=tokens,
+        k=0,
+        dtype=_name(dtype),
+        weights=weights,
+        swapped=len(rep_e.swapped),
+        kept_dense=len(rep_e.skipped),
+        fused=len(rep_e.fused),
+    )
+    impls = {"dense": call(dense), "torch": call(rep_t.model), "explorer": call(rep_e.model)}
+
+    def nograd(fn):
+        def f():
+            with torch.no_grad():
+                return fn()
+
+        return f
+
+    return _rows_for(
+        base, {k: nograd(f) for k, f in impls.items()}, graph, host=True, host_iters=20
+    )
 
 
 def bench_unstructured(

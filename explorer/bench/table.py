@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["TARGETS", "format_table", "format_targets", "markdown"]
+__all__ = ["TARGETS", "format_mlp", "format_table", "format_targets", "markdown"]
 
 #: (label, suite, shape (m, n, k) or None, dtype, impl compared, minimum speedup over dense)
 TARGETS = (
@@ -16,6 +16,7 @@ TARGETS = (
     ("bf16 8192^3", "matmul", (8192, 8192, 8192), "bfloat16", 1.5),
     ("int8 8192^3", "matmul", (8192, 8192, 8192), "int8", 1.8),
     ("fp16 LLaMA-7B MLP block, 4096 tokens", "mlp", (11008, 4096, 4096), "float16", 1.35),
+    ("bf16 LLaMA-7B MLP block, 4096 tokens", "mlp", (11008, 4096, 4096), "bfloat16", 1.35),
 )
 HOST_TARGET_US = 25.0
 
@@ -57,7 +58,7 @@ def _key(r: dict) -> tuple:
 def _pivot(rows: list[dict]) -> OrderedDict:
     groups: OrderedDict = OrderedDict()
     for r in rows:
-        if r.get("suite") not in ("matmul", "mlp"):
+        if r.get("suite") not in ("matmul", "mlp", "models"):
             continue
         groups.setdefault(_key(r), {})[(r.get("impl"), r.get("mode"))] = r
     return groups
@@ -187,4 +188,50 @@ def format_targets(rows: list[dict]) -> str:
         )
     return markdown(
         ["target", "goal", "explorer eager", "torch eager", "explorer graph", "verdict"], out
+    )
+
+
+def format_mlp(rows: list[dict]) -> str:
+    """Every variant of the MLP block: time, speedup over the dense block and the fused one.
+
+    Examples
+    --------
+    >>> rows = [dict(suite="mlp", label="b", dtype="float16", impl=i, mode="eager", ms=t)
+    ...         for i, t in (("dense", 2.0), ("dense fused", 1.6), ("explorer", 1.0))]
+    >>> print(format_mlp(rows).splitlines()[4])
+    | b | float16 | explorer | 1.000 | 2.00x | 1.60x | - | - |
+    """
+    out = []
+    for key, g in _pivot(rows).items():
+        if key[0] != "mlp":
+            continue
+        d, df = _ms(g, "dense", "eager"), _ms(g, "dense fused", "eager")
+        impls = list(OrderedDict.fromkeys(impl for impl, _ in g))
+        for impl in impls:
+            ms, gms = _ms(g, impl, "eager"), _ms(g, impl, "graph")
+            dg = _ms(g, "dense", "graph")
+            out.append(
+                [
+                    key[1],
+                    key[5],
+                    impl,
+                    ms,
+                    f"{d / ms:.2f}x" if d and ms else None,
+                    f"{df / ms:.2f}x" if df and ms else None,
+                    gms,
+                    f"{dg / gms:.2f}x" if dg and gms else None,
+                ]
+            )
+    return markdown(
+        [
+            "block",
+            "dtype",
+            "implementation",
+            "eager ms",
+            "x dense",
+            "x dense fused",
+            "graph ms",
+            "x dense (graph)",
+        ],
+        out,
     )

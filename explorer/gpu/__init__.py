@@ -6,7 +6,8 @@ the first call that needs a GPU raises a clear error when there is none.
 
 from __future__ import annotations
 
+from explorer.gpu.gated_mlp import SparseGatedMLP
 from explorer.gpu.sparse_linear import SparseLinear
 from explorer.gpu.sparsify import SparsifyReport, sparsify
 
-__all__ = ["SparseLinear", "SparsifyReport", "sparsify"]
+__all__ = ["SparseGatedMLP", "SparseLinear", "SparsifyReport", "sparsify"]

@@ -6,6 +6,7 @@ the tests compare the two on fresh random inputs.
 * :func:`nm_mask` - N:M mask selection from scores (keep the N largest of every M).
 * :func:`nm_histogram` - one pass over a weight: N:M validity and the 2:4 pattern histogram.
 * :func:`block_density` - mean of a bool mask over tiles (at most 512 x 512 cells) for heatmaps.
+* :func:`silu_mul` - SwiGLU's ``silu(gate) * up`` in one pass over a fused gate/up output.
 
 The sources ship inside the wheel as ``explorer/_kernels`` and sit in ``kernels/`` of a source
 checkout; :func:`kernel_dir` finds either.
@@ -35,6 +36,8 @@ __all__ = [
     "nm_histogram_reference",
     "nm_mask",
     "nm_mask_reference",
+    "silu_mul",
+    "silu_mul_reference",
 ]
 
 #: The six legal 2:4 position patterns, in histogram order.
@@ -399,3 +402,86 @@ def block_density(
             ),
         )
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# SwiGLU's elementwise step
+# ---------------------------------------------------------------------------------------------
+_SILU_MUL = {torch.float16: "silu_mul_f16", torch.bfloat16: "silu_mul_bf16"}
+
+
+def _split_gate_up(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if gu.dim() != 2 or gu.shape[1] % 2:
+        raise ValueError(
+            f"expected a fused gate/up output [tokens, 2 * hidden], got shape {tuple(gu.shape)}"
+        )
+    return gu.chunk(2, dim=1)
+
+
+def silu_mul_reference(gu: torch.Tensor) -> torch.Tensor:
+    """CPU reference of :func:`silu_mul`: ``silu(gate) * up`` in float32, rounded once.
+
+    Examples
+    --------
+    >>> silu_mul_reference(torch.tensor([[0.0, 2.0, 5.0, 3.0]])).tolist()
+    [[0.0, 5.284782409667969]]
+    """
+    g, u = _split_gate_up(gu.detach().cpu().float())
+    return (torch.nn.functional.silu(g) * u).to(gu.dtype)
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` for a fused gate/up projection output, in one pass (GPU).
+
+    ``gu`` is ``[tokens, 2 * hidden]`` with the gate in the first half of the last dimension and
+    up in the second, either row-major or a transposed view of a row-major ``[2 * hidden,
+    tokens]`` (what a sparse layer with the ``r`` output layout returns). The result keeps the
+    layout: ``[tokens, hidden]`` row-major, or a transposed view of ``[hidden, tokens]``, so a
+    following sparse layer reading the ``r`` layout needs no copy. Half the memory traffic of
+    ``silu(g) * u`` in two torch calls, and one rounding instead of two.
+
+    Other layouts, dtypes other than float16/bfloat16, and sizes that are not whole 16-byte
+    vectors fall back to torch (same result up to one rounding).
+
+    Examples
+    --------
+    >>> silu_mul(torch.randn(4096, 2 * 11008, dtype=torch.half, device="cuda")).shape  # doctest: +SKIP
+    torch.Size([4096, 11008])
+    """
+    _cuda_only(gu, "silu_mul")
+    g, u = _split_gate_up(gu)
+    tokens, hidden = g.shape
+    transposed = gu.stride(0) == 1 and gu.stride(1) == tokens and not gu.is_contiguous()
+    if transposed:  # view of [2h, tokens]: rows are features
+        rows, cols, ld = hidden, tokens, tokens
+    else:
+        rows, cols, ld = tokens, hidden, 2 * hidden
+    fn = _SILU_MUL.get(gu.dtype)
+    aligned = (
+        fn is not None
+        and (gu.is_contiguous() or transposed)
+        and cols % 8 == 0
+        and gu.data_ptr() % 16 == 0
+        and (hidden * (tokens if transposed else 1)) % 8 == 0
+    )
+    if not aligned or gu.numel() == 0:
+        return torch.nn.functional.silu(g) * u
+    out = torch.empty(rows, cols, dtype=gu.dtype, device=gu.device)
+    up_offset = hidden * (tokens if transposed else 1)
+    base = gu.data_ptr()
+    vectors = rows * (cols // 8)
+    _launch(
+        "silu_mul",
+        fn,
+        gu,
+        _grid(vectors, gu.device.index or 0),
+        (
+            np.uint64(base),
+            np.uint64(base + up_offset * gu.element_size()),
+            _ptr(out),
+            np.int64(rows),
+            np.int64(cols // 8),
+            np.int64(ld // 8),
+        ),
+    )
+    return out.t() if transposed else out

@@ -33,6 +33,7 @@ def search_algorithm(
     iters: int = 20,
     isolate: bool = True,
     timeout: float = 600.0,
+    layout: str = "cc",
 ) -> dict:
     """Choose an algorithm config id, keeping only configs whose output matches dense.
 
@@ -52,6 +53,8 @@ def search_algorithm(
         ``matmul_search`` and checks its choice (falling back to ``"time"``).
     isolate : bool
         Try the configs in a child process (default) rather than in this one.
+    layout : {"cc", "rr", "rc", "cr"}
+        Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
 
     Returns
     -------
@@ -68,10 +71,12 @@ def search_algorithm(
     if not isolate:
         tried: list = []
         _search_in_process(
-            weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, 0, tried.append
+            weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, 0, tried.append, layout
         )
         return _pick(tried, method, cw.shape)
-    return _search_isolated(weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout)
+    return _search_isolated(
+        weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout, layout
+    )
 
 
 def _pick(tried: list, method: str, shape) -> dict:
@@ -85,7 +90,9 @@ def _pick(tried: list, method: str, shape) -> dict:
     return {"alg": alg, "ms": ms, "tried": tried, "method": method}
 
 
-def _search_isolated(weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout) -> dict:
+def _search_isolated(
+    weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout, layout="cc"
+) -> dict:
     import json
     import subprocess
     import sys
@@ -110,6 +117,7 @@ def _search_isolated(weight, tokens, epilogue, method, out_dtype, rtol, iters, t
                 str(rtol),
                 str(iters),
                 str(start),
+                layout,
             ]
             proc = subprocess.run(
                 args, capture_output=True, text=True, timeout=timeout, check=False
@@ -139,7 +147,7 @@ def _search_isolated(weight, tokens, epilogue, method, out_dtype, rtol, iters, t
 
 
 def _search_in_process(
-    weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, start, report
+    weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, start, report, layout="cc"
 ) -> None:
     import json
 
@@ -157,6 +165,10 @@ def _search_in_process(
     elif epilogue == "gelu":
         ref = torch.nn.functional.gelu(ref, approximate="tanh")
     y = torch.empty(n, cw.shape[0], dtype=out_dtype, device=weight.device)
+    if layout[1] == "r":  # the plan writes Y^T row-major
+        y = torch.empty(cw.shape[0], n, dtype=out_dtype, device=weight.device).t()
+    if layout[0] == "r":  # the plan reads X^T row-major
+        x = x.t().contiguous()
 
     def _ok() -> bool:
         err = (y.double() - ref).norm() / ref.norm().clamp_min(1e-30)
@@ -170,6 +182,7 @@ def _search_in_process(
         out_dtype=str(out_dtype).split(".")[-1],
         epilogue=epilogue,
         device=dev,
+        layout=layout,
     )
     probe = Plan(PlanKey(**base))
     n_ids = probe.max_config_id()
@@ -213,7 +226,8 @@ def _child_main(argv: list[str]) -> int:
     """Entry point of the isolated search child (``python -m explorer.gpu.search``)."""
     import json
 
-    path, tokens, epilogue, method, out_dtype, rtol, iters, start = argv
+    path, tokens, epilogue, method, out_dtype, rtol, iters, start, *rest = argv
+    layout = rest[0] if rest else "cc"
     weight = torch.load(path).cuda()
     cw = compress(weight, check=False)
 
@@ -231,6 +245,7 @@ def _child_main(argv: list[str]) -> int:
         int(iters),
         int(start),
         report,
+        layout,
     )
     return 0
 

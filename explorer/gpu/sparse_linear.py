@@ -12,7 +12,7 @@ from torch import nn
 
 from explorer import _html
 from explorer.gpu import cusparselt as C
-from explorer.gpu import quant
+from explorer.gpu import quant, tuning
 from explorer.gpu import torch_backend as TB
 
 __all__ = ["SparseLinear"]
@@ -30,8 +30,21 @@ if hasattr(torch, "float8_e4m3fn"):
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
-# fastest operand layout per (out, padded tokens, in, dtype, fused activation, alpha, bias, dev)
-_LAYOUT_CHOICE: dict[tuple, str] = {}
+# (layout, algorithm) chosen per problem: (out, padded tokens, in, dtype, fused activation,
+# alpha, bias, device, input layout, requested algorithm)
+_TUNED: dict[tuple, tuple[str, int]] = {}
+_PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
+
+
+def _event_ms(fn, iters: int = 5) -> float:
+    fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / iters
 
 
 def _apply_act(y: torch.Tensor, activation: str) -> torch.Tensor:
@@ -108,6 +121,9 @@ class SparseLinear(nn.Module):
         self.register_buffer("bias", bias)
         self.register_buffer("weight_scale", weight_scale)
         self.register_buffer("_dense", dense_weight, persistent=False)
+        # a few input rows and their dense product, to check searched algorithms against
+        self.register_buffer("_probe_x", None, persistent=False)
+        self.register_buffer("_probe_y", None, persistent=False)
         self._plans: dict = {}
         self._npad: dict[int, int] = {}
         self._cache = C.default_cache()
@@ -127,6 +143,7 @@ class SparseLinear(nn.Module):
         alg: int = -1,
         keep_dense: bool = False,
         layout: str = "auto",
+        tune_tokens: tuple[int, ...] = (),
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 
@@ -142,8 +159,15 @@ class SparseLinear(nn.Module):
         keep_dense : bool
             Also keep the dense masked weight (for checks; doubles the memory).
         layout : {"auto", "cc", "rr", "rc", "cr"}
-            Operand layouts (see :mod:`explorer.gpu.cusparselt`); ``"auto"`` times them once per
-            shape and keeps the fastest (an ``r`` output comes back as a transposed view).
+            Operand layouts (see :mod:`explorer.gpu.cusparselt`). ``"auto"`` takes the input as
+            it comes and, once per shape, times both output layouts with the default and the
+            searched algorithm, keeping the fastest correct one (an ``r`` output comes back as
+            a transposed view, which a following sparse layer reads without a copy).
+        tune_tokens : tuple of int
+            Token counts to tune the algorithm for now, while the dense weight is at hand:
+            every config is tried in a child process (seconds per shape; see
+            :mod:`explorer.gpu.tuning`) and the winner is remembered for this GPU. Without it
+            the library's default algorithm is used unless this shape was tuned before.
 
         Raises
         ------
@@ -198,7 +222,7 @@ class SparseLinear(nn.Module):
         else:
             C._check_weight(wq)
             comp = C.compress(wq, check=False)
-        return cls(
+        layer = cls(
             linear.in_features,
             linear.out_features,
             comp,
@@ -212,9 +236,19 @@ class SparseLinear(nn.Module):
             w.to(out_dtype).clone() if keep_dense else None,
             layout,
         )
+        if dtype.itemsize == 2 and backend == "cusparselt":
+            if tune_tokens and alg < 0:
+                tuning.tune_weight(wq, tune_tokens, out_dtype=out_dtype)
+            gen = torch.Generator(device=w.device).manual_seed(1234)
+            px = torch.randn(_PROBE_ROWS, w.shape[1], device=w.device, generator=gen).to(dtype)
+            layer._probe_x = px
+            layer._probe_y = px.float() @ wq.float().t()
+        return layer
 
     # -- forward ---------------------------------------------------------------------------------
-    def _key(self, n: int, dev: int, fused_act: bool, alpha: bool, layout: str) -> C.PlanKey:
+    def _key(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, layout: str, alg: int
+    ) -> C.PlanKey:
         return C.PlanKey(
             m=self.out_features,
             n=n,
@@ -222,30 +256,40 @@ class SparseLinear(nn.Module):
             dtype=_NAMES[self.dtype],
             out_dtype=_NAMES[self.out_dtype],
             layout=layout,
-            alg=self.alg,
+            alg=alg,
             epilogue=self.activation if fused_act else "none",
             bias=self._bias_in_kernel,
             alpha_vector=alpha,
             device=dev,
         )
 
-    def _plan(self, n: int, dev: int, fused_act: bool, alpha: bool) -> C.Plan:
-        plan = self._plans.get(n)
+    def _plan(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> C.Plan:
+        plan = self._plans.get((n, first))
         if plan is not None and plan.alive:
             self._cache.hits += 1
             return plan
-        layout = self._layout(n, dev, fused_act, alpha)
+        layout, alg = self._choose(n, dev, fused_act, alpha, first)
         bias_ptr = self.bias.data_ptr() if self._bias_in_kernel else 0
-        plan = self._cache.get(self._key(n, dev, fused_act, alpha, layout), bias_ptr)
-        self._plans[n] = plan
+        plan = self._cache.get(self._key(n, dev, fused_act, alpha, layout, alg), bias_ptr)
+        self._plans[(n, first)] = plan
         return plan
 
-    def _layout(self, n: int, dev: int, fused_act: bool, alpha: bool) -> str:
-        """The operand layout for ``n`` tokens: fixed, or the fastest of ``C.LAYOUTS``."""
+    def _choose(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
+    ) -> tuple[str, int]:
+        """Layout and algorithm for ``n`` tokens whose input arrives in layout ``first``.
+
+        Fixed ones are used as given. ``layout="auto"`` keeps the input as it comes (``c``:
+        ``X`` row-major, ``r``: a transposed view of a row-major ``X^T``, so neither costs a
+        copy) and times both output layouts, each with the library's default algorithm and
+        with the tuned one if :mod:`explorer.gpu.tuning` has one for this problem (a tuned
+        config is kept only if it reproduces the dense product of the probe rows), once per
+        shape. The fastest wins, for every layer of that shape in this process.
+        """
         if self.layout != "auto":
-            return self.layout
-        if self.dtype.itemsize == 1 or torch.cuda.is_current_stream_capturing():
-            return "cc"  # 8-bit types need cc; no timing inside a graph capture
+            return self.layout, self.alg
+        if self.dtype.itemsize == 1:
+            return "cc", self.alg  # 8-bit types need cc
         ck = (
             self.out_features,
             n,
@@ -255,36 +299,59 @@ class SparseLinear(nn.Module):
             alpha,
             self._bias_in_kernel,
             dev,
+            first,
+            self.alg,
         )
-        best = _LAYOUT_CHOICE.get(ck)
+        best = _TUNED.get(ck)
         if best is not None:
             return best
-        # time each layout once, transposes included, on random data; keep the fastest
-        x = torch.randn(n, self.in_features, device=f"cuda:{dev}").to(self.dtype)
+        if torch.cuda.is_current_stream_capturing():
+            # no timing inside a graph capture; Hopper's fast 16-bit kernels write Y^T
+            return first + "r", self.alg
+        best = _TUNED[ck] = self._tune(n, dev, fused_act, alpha, first)
+        return best
+
+    def _tune(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> tuple[str, int]:
+        gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
+        x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
+        x = x.to(self.dtype)
+        probe = min(n, self._probe_x.shape[0]) if self._probe_x is not None else 0
+        if probe:
+            x[:probe] = self._probe_x[:probe]
+        if first == "r":
+            x = x.t().contiguous().t()
         bias_ptr = self.bias.data_ptr() if self._bias_in_kernel else 0
         alpha_ptr = self.weight_scale.data_ptr() if alpha else 0
-        times = {}
-        for lay in C.LAYOUTS:
-            try:
-                plan = self._cache.get(self._key(n, dev, fused_act, alpha, lay), bias_ptr)
+        times: dict[tuple[str, int], float] = {}
+        for lay in (first + "c", first + "r"):
+            algs = [self.alg]
+            if self.alg < 0:
+                epi = self.activation if fused_act else "none"
+                found = tuning.lookup(dev, *self._mnk(n), self.dtype, self.out_dtype, lay, epi)
+                if found is not None and found >= 0:
+                    algs.append(found)
+            for alg in algs:
+                try:
+                    plan = self._cache.get(self._key(n, dev, fused_act, alpha, lay, alg), bias_ptr)
+                    y = self._run(plan, x, n, alpha_ptr)
+                    if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
+                        continue  # a config that computes something else: never use it
+                    times[(lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n, alpha_ptr))
+                except Exception:
+                    continue
+        return min(times, key=times.get) if times else (first + "c", self.alg)
 
-                def call(plan=plan):
-                    return self._run(plan, x, n, alpha_ptr)
+    def _mnk(self, n: int) -> tuple[int, int, int]:
+        return self.out_features, n, self.in_features
 
-                call()
-                torch.cuda.synchronize(dev)
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(5):
-                    call()
-                e.record()
-                e.synchronize()
-                times[lay] = s.elapsed_time(e)
-            except Exception:
-                continue
-        best = min(times, key=times.get) if times else "cc"
-        _LAYOUT_CHOICE[ck] = best
-        return best
+    def _probe_ok(self, y: torch.Tensor, fused_act: bool) -> bool:
+        ref = self._probe_y[: y.shape[0]].float()
+        if self._bias_in_kernel:
+            ref = ref + self.bias.float()
+        if fused_act:
+            ref = _apply_act(ref, self.activation)
+        err = (y.float() - ref).norm() / ref.norm().clamp_min(1e-30)
+        return bool(torch.isfinite(err)) and float(err) < 2e-2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
@@ -319,6 +386,8 @@ class SparseLinear(nn.Module):
         pad = n - t
         if pad:
             x2 = nn.functional.pad(x2, (0, 0, 0, pad))
+        # "r": a transposed view of a row-major X^T (what an "r"-output layer returns)
+        first = "c" if x2.is_contiguous() else "r"
         dev = x2.device.index or 0
         alpha = self.weight_scale is not None and self.dtype == torch.int8
         fuse = (
@@ -328,7 +397,7 @@ class SparseLinear(nn.Module):
         )
         alpha_ptr = self.weight_scale.data_ptr() if alpha else 0
         try:
-            plan = self._plan(n, dev, fuse, alpha)
+            plan = self._plan(n, dev, fuse, alpha, first)
             y = self._run(plan, x2, n, alpha_ptr)
         except Exception as exc:
             if not fuse or "cuSPARSELtError" not in type(exc).__name__:
@@ -337,7 +406,7 @@ class SparseLinear(nn.Module):
             _UNFUSED.add((self.dtype, self.activation))
             self._plans.clear()
             fuse = False
-            plan = self._plan(n, dev, fuse, alpha)
+            plan = self._plan(n, dev, fuse, alpha, first)
             y = self._run(plan, x2, n, alpha_ptr)
         if pad:
             y = y[:t]

@@ -38,12 +38,16 @@ class SparsifyReport:
         ``(fqn, (out, in))`` of the layers now running 2:4 sparse.
     skipped : list of (str, str)
         ``(fqn, reason)`` of the ``nn.Linear`` layers kept dense.
+    fused : list of str
+        SwiGLU blocks swapped whole for a :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`
+        (their three layers are also in ``swapped``).
     model : nn.Module
         The sparsified model.
     """
 
     swapped: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    fused: list = field(default_factory=list)
     backend: str = "cusparselt"
     dtype: str = "float16"
     model: nn.Module | None = field(default=None, repr=False)
@@ -55,7 +59,7 @@ class SparsifyReport:
     def __repr__(self) -> str:
         return (
             f"SparsifyReport({len(self.swapped)} swapped, {len(self.skipped)} kept dense, "
-            f"backend={self.backend}, dtype={self.dtype})"
+            f"{len(self.fused)} gated MLPs fused, backend={self.backend}, dtype={self.dtype})"
         )
 
     def _repr_html_(self) -> str:
@@ -122,6 +126,8 @@ def sparsify(
     prune: bool = False,
     activation_fusion: bool = True,
     tokens: int = 1024,
+    fuse_mlp: bool = True,
+    tune_tokens: tuple[int, ...] = (),
 ) -> SparsifyReport:
     """Replace eligible ``nn.Linear`` layers by :class:`SparseLinear` (2:4 on cuSPARSELt).
 
@@ -144,6 +150,14 @@ def sparsify(
         Fuse a following ``nn.ReLU``/``nn.GELU`` in an ``nn.Sequential`` into the kernel.
     tokens : int
         Tokens per call the doctor assumes when it explains why a layer stays dense.
+    fuse_mlp : bool
+        Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
+        ``down_proj``, SiLU) whose three layers are all eligible for one
+        :class:`~explorer.gpu.gated_mlp.SparseGatedMLP` (gate and up in one matmul, the
+        elementwise step in one kernel). Their layers are listed in ``report.fused``.
+    tune_tokens : tuple of int
+        Token counts to tune each layer's cuSPARSELt algorithm for (in a child process, a few
+        seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.tuning`).
 
     Returns
     -------
@@ -177,19 +191,25 @@ def sparsify(
             report.skipped.append((fqn, "excluded by filter_fn"))
             continue
         targets.append((fqn, mod))
-    for fqn, mod in targets:
-        w = mod.weight
-        dt = dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
-        if prune and w.shape[1] % 4 == 0:
-            from explorer.masks import make_mask
+    if prune:
+        from explorer.masks import make_mask
 
-            with torch.no_grad():
-                w.mul_(make_mask(w.detach(), "2:4").to(w.device))
+        with torch.no_grad():
+            for _, mod in targets:
+                if mod.weight.shape[1] % 4 == 0:
+                    mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+    if fuse_mlp:
+        done = _fuse_gated_mlps(model, targets, dtype, backend, report, tune_tokens)
+        targets = [(fqn, mod) for fqn, mod in targets if fqn not in done]
+    for fqn, mod in targets:
+        dt = _layer_dtype(mod, dtype)
         why = eligibility(mod, dt)
         if why is None:
             try:
                 act = "none"
-                new = SparseLinear.from_linear(mod, dtype=dt, activation=act, backend=backend)
+                new = SparseLinear.from_linear(
+                    mod, dtype=dt, activation=act, backend=backend, tune_tokens=tune_tokens
+                )
             except (ValueError, TypeError, RuntimeError) as exc:
                 why = f"compression failed: {exc}"
         if why is not None:
@@ -203,6 +223,41 @@ def sparsify(
     if activation_fusion:
         _fuse_activations(model)
     return report
+
+
+def _layer_dtype(mod: nn.Linear, dtype: torch.dtype | None) -> torch.dtype:
+    w = mod.weight
+    return dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
+
+
+def _fuse_gated_mlps(model, targets, dtype, backend, report, tune_tokens=()) -> set[str]:
+    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``; return the fqns of their layers."""
+    from explorer.gpu.gated_mlp import SparseGatedMLP, is_gated_mlp
+
+    wanted = dict(targets)
+    done: set[str] = set()
+    for fqn, mod in list(model.named_modules()):
+        if not is_gated_mlp(mod):
+            continue
+        names = [f"{fqn}.{n}" if fqn else n for n in ("gate_proj", "up_proj", "down_proj")]
+        if not all(n in wanted for n in names):
+            continue
+        parts = [wanted[n] for n in names]
+        dts = {_layer_dtype(p, dtype) for p in parts}
+        if len(dts) != 1 or any(eligibility(p, next(iter(dts))) for p in parts):
+            continue  # the layers go through the per-layer path, which says why
+        try:
+            new = SparseGatedMLP.from_modules(
+                *parts, dtype=dts.pop(), backend=backend, tune_tokens=tune_tokens
+            )
+        except (ValueError, TypeError, RuntimeError):
+            continue
+        _set_module(model, fqn, new)
+        for n, p in zip(names, parts, strict=True):
+            report.swapped.append((n, (p.out_features, p.in_features)))
+        report.fused.append(fqn)
+        done.update(names)
+    return done
 
 
 def _set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:

@@ -73,3 +73,31 @@ def test_kernels_refuse_cpu_tensors():
     K = _K()
     with pytest.raises(ValueError, match="CUDA"):
         K.nm_histogram(torch.zeros(4, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("tokens", "hidden"), [(64, 1376), (40, 96), (33, 96), (8, 12)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_silu_mul(dtype, tokens, hidden, transposed):
+    K = _K()
+    if transposed:  # a transposed view of [2h, tokens], as the "r" output layout returns it
+        gu = (torch.randn(2 * hidden, tokens, device=DEV) * 4).to(dtype).t()
+    else:
+        gu = (torch.randn(tokens, 2 * hidden, device=DEV) * 4).to(dtype)
+    got = K.silu_mul(gu)
+    assert got.shape == (tokens, hidden)
+    assert got.dtype == dtype
+    # the layout is kept, so a following "r"-layout sparse layer needs no copy
+    assert got.t().is_contiguous() == (transposed and not got.is_contiguous())
+    ref = K.silu_mul_reference(gu.cpu()).float()
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3  # one rounding of each output
+    torch.testing.assert_close(got.cpu().float(), ref, rtol=tol, atol=tol)
+
+
+def test_silu_mul_falls_back_for_other_layouts():
+    K = _K()
+    gu = torch.randn(16, 64, device=DEV, dtype=torch.float16)[:, :48]  # neither layout
+    ref = K.silu_mul_reference(gu.cpu()).float()
+    torch.testing.assert_close(K.silu_mul(gu).cpu().float(), ref, rtol=2e-3, atol=2e-3)
+    with pytest.raises(ValueError, match="2 \\* hidden"):
+        K.silu_mul(torch.randn(4, 5, device=DEV))

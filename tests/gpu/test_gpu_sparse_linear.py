@@ -164,3 +164,82 @@ def test_every_layout_matches(layout, dtype):
     ref = torch.relu(nn.functional.linear(h, l2.weight.double(), l2.bias.double()))
     assert y.shape == (2, 45, 256)
     assert relerr(y, ref) < 3e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_auto_tuning_keeps_the_input_layout(dtype, transposed):
+    from explorer.gpu import SparseLinear
+    from explorer.gpu import sparse_linear as SLM
+
+    lin = _linear(512, 1024, dtype, bias=False)
+    sl = SparseLinear.from_linear(lin)
+    x = torch.randn(512, 256, device=DEV, dtype=dtype).t() if transposed else None
+    if x is None:
+        x = torch.randn(256, 512, device=DEV, dtype=dtype)
+    y = sl(x)
+    ref = nn.functional.linear(x.double(), lin.weight.double())
+    assert relerr(y, ref) < 2e-3
+    ((_n, first), plan) = next(iter(sl._plans.items()))
+    assert first == ("r" if transposed else "c")
+    assert plan.key.layout[0] == first  # the input is read as it comes: no transpose copy
+    assert SLM._TUNED[(1024, 256, 512, dtype, False, False, False, 0, first, -1)] == (
+        plan.key.layout,
+        plan.key.alg,
+    )
+
+
+def test_probe_rejects_a_wrong_result():
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 128, bias=True)
+    sl = SparseLinear.from_linear(lin)
+    x = sl._probe_x
+    good = nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
+    assert sl._probe_ok(good.half(), fused_act=False)
+    assert not sl._probe_ok((good * 1.1).half(), fused_act=False)
+    assert not sl._probe_ok(torch.full_like(good, float("nan")), fused_act=False)
+
+
+def _llama_mlp(d, h, dtype):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    cfg = transformers.LlamaConfig(hidden_size=d, intermediate_size=h, hidden_act="silu")
+    mlp = LlamaMLP(cfg).to(DEV, dtype)
+    with torch.no_grad():
+        for lin in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            lin.weight.copy_(mask24(lin.weight) * 20)
+    return mlp
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("shape", [(64,), (3, 37)])
+def test_sparsify_fuses_gated_mlp(dtype, shape):
+    from explorer.gpu import SparseGatedMLP, sparsify
+
+    act = torch.float16 if dtype == torch.int8 else dtype
+    block = nn.Sequential(_llama_mlp(256, 688, act))
+    x = torch.randn(*shape, 256, device=DEV, dtype=act)
+    with torch.no_grad():
+        ref = block(x).double()
+        rep = sparsify(block, dtype=dtype, inplace=False)
+        y = rep.model(x)
+    assert isinstance(rep.model[0], SparseGatedMLP)
+    assert rep.fused == ["0"]
+    assert {n for n, _ in rep.swapped} == {"0.gate_proj", "0.up_proj", "0.down_proj"}
+    assert y.shape == (*shape, 256) and y.dtype == act
+    tol = 3e-2 if dtype == torch.int8 else 5e-3  # int8: the quantization error itself
+    assert relerr(y, ref) < tol
+
+
+def test_gated_mlp_not_fused_when_a_layer_is_not_24():
+    from explorer.gpu import sparsify
+
+    mlp = _llama_mlp(256, 688, torch.float16)
+    with torch.no_grad():
+        mlp.down_proj.weight.add_(0.01)  # dense again
+    rep = sparsify(mlp, inplace=False)
+    assert rep.fused == []
+    assert "not 2:4" in rep.reason("down_proj")
+    assert {n for n, _ in rep.swapped} == {"gate_proj", "up_proj"}

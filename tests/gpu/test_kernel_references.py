@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
@@ -13,12 +15,15 @@ from explorer.gpu.kernels import (
     kernel_dir,
     nm_histogram_reference,
     nm_mask_reference,
+    silu_mul_reference,
 )
 
 
 def test_kernel_sources_found():
     d = kernel_dir()
-    assert {"nm_check.cu", "nm_mask.cu", "block_density.cu"} <= {p.name for p in d.iterdir()}
+    assert {"nm_check.cu", "nm_mask.cu", "block_density.cu", "silu_mul.cu"} <= {
+        p.name for p in d.iterdir()
+    }
 
 
 def test_nm_mask_hand_cases():
@@ -68,3 +73,13 @@ def test_block_density_hand_case():
     big = torch.ones(1030, 2000).bool()
     out = block_density_reference(big)
     assert max(out.shape) <= 512 and torch.all(out == 1)
+
+
+def test_silu_mul_hand_case():
+    gu = torch.tensor([[0.0, 2.0, -1.0, 5.0, 3.0, 4.0]])  # gate [0, 2, -1], up [5, 3, 4]
+    sig = [0.5, 1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(1.0))]
+    want = [0.0, 2.0 * sig[1] * 3.0, -1.0 * sig[2] * 4.0]
+    assert silu_mul_reference(gu)[0].tolist() == pytest.approx(want, rel=1e-6)
+    assert silu_mul_reference(gu.half()).dtype == torch.float16
+    with pytest.raises(ValueError, match="2 \\* hidden"):
+        silu_mul_reference(torch.zeros(2, 3))

@@ -1,0 +1,149 @@
+"""``SparseGatedMLP``: a LLaMA-style ``down(silu(gate(x)) * up(x))`` block on 2:4 kernels.
+
+The gate and up projections read the same input, so they run as one sparse matmul over their
+stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two);
+SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.kernels.silu_mul`) and keeps the
+layout the matmul wrote, so the down projection reads it without a copy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from explorer import _html
+from explorer.gpu.sparse_linear import SparseLinear
+
+__all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
+
+#: Module classes known to compute ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``.
+GATED_MLP_CLASSES = frozenset(
+    {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "SmolLM3MLP", "OlmoMLP", "Olmo2MLP"}
+)
+
+
+def _is_silu(act) -> bool:
+    return isinstance(act, nn.SiLU) or type(act).__name__ in ("SiLUActivation", "SiLU")
+
+
+def is_gated_mlp(module: nn.Module) -> bool:
+    """True if ``module`` is a known SwiGLU block (``gate_proj``, ``up_proj``, ``down_proj``, SiLU).
+
+    Examples
+    --------
+    >>> is_gated_mlp(nn.Linear(4, 4))
+    False
+    """
+    if type(module).__name__ not in GATED_MLP_CLASSES:
+        return False
+    parts = [getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    if not all(isinstance(p, nn.Linear) for p in parts):
+        return False
+    gate, up, down = parts
+    return (
+        gate.in_features == up.in_features == down.out_features
+        and gate.out_features == up.out_features == down.in_features
+        and _is_silu(getattr(module, "act_fn", None))
+    )
+
+
+def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    try:
+        from explorer.gpu.kernels import silu_mul
+
+        return silu_mul(gu)
+    except ImportError:  # no CuPy: the same arithmetic in two torch calls
+        g, u = gu.chunk(2, dim=-1)
+        return nn.functional.silu(g) * u
+
+
+class SparseGatedMLP(nn.Module):
+    """``down(silu(gate(x)) * up(x))`` with gate and up fused into one 2:4 sparse matmul.
+
+    Build it with :meth:`from_modules` (or let :func:`explorer.sparsify` swap known blocks).
+
+    Parameters
+    ----------
+    gate_up : SparseLinear
+        The stacked ``[gate; up]`` projection (``2 * hidden`` outputs).
+    down : SparseLinear
+        The down projection.
+
+    Examples
+    --------
+    >>> mlp = SparseGatedMLP.from_modules(block.gate_proj, block.up_proj, block.down_proj)  # doctest: +SKIP
+    """
+
+    def __init__(self, gate_up: SparseLinear, down: SparseLinear) -> None:
+        super().__init__()
+        if gate_up.out_features != 2 * down.in_features:
+            raise ValueError(
+                f"gate_up has {gate_up.out_features} outputs; expected twice the down "
+                f"projection's {down.in_features} inputs"
+            )
+        self.gate_up = gate_up
+        self.down = down
+        self.hidden = down.in_features
+
+    @classmethod
+    def from_modules(
+        cls,
+        gate: nn.Linear,
+        up: nn.Linear,
+        down: nn.Linear,
+        dtype: torch.dtype | None = None,
+        backend: str = "cusparselt",
+        layout: str = "auto",
+        tune_tokens: tuple[int, ...] = (),
+    ) -> SparseGatedMLP:
+        """Compress three 2:4 CUDA ``nn.Linear`` layers of a SwiGLU block.
+
+        Parameters
+        ----------
+        gate, up, down : nn.Linear
+            ``gate`` and ``up`` map ``d -> hidden``, ``down`` maps ``hidden -> d``.
+        dtype, backend, layout, tune_tokens
+            As for :meth:`SparseLinear.from_linear`.
+
+        Raises
+        ------
+        ValueError
+            Shapes that do not form a block, or any of the reasons of ``from_linear``.
+        """
+        if gate.weight.shape != up.weight.shape or down.in_features != gate.out_features:
+            raise ValueError(
+                f"gate {tuple(gate.weight.shape)}, up {tuple(up.weight.shape)} and down "
+                f"{tuple(down.weight.shape)} do not form a gated MLP block"
+            )
+        with torch.no_grad():
+            stacked = nn.Linear(
+                gate.in_features,
+                2 * gate.out_features,
+                bias=gate.bias is not None,
+                device=gate.weight.device,
+                dtype=gate.weight.dtype,
+            )
+            stacked.weight.copy_(torch.cat([gate.weight, up.weight]))
+            if gate.bias is not None:
+                stacked.bias.copy_(torch.cat([gate.bias, up.bias]))
+        kw = dict(dtype=dtype, backend=backend, layout=layout, tune_tokens=tune_tokens)
+        return cls(SparseLinear.from_linear(stacked, **kw), SparseLinear.from_linear(down, **kw))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the block to ``x[..., d]``."""
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1])
+        y = self.down(_silu_mul(self.gate_up(x2)))
+        return y.reshape(*lead, y.shape[-1])
+
+    def extra_repr(self) -> str:
+        return f"hidden={self.hidden}, fused gate+up"
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("gate+up", f"{self.gate_up.out_features} x {self.gate_up.in_features} (fused)"),
+            ("down", f"{self.down.out_features} x {self.down.in_features}"),
+            ("dtype", str(self.down.dtype).removeprefix("torch.")),
+            ("backend", self.down.backend),
+        ]
+        return _html.table(["SparseGatedMLP", ""], rows)

@@ -1,0 +1,58 @@
+"""The tuned-algorithm table (CPU: no GPU needed to remember and forget)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer.gpu import tuning
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    monkeypatch.setattr(tuning, "_device_id", lambda device: "GPU X|cusparselt 800")
+    tuning.clear()
+    tuning._TABLE = None
+    yield tmp_path / "cusparselt-algorithms.json"
+    tuning._TABLE = None
+
+
+def test_remember_lookup_and_persist(table):
+    args = (0, 4096, 1024, 4096, "torch.float16", "torch.float16", "cr")
+    assert tuning.lookup(*args) is None
+    tuning._remember(tuning._key(*args, "none"), 37)
+    assert tuning.lookup(*args) == 37
+    assert tuning.lookup(*args[:-1], "rr") is None  # another layout is another problem
+    saved = json.loads(table.read_text())
+    assert list(saved.values()) == [37]
+    tuning._TABLE = None  # a new process reads the file
+    assert tuning.lookup(*args) == 37
+    tuning.clear(disk=True)
+    assert tuning.lookup(*args) is None and not table.exists()
+
+
+def test_a_corrupt_table_is_ignored(table):
+    table.write_text("{not json")
+    assert tuning.lookup(0, 1, 1, 1, "a", "b", "cr") is None
+
+
+@pytest.mark.gpu
+def test_tuned_layer_matches_dense(table):
+    import torch
+    from gpu_helpers import mask24, relerr
+    from torch import nn
+
+    from explorer.gpu import SparseLinear
+
+    lin = nn.Linear(512, 1024, bias=False).to("cuda", torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight))
+    sl = SparseLinear.from_linear(lin, tune_tokens=(256,))
+    found = {
+        k: v for k, v in tuning._table().items() if k.split("|")[2:5] == ["1024", "256", "512"]
+    }
+    assert {k.split("|")[7] for k in found} == set(tuning.TUNED_LAYOUTS)
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    assert relerr(sl(x), nn.functional.linear(x.double(), lin.weight.double())) < 2e-3
