@@ -208,8 +208,8 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         parts += [
             "## The MLP block, every variant",
             "",
-            "`dense fused` stacks gate and up into one cuBLAS call, the same fusion the "
-            "explorer's `SparseGatedMLP` does; `explorer per-layer` is three `SparseLinear`.",
+            "`dense fused` stacks gate and up into one cuBLAS call, the same fusion as "
+            "`explorer fused` (`SparseGatedMLP`); `explorer` is three tuned `SparseLinear`.",
             "",
             format_mlp(rows),
             "",

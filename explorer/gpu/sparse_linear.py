@@ -125,6 +125,7 @@ class SparseLinear(nn.Module):
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
         self._plans: dict = {}
+        self._fast: dict = {}  # (shape, strides, device, dtype) -> plan, for plain 2-D calls
         self._npad: dict[int, int] = {}
         self._cache = C.default_cache()
         self._mult = C.token_multiple(dtype)
@@ -355,6 +356,11 @@ class SparseLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
+        # fast path: a 2-D input seen before (same shape, strides, device and dtype) that
+        # needs nothing but the matmul; the host cost of one call is what eager mode pays
+        fast = self._fast.get((x.shape, x.stride(), x.get_device(), x.dtype))
+        if fast is not None and fast.alive:
+            return self._run(fast, x, x.shape[0], 0)
         if x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has {x.shape[-1]} features in its last dimension, expected "
@@ -405,6 +411,7 @@ class SparseLinear(nn.Module):
             # cuSPARSELt has no kernel with this fused activation: apply it after, from now on
             _UNFUSED.add((self.dtype, self.activation))
             self._plans.clear()
+            self._fast.clear()
             fuse = False
             plan = self._plan(n, dev, fuse, alpha, first)
             y = self._run(plan, x2, n, alpha_ptr)
@@ -421,6 +428,15 @@ class SparseLinear(nn.Module):
             y = _apply_act(y, self.activation)
         if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
             y = y.to(x.dtype)
+        direct = (
+            x2 is x
+            and not pad
+            and self.weight_scale is None
+            and (fuse or self.activation == "none")
+            and y.dtype == x.dtype
+        )
+        if direct and len(self._fast) < 64:
+            self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = plan
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
 
     def _run(self, plan: C.Plan, x2: torch.Tensor, n: int, alpha_ptr: int) -> torch.Tensor:

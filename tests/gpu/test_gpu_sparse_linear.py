@@ -219,11 +219,11 @@ def test_sparsify_fuses_gated_mlp(dtype, shape):
     from explorer.gpu import SparseGatedMLP, sparsify
 
     act = torch.float16 if dtype == torch.int8 else dtype
-    block = nn.Sequential(_llama_mlp(256, 688, act))
+    block = nn.Sequential(_llama_mlp(256, 768, act))
     x = torch.randn(*shape, 256, device=DEV, dtype=act)
     with torch.no_grad():
         ref = block(x).double()
-        rep = sparsify(block, dtype=dtype, inplace=False)
+        rep = sparsify(block, dtype=dtype, inplace=False, fuse_mlp=True)
         y = rep.model(x)
     assert isinstance(rep.model[0], SparseGatedMLP)
     assert rep.fused == ["0"]
@@ -239,7 +239,7 @@ def test_gated_mlp_not_fused_when_a_layer_is_not_24():
     mlp = _llama_mlp(256, 688, torch.float16)
     with torch.no_grad():
         mlp.down_proj.weight.add_(0.01)  # dense again
-    rep = sparsify(mlp, inplace=False)
+    rep = sparsify(mlp, inplace=False, fuse_mlp=True)
     assert rep.fused == []
     assert "not 2:4" in rep.reason("down_proj")
     assert {n for n, _ in rep.swapped} == {"gate_proj", "up_proj"}
