@@ -209,7 +209,7 @@ def bench_mlp(
             "torch": sparsify(dense, backend="torch", inplace=False, fuse_mlp=False).model,
             "explorer": sparsify(dense, inplace=False, tune_tokens=(tokens,)).model,
             "explorer fused": sparsify(
-                dense, inplace=False, fuse_mlp=True, tune_tokens=(tokens,)
+                nn.Sequential(dense), inplace=False, fuse_mlp=True, tune_tokens=(tokens,)
             ).model,
         }
         errs = {k: _relerr(m(x), ref) for k, m in models.items() if k != "dense"}

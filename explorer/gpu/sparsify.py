@@ -239,8 +239,8 @@ def _fuse_gated_mlps(model, targets, dtype, backend, report, tune_tokens=()) -> 
     wanted = dict(targets)
     done: set[str] = set()
     for fqn, mod in list(model.named_modules()):
-        if not is_gated_mlp(mod):
-            continue
+        if not fqn or not is_gated_mlp(mod):
+            continue  # the root module cannot be swapped in place: its layers go one by one
         names = [f"{fqn}.{n}" if fqn else n for n in ("gate_proj", "up_proj", "down_proj")]
         if not all(n in wanted for n in names):
             continue

@@ -243,3 +243,12 @@ def test_gated_mlp_not_fused_when_a_layer_is_not_24():
     assert rep.fused == []
     assert "not 2:4" in rep.reason("down_proj")
     assert {n for n, _ in rep.swapped} == {"gate_proj", "up_proj"}
+
+
+def test_a_root_gated_mlp_goes_layer_by_layer():
+    from explorer.gpu import SparseLinear, sparsify
+
+    mlp = _llama_mlp(256, 768, torch.float16)
+    rep = sparsify(mlp, inplace=False, fuse_mlp=True)  # the root cannot be swapped in place
+    assert rep.fused == []
+    assert isinstance(rep.model.gate_proj, SparseLinear)
