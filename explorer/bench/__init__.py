@@ -209,7 +209,8 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "## The MLP block, every variant",
             "",
             "`dense fused` stacks gate and up into one cuBLAS call, the same fusion as "
-            "`explorer fused` (`SparseGatedMLP`); `explorer` is three tuned `SparseLinear`.",
+            "`explorer` (`SparseGatedMLP`, what `sparsify` builds); `explorer per-layer` is "
+            "three tuned `SparseLinear` (`fuse_mlp=False`).",
             "",
             format_mlp(rows),
             "",

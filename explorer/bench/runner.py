@@ -118,6 +118,12 @@ def bench_matmul(
         x = torch.randint(-127, 128, (n, k), device=dev).to(torch.int8)
         wt = w.t()  # [k, m] column-major: the layout cuBLASLt's int8 kernels want
         cw = C.compress(w, check=False)
+        if alg < 0:  # tune in a child process, as SparseLinear does for 16-bit layers
+            try:
+                alg = C.search_algorithm(cw, w, n, out_dtype=torch.int32)["alg"]
+            except RuntimeError:
+                alg = -1
+            base["alg"] = alg
         wc_t = TB.compress(w)
         impls = {
             "dense": lambda: torch._int_mm(x, wt),
@@ -191,9 +197,9 @@ def bench_mlp(
     """The LLaMA-7B MLP block (gate, up, down) dense vs 2:4, end to end.
 
     Rows: ``dense`` (the block as models run it), ``dense fused`` (gate and up in one cuBLAS
-    call), ``torch`` (torch's eager ``_cslt`` path, layer by layer), ``explorer`` (what
-    :func:`sparsify` builds by default: three tuned :class:`SparseLinear`) and ``explorer
-    fused`` (one :class:`SparseGatedMLP`, ``fuse_mlp=True``).
+    call), ``torch`` (torch's eager ``_cslt`` path, layer by layer), ``explorer per-layer``
+    (three tuned :class:`SparseLinear`, ``fuse_mlp=False``) and ``explorer`` (what
+    :func:`sparsify` builds by default: one tuned :class:`SparseGatedMLP`).
     """
     from explorer.gpu import sparsify
 
@@ -207,10 +213,11 @@ def bench_mlp(
             "dense": dense,
             "dense fused": _FusedDense(dense),
             "torch": sparsify(dense, backend="torch", inplace=False, fuse_mlp=False).model,
-            "explorer": sparsify(dense, inplace=False, tune_tokens=(tokens,)).model,
-            "explorer fused": sparsify(
-                nn.Sequential(dense), inplace=False, fuse_mlp=True, tune_tokens=(tokens,)
+            "explorer per-layer": sparsify(
+                dense, inplace=False, fuse_mlp=False, tune_tokens=(tokens,)
             ).model,
+            # wrapped: a root module cannot be swapped in place, its child can
+            "explorer": sparsify(nn.Sequential(dense), inplace=False, tune_tokens=(tokens,)).model,
         }
         errs = {k: _relerr(m(x), ref) for k, m in models.items() if k != "dense"}
     base = dict(

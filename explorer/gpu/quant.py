@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["dequantize", "quantize_per_channel", "quantize_per_token"]
+__all__ = [
+    "Int8ReferenceLinear",
+    "dequantize",
+    "int8_reference",
+    "quantize_per_channel",
+    "quantize_per_token",
+]
 
 _EPS = 1e-12
 
@@ -60,3 +66,87 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     [[63.5]]
     """
     return q.float() * scale.float()[:, None]
+
+
+_EXACT_CHUNK = 1024  # 1024 * 127 * 127 < 2**24: float32 sums of int8 products stay exact
+
+
+class Int8ReferenceLinear(torch.nn.Module):
+    """What :func:`explorer.sparsify` with ``dtype=torch.int8`` computes, in plain torch.
+
+    The weight is quantized per output channel, each input row per token (dynamic), the
+    integer products are summed exactly, and both scales are applied after, as the sparse int8
+    kernel does. It runs on any device, so int8 accuracy can be measured without a GPU;
+    the GPU kernel differs from it only by rounding its output to 16 bits.
+
+    Examples
+    --------
+    >>> lin = torch.nn.Linear(8, 4)
+    >>> ref = Int8ReferenceLinear(lin)
+    >>> float((ref(torch.ones(2, 8)) - lin(torch.ones(2, 8))).abs().max()) < 0.05
+    True
+    """
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        q, scale = quantize_per_channel(linear.weight)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("qweight", q)
+        self.register_buffer("scale", scale)
+        bias = linear.bias.detach().clone() if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        q, token_scale = quantize_per_token(x.reshape(-1, self.in_features))
+        acc = torch.zeros(q.shape[0], self.out_features, dtype=torch.float64, device=x.device)
+        for start in range(0, self.in_features, _EXACT_CHUNK):
+            part = slice(start, start + _EXACT_CHUNK)
+            acc += (q[:, part].float() @ self.qweight[:, part].float().t()).double()
+        y = (acc * self.scale.double()[None, :]).float() * token_scale[:, None]
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype).reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 reference"
+
+
+def int8_reference(
+    model: torch.nn.Module, filter_fn=None, require_24: bool = True
+) -> tuple[torch.nn.Module, list[str]]:
+    """A copy of ``model`` whose int8-eligible Linears compute like the sparse int8 kernel.
+
+    A layer is swapped where :func:`explorer.sparsify` would swap it in int8: accepted by
+    ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``, to see int8 alone on a
+    dense model), and both sizes multiples of 32.
+
+    Returns
+    -------
+    (torch.nn.Module, list of str)
+        The copy and the names of the swapped layers.
+
+    Examples
+    --------
+    >>> m, names = int8_reference(torch.nn.Sequential(torch.nn.Linear(64, 32)))
+    >>> names  # a dense weight is not 2:4, so it stays as it is
+    []
+    """
+    import copy
+
+    out = copy.deepcopy(model)
+    swapped = []
+    for fqn, mod in list(out.named_modules()):
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        if filter_fn is not None and not filter_fn(mod, fqn):
+            continue
+        w = mod.weight.detach()
+        if mod.in_features % 32 or mod.out_features % 32:
+            continue
+        if require_24 and bool(((w.reshape(-1, 4) != 0).sum(1) > 2).any()):
+            continue
+        parent, _, child = fqn.rpartition(".")
+        setattr(out.get_submodule(parent) if parent else out, child, Int8ReferenceLinear(mod))
+        swapped.append(fqn)
+    return out, swapped

@@ -126,7 +126,7 @@ def sparsify(
     prune: bool = False,
     activation_fusion: bool = True,
     tokens: int = 1024,
-    fuse_mlp: bool = False,
+    fuse_mlp: bool = True,
     tune_tokens: tuple[int, ...] = (),
 ) -> SparsifyReport:
     """Replace eligible ``nn.Linear`` layers by :class:`SparseLinear` (2:4 on cuSPARSELt).
@@ -154,9 +154,9 @@ def sparsify(
         Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
         ``down_proj``, SiLU) whose three layers are all eligible for one
         :class:`~explorer.gpu.gated_mlp.SparseGatedMLP` (gate and up in one matmul, the
-        elementwise step in one kernel). Their layers are listed in ``report.fused``. Off by
-        default: on an H100 the fused block measured slower than three tuned layers (see
-        ``docs/bench-h100.md``).
+        elementwise step in one kernel). Their layers are listed in ``report.fused``. A model
+        that is itself such a block (the root module) goes layer by layer: it cannot be
+        swapped in place.
     tune_tokens : tuple of int
         Token counts to tune each layer's cuSPARSELt algorithm for (in a child process, a few
         seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.tuning`).
