@@ -77,7 +77,7 @@ class Int8ReferenceLinear(torch.nn.Module):
     The weight is quantized per output channel, each input row per token (dynamic), the
     integer products are summed exactly, and both scales are applied after, as the sparse int8
     kernel does. It runs on any device, so int8 accuracy can be measured without a GPU;
-    the GPU kernel differs from it only by rounding its output to 16 bits.
+    the GPU kernel differs from it only by rounding its output and the token scale to 16 bits.
 
     Examples
     --------
