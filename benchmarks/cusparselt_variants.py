@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 
 import torch
+
+from explorer.bench.timing import eager_ms as cuda_ms
 
 COL, ROW = 1, 2
 OP_N, OP_T = 0, 1
@@ -53,22 +54,6 @@ def mask24(w: torch.Tensor) -> torch.Tensor:
     g = w.reshape(-1, 4)
     idx = g.float().abs().topk(2, dim=1).indices
     return (g * torch.zeros_like(g, dtype=torch.bool).scatter_(1, idx, True)).reshape(w.shape)
-
-
-def cuda_ms(fn, iters: int = 20, reps: int = 7) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / iters)
-    return statistics.median(times)
 
 
 class Variant:

@@ -6,30 +6,14 @@ Prints CUDA-event medians (ms) for each part of ``SparseGatedMLP`` and for the d
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 
 from explorer.bench.runner import llama_mlp, mask24
+from explorer.bench.timing import eager_ms as ms
 from explorer.gpu import SparseGatedMLP
 from explorer.gpu.kernels import silu_mul
-
-
-def ms(fn, iters: int = 20, reps: int = 7) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / iters)
-    return statistics.median(out)
 
 
 def report(dtype: torch.dtype, tokens: int) -> None:

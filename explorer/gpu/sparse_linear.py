@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.bench.timing import eager_ms
 from explorer.gpu import cusparselt as C
 from explorer.gpu import quant, tuning
 from explorer.gpu import torch_backend as TB
@@ -36,15 +37,9 @@ _TUNED: dict[tuple, tuple[str, int]] = {}
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 
 
-def _event_ms(fn, iters: int = 5) -> float:
-    fn()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / iters
+def _event_ms(fn) -> float:
+    """A quick CUDA-event time of ``fn`` (5 calls after one warm-up) for choosing a layout."""
+    return eager_ms(fn, iters=5, reps=1, warmup=1)
 
 
 def _apply_act(y: torch.Tensor, activation: str) -> torch.Tensor:
