@@ -127,40 +127,20 @@ class Variant:
         torch.cuda.synchronize()
         return out
 
-    def run(self, wc, xop, d) -> None:
+    def _args(self, wc, xop, d) -> tuple:
+        """The arguments of ``matmul`` and ``matmul_search``: operands in this variant's roles."""
         a, b = (wc, xop) if self.sparse_a else (xop, wc)
-        self.L.matmul(
-            self.h,
-            self.plan,
-            self.alpha,
-            a.data_ptr(),
-            b.data_ptr(),
-            self.beta,
-            d.data_ptr(),
-            d.data_ptr(),
-            self.ws.data_ptr(),
-            0,
-            0,
-        )
+        ptrs = (a.data_ptr(), b.data_ptr(), self.beta, d.data_ptr(), d.data_ptr())
+        return (self.h, self.plan, self.alpha, *ptrs, self.ws.data_ptr(), 0, 0)
+
+    def run(self, wc, xop, d) -> None:
+        self.L.matmul(*self._args(wc, xop, d))
 
     def do_search(self, wc, xop, d) -> int:
         import ctypes
 
-        a, b = (wc, xop) if self.sparse_a else (xop, wc)
         L = self.L
-        L.matmul_search(
-            self.h,
-            self.plan,
-            self.alpha,
-            a.data_ptr(),
-            b.data_ptr(),
-            self.beta,
-            d.data_ptr(),
-            d.data_ptr(),
-            self.ws.data_ptr(),
-            0,
-            0,
-        )
+        L.matmul_search(*self._args(wc, xop, d))
         v = ctypes.c_int32(-1)
         L.matmul_alg_get_attribute(
             self.h, self.sel, L.MatmulAlgAttribute.CONFIG_ID, ctypes.addressof(v), 4

@@ -67,31 +67,18 @@ def train(
     a busy machine, and the result does not depend on the thread count.
     """
     with one_cpu_thread():
-        return _train(model, x, y, epochs, batch_size, lr, seed, desc)
-
-
-def _train(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    desc: str,
-) -> nn.Module:
-    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
-    loss_fn = nn.CrossEntropyLoss()
-    model.train()
-    steps = epochs * ((len(x) + batch_size - 1) // batch_size)
-    with tqdm(total=steps, desc=desc, leave=False) as bar:
-        for epoch in range(epochs):
-            for xb, yb in batches(x, y, batch_size, seed * 1000 + epoch):
-                optimiser.zero_grad()
-                loss = loss_fn(model(xb), yb)
-                loss.backward()
-                optimiser.step()
-                bar.update(1)
+        optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+        loss_fn = nn.CrossEntropyLoss()
+        model.train()
+        steps = epochs * ((len(x) + batch_size - 1) // batch_size)
+        with tqdm(total=steps, desc=desc, leave=False) as bar:
+            for epoch in range(epochs):
+                for xb, yb in batches(x, y, batch_size, seed * 1000 + epoch):
+                    optimiser.zero_grad()
+                    loss = loss_fn(model(xb), yb)
+                    loss.backward()
+                    optimiser.step()
+                    bar.update(1)
     return model.eval()
 
 
