@@ -11,9 +11,9 @@ import sys
 import torch
 
 from explorer.bench.runner import llama_mlp, mask24
-from explorer.bench.timing import eager_ms as ms
 from explorer.gpu import SparseGatedMLP
 from explorer.gpu.kernels import silu_mul
+from explorer.gpu.timing import eager_ms as ms
 
 
 def report(dtype: torch.dtype, tokens: int) -> None:

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from explorer.bench.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
+from explorer.gpu.search import search_algorithm
+from explorer.gpu.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
 
 __all__ = [
     "FULL_SHAPES",
@@ -120,7 +121,7 @@ def bench_matmul(
         cw = C.compress(w, check=False)
         if alg < 0:  # tune in a child process, as SparseLinear does for 16-bit layers
             try:
-                alg = C.search_algorithm(cw, w, n, out_dtype=torch.int32)["alg"]
+                alg = search_algorithm(cw, w, n, out_dtype=torch.int32)["alg"]
             except RuntimeError:
                 alg = -1
             base["alg"] = alg

@@ -43,7 +43,6 @@ __all__ = [
     "library_version",
     "matmul",
     "padded_tokens",
-    "search_algorithm",
 ]
 
 # cudaDataType codes (library_types.h) and cuSPARSE enums.
@@ -614,7 +613,7 @@ def compress(weight: torch.Tensor, check: bool = True) -> CompressedTensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# the one-call matmul and the algorithm search
+# the one-call matmul
 # ---------------------------------------------------------------------------------------------
 def _pad_tokens(x: torch.Tensor) -> torch.Tensor:
     t = x.shape[0]
@@ -690,10 +689,3 @@ def matmul(
     a_ptr = alpha.data_ptr() if alpha is not None else 0
     plan.run(cw.data.data_ptr(), xp.data_ptr(), y.data_ptr(), a_ptr)
     return y[:t] if n != t else y
-
-
-def search_algorithm(*args, **kwargs) -> dict:
-    """Choose an algorithm config id; see :func:`explorer.gpu.search.search_algorithm`."""
-    from explorer.gpu.search import search_algorithm as _search
-
-    return _search(*args, **kwargs)

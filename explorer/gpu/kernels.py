@@ -7,6 +7,7 @@ the tests compare the two on fresh random inputs.
 * :func:`nm_histogram` - one pass over a weight: N:M validity and the 2:4 pattern histogram.
 * :func:`block_density` - mean of a bool mask over tiles (at most 512 x 512 cells) for heatmaps.
 * :func:`silu_mul` - SwiGLU's ``silu(gate) * up`` in one pass over a fused gate/up output.
+* :func:`transpose_rows` - a row-major copy of a ``Y^T`` output (padded tokens dropped on the way).
 
 The sources ship inside the wheel as ``explorer/_kernels`` and sit in ``kernels/`` of a source
 checkout; :func:`kernel_dir` finds either.
@@ -38,6 +39,8 @@ __all__ = [
     "nm_mask_reference",
     "silu_mul",
     "silu_mul_reference",
+    "transpose_rows",
+    "transpose_rows_reference",
 ]
 
 #: The six legal 2:4 position patterns, in histogram order.
@@ -85,6 +88,22 @@ def _launch(name: str, fn: str, tensor: torch.Tensor, grid: int, args: tuple) ->
         ext = cp.cuda.ExternalStream(stream, dev)
     with cp.cuda.Device(dev), ext:
         kern((grid,), (_THREADS,), args)
+
+
+_STREAMS: dict[tuple[int, int], object] = {}
+
+
+def _stream(dev: int):
+    """CuPy's handle on torch's current stream of ``dev`` (made once per stream: it is cheap
+    to keep and costs microseconds of host time to make, on every call otherwise)."""
+    raw = torch.cuda.current_stream(dev).cuda_stream
+    ext = _STREAMS.get((dev, raw))
+    if ext is None:
+        cp = require("cupy", "gpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # CuPy 14 renamed ExternalStream
+            ext = _STREAMS[(dev, raw)] = cp.cuda.ExternalStream(raw, dev)
+    return ext
 
 
 def _ptr(t: torch.Tensor) -> np.uint64:
@@ -485,3 +504,63 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
         ),
     )
     return out.t() if transposed else out
+
+
+# ---------------------------------------------------------------------------------------------
+# Y^T -> Y
+# ---------------------------------------------------------------------------------------------
+_TILE = 32
+
+
+def transpose_rows_reference(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
+    """CPU reference of :func:`transpose_rows`: ``d[:, :tokens].T`` as a row-major tensor.
+
+    Examples
+    --------
+    >>> transpose_rows_reference(torch.arange(6.0).reshape(2, 3), tokens=2).tolist()
+    [[0.0, 3.0], [1.0, 4.0]]
+    """
+    tokens = d.shape[1] if tokens is None else tokens
+    return d.detach().cpu()[:, :tokens].t().contiguous()
+
+
+def transpose_rows(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
+    """Row-major ``Y[tokens, out]`` from a sparse layer's ``Y^T[out, padded tokens]`` (GPU).
+
+    The fast Hopper kernels of cuSPARSELt write ``Y^T``; a consumer that is not a sparse layer
+    (attention, a norm, a residual add) needs ``Y`` row-major. This is one tiled pass through
+    shared memory, coalesced on both sides, and drops padded token columns in the same pass.
+    16-bit values only (bits are moved, never converted); other dtypes use torch's copy.
+
+    Parameters
+    ----------
+    d : torch.Tensor
+        Row-major ``[out, n]`` CUDA tensor.
+    tokens : int, optional
+        Columns to keep (``n`` by default).
+
+    Examples
+    --------
+    >>> transpose_rows(torch.randn(4096, 1024, dtype=torch.half, device="cuda")).shape  # doctest: +SKIP
+    torch.Size([1024, 4096])
+    """
+    _cuda_only(d, "transpose_rows")
+    if d.dim() != 2 or not d.is_contiguous():
+        raise ValueError(
+            f"transpose_rows expects a row-major 2-D tensor, got shape {tuple(d.shape)} with "
+            f"strides {d.stride()}. Hint: pass the tensor a sparse layer wrote (Y^T)."
+        )
+    rows, cols = d.shape
+    tokens = cols if tokens is None else int(tokens)
+    if not 0 <= tokens <= cols:
+        raise ValueError(f"tokens={tokens} is outside 0..{cols} (the columns of d)")
+    if d.element_size() != 2 or d.numel() == 0 or tokens == 0:
+        return d[:, :tokens].t().contiguous()
+    out = torch.empty(tokens, rows, dtype=d.dtype, device=d.device)
+    dev = d.device.index or 0
+    kern = _module("transpose", dev).get_function("transpose16")
+    grid = (-(-tokens // _TILE), -(-rows // _TILE))
+    args = (_ptr(d), _ptr(out), np.int64(rows), np.int64(tokens), np.int64(cols), np.int64(rows))
+    with _stream(dev):
+        kern(grid, (_TILE, 8), args)
+    return out

@@ -18,6 +18,7 @@ from explorer.gpu.cusparselt import (
     compress,
     padded_tokens,
 )
+from explorer.gpu.timing import eager_ms
 
 __all__ = ["search_algorithm"]
 
@@ -209,15 +210,13 @@ def _search_in_process(
             if not _ok():
                 report((alg, None, "wrong"))
                 continue
-            for _ in range(3):
-                plan.run(cw.data.data_ptr(), x.data_ptr(), y.data_ptr())
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(iters):
-                plan.run(cw.data.data_ptr(), x.data_ptr(), y.data_ptr())
-            e.record()
-            e.synchronize()
-            report((alg, s.elapsed_time(e) / iters, "ok"))
+            ms = eager_ms(
+                lambda p=plan: p.run(cw.data.data_ptr(), x.data_ptr(), y.data_ptr()),
+                iters=iters,
+                reps=1,
+                warmup=3,
+            )
+            report((alg, ms, "ok"))
         finally:
             plan.close()
 

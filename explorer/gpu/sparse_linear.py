@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.bench.timing import eager_ms
 from explorer.gpu import cusparselt as C
 from explorer.gpu import quant, tuning
 from explorer.gpu import torch_backend as TB
+from explorer.gpu.timing import eager_ms
 
 __all__ = ["SparseLinear"]
 

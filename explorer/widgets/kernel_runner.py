@@ -10,7 +10,6 @@ GPU they were measured on.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -343,14 +342,6 @@ class KernelRunner:
 
 
 def _time_cuda(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    from explorer.gpu.timing import eager_ms
+
+    return eager_ms(fn, iters=1, reps=repeats, warmup=3)
