@@ -77,6 +77,13 @@ def _parser() -> _Parser:
         add_help=False,
     )
 
+    verbs.add_parser(
+        "tune",
+        help="tune cuSPARSELt's algorithms for common model shapes on this GPU",
+        description="See 'sparsity-explorer tune --help' for its own options.",
+        add_help=False,
+    )
+
     p = verbs.add_parser(
         "sweep",
         help="run a resumable grid of pruning (and speed) measurements",
@@ -270,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["bench"]:
             return _bench(argv[1:])
+        if argv[:1] == ["tune"]:
+            from explorer.gpu.tune_cli import main as tune
+
+            return tune(argv[1:])
         args = _parser().parse_args(argv)
         if args.verb is None:
             _parser().print_help()

@@ -19,9 +19,24 @@ from pathlib import Path
 
 import torch
 
-from explorer.bench.table import TARGETS, format_mlp, format_table, format_targets, markdown
+from explorer.bench.table import (
+    TARGETS,
+    format_mlp,
+    format_models,
+    format_table,
+    format_targets,
+    markdown,
+)
 
-__all__ = ["TARGETS", "format_mlp", "format_table", "format_targets", "main", "run_bench"]
+__all__ = [
+    "TARGETS",
+    "format_mlp",
+    "format_models",
+    "format_table",
+    "format_targets",
+    "main",
+    "run_bench",
+]
 
 _DTYPES = {
     "float16": torch.float16,
@@ -30,7 +45,7 @@ _DTYPES = {
     "bf16": torch.bfloat16,
     "int8": torch.int8,
 }
-_SUITES = ("matmul", "mlp", "models", "unstructured", "kernel")
+_SUITES = ("models", "matmul", "mlp", "unstructured", "kernel")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
@@ -54,6 +69,8 @@ def run_bench(
     on_row=None,
     job_timeout: float | None = None,
     log=None,
+    models: Iterable[str] | None = None,
+    compiled: bool = True,
 ) -> list[dict]:
     """Run the benchmark and return its rows.
 
@@ -67,7 +84,8 @@ def run_bench(
     quick : bool
         The subset that covers the issue's targets; fits one device call.
     suites : iterable of str
-        Any of ``matmul``, ``mlp``, ``unstructured``, ``kernel``.
+        Any of ``models`` (whole models, :mod:`explorer.bench.models`), ``matmul``, ``mlp``,
+        ``unstructured``, ``kernel``.
     graph : bool
         Also time CUDA-graph replay.
     progress : bool
@@ -78,6 +96,10 @@ def run_bench(
         Seconds after which one case is abandoned (recorded as failed).
     log : file, optional
         Where to write one line per finished case.
+    models : iterable of str, optional
+        The whole models to time (default all of :data:`explorer.bench.models.MODEL_SPECS`).
+    compiled : bool
+        Also time whole models under ``torch.compile``.
 
     Returns
     -------
@@ -124,13 +146,20 @@ def run_bench(
             for dt in dts:
                 jobs.append((f"mlp {t} {dt}", lambda t=t, dt=dt: R.bench_mlp(t, dt, graph=graph)))
     if "models" in suites:
-        for name, batch, seq in R.MODEL_RUNS:
-            jobs.append(
-                (
-                    f"models {name}",
-                    lambda name=name, b=batch, s=seq: R.bench_model(name, b, s),
+        from explorer.bench.models import MODEL_SPECS, bench_whole_model
+
+        for name in models or MODEL_SPECS:
+            for dt in dts:
+                if dt.itemsize != 2:
+                    continue
+                jobs.append(
+                    (
+                        f"models {name} {dt}",
+                        lambda name=name, dt=dt: bench_whole_model(
+                            name, dt, compiled=compiled, torch_path=dt == torch.bfloat16, log=log
+                        ),
+                    )
                 )
-            )
     if "unstructured" in suites:
         sp = (0.5, 0.9, 0.99, 0.999)
         jobs.append(("csr/bsr", lambda: R.bench_unstructured(sparsities=sp)))
@@ -195,6 +224,35 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         "after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the speedup over "
         "dense cuBLAS in the same mode; host us is the host time to issue one call.",
         "",
+    ]
+    models = [r for r in rows if r.get("suite") == "models" and r.get("model")]
+    if models:
+        parts += [
+            "## Whole models",
+            "",
+            "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights; the shapes are what "
+            "matter). `x` is the speedup over the same dense masked model in the same mode; "
+            "`ceiling` is the dense model's time with only its sparse layers' time replaced by "
+            "their measured sparse time (an estimate from measured parts: what the model "
+            "could gain if nothing else changed). Compiled: `torch.compile`, with CUDA graphs "
+            "(`reduce-overhead`) for decode steps (1 token per sequence, no KV cache). `torch "
+            "2:4` is torch's `to_sparse_semi_structured` path, eager.",
+            "",
+            format_models(rows),
+            "",
+        ]
+        for r in models:
+            if r.get("timings"):
+                parts += [
+                    f"<details><summary>{r['model']} {r['dtype']}: per-layer times measured by "
+                    "sparsify()</summary>",
+                    "",
+                    r["timings"],
+                    "",
+                    "</details>",
+                    "",
+                ]
+    parts += [
         "## Targets",
         "",
         format_targets(rows),
@@ -312,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="the target shapes only (a few minutes)")
     p.add_argument("--shapes", help="comma-separated OUTxTOKENSxIN, e.g. 4096x1024x4096")
     p.add_argument("--dtypes", default="float16,bfloat16", help="e.g. float16,bfloat16")
-    p.add_argument("--suites", default=",".join(_SUITES), help=f"any of {','.join(_SUITES)}")
+    p.add_argument(
+        "--suites", "--suite", default=",".join(_SUITES), help=f"any of {','.join(_SUITES)}"
+    )
+    p.add_argument("--models", help="whole models to time, e.g. llama-1b,bert-base (default all)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile of whole models")
     p.add_argument("--no-graph", action="store_true", help="skip CUDA-graph replay")
     p.add_argument("--json", type=Path, help="write the rows as JSON here")
     p.add_argument("--markdown", type=Path, help="write the generated Markdown tables here")
@@ -357,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         graph=not args.no_graph,
         progress=not args.no_progress,
         on_row=on_row,
+        models=[m.strip() for m in args.models.split(",")] if args.models else None,
+        compiled=not args.no_compile,
+        log=sys.stderr,
     )
     env = environment()
     if args.json:
@@ -364,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m explorer.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.markdown:
         args.markdown.write_text(render_markdown(rows, env, command.strip()))
+    if any(r.get("suite") == "models" for r in rows):
+        print(format_models(rows))
+        print()
     print(format_table(rows))
     print()
     print(format_targets(rows))

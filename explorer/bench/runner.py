@@ -17,10 +17,8 @@ __all__ = [
     "bench_check_kernel",
     "bench_matmul",
     "bench_mlp",
-    "bench_model",
     "bench_unstructured",
     "llama_mlp",
-    "shipped_model",
 ]
 
 _LLAMA = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)]  # (out, in)
@@ -215,10 +213,12 @@ def bench_mlp(
             "dense fused": _FusedDense(dense),
             "torch": sparsify(dense, backend="torch", inplace=False, fuse_mlp=False).model,
             "explorer per-layer": sparsify(
-                dense, inplace=False, fuse_mlp=False, tune_tokens=(tokens,)
+                dense, inplace=False, fuse_mlp=False, tune_tokens=(tokens,), tokens=tokens
             ).model,
             # wrapped: a root module cannot be swapped in place, its child can
-            "explorer": sparsify(nn.Sequential(dense), inplace=False, tune_tokens=(tokens,)).model,
+            "explorer": sparsify(
+                nn.Sequential(dense), inplace=False, tune_tokens=(tokens,), tokens=tokens
+            ).model,
         }
         errs = {k: _relerr(m(x), ref) for k, m in models.items() if k != "dense"}
     base = dict(
@@ -245,115 +245,6 @@ def bench_mlp(
         r["err"] = errs.get(r["impl"], 0.0)
     _tflops(rows, 2.0 * tokens * d * h * 3)
     return rows
-
-
-#: The shipped transformers' published configurations, used when their weights are absent
-#: (the timing does not depend on the weights' values).
-SHIPPED_CONFIGS = {
-    "minilm": dict(
-        kind="bert",
-        hidden_size=384,
-        intermediate_size=1536,
-        num_hidden_layers=6,
-        num_attention_heads=12,
-        vocab_size=30522,
-        hidden_act="gelu",
-    ),
-    "smollm2": dict(
-        kind="llama",
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        vocab_size=49152,
-        hidden_act="silu",
-        tie_word_embeddings=True,
-        rope_theta=100000.0,
-    ),
-}
-#: (model, batch, sequence length) of the end-to-end runs
-MODEL_RUNS = (("digits-mlp", 4096, 1), ("minilm", 32, 128), ("smollm2", 4, 1024))
-
-
-def shipped_model(name: str, dtype: torch.dtype) -> tuple[nn.Module, str]:
-    """A shipped model on the GPU for timing: its real weights if installed, else its
-    architecture with random weights. Returns the model and where its weights came from."""
-    if name == "digits-mlp":
-        from explorer.models import load
-
-        return load(name).model.to("cuda", dtype).eval(), "trained"
-    import transformers
-
-    cfg = dict(SHIPPED_CONFIGS[name])
-    kind = cfg.pop("kind")
-    if kind == "bert":
-        model = transformers.BertModel(transformers.BertConfig(**cfg), add_pooling_layer=False)
-    else:
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
-    return model.to("cuda", dtype).eval(), "random (architecture only)"
-
-
-def bench_model(
-    name: str, batch: int, seq: int, dtype: torch.dtype = torch.bfloat16, graph: bool = False
-) -> list[dict]:
-    """One shipped model end to end: dense vs 2:4 (magnitude-pruned, every eligible Linear).
-
-    bf16 by default: torch's eager fp16 path rebuilds a plan (about 0.25 s with cuSPARSELt
-    0.8) in every layer of every call, which makes a 210-layer model unmeasurable.
-    """
-    from explorer.gpu import sparsify
-
-    torch.manual_seed(0)
-    dense, weights = shipped_model(name, dtype)
-    with torch.no_grad():
-        if name == "digits-mlp":
-            x = torch.randn(batch, 64, device="cuda", dtype=dtype)
-
-            def call(m):
-                return lambda: m(x)
-        else:
-            ids = torch.randint(0, 1000, (batch, seq), device="cuda")
-
-            def call(m):
-                return lambda: m(input_ids=ids)
-
-        def keep(mod, fqn):
-            return not fqn.endswith("lm_head")  # tied to the embedding
-
-        for fqn, mod in dense.named_modules():
-            if isinstance(mod, nn.Linear) and keep(mod, fqn) and mod.in_features % 4 == 0:
-                mod.weight.copy_(mask24(mod.weight))
-        rep_t = sparsify(dense, filter_fn=keep, backend="torch", inplace=False, fuse_mlp=False)
-        rep_e = sparsify(dense, filter_fn=keep, inplace=False)
-    tokens = batch * seq
-    base = dict(
-        suite="models",
-        label=(
-            f"{name} @ {batch}x{seq if seq > 1 else ''} tokens, {weights} weights, "
-            f"{len(rep_e.swapped)} layers sparse, {len(rep_e.skipped)} dense"
-        ).replace("x tokens", " rows"),
-        m=0,
-        n=tokens,
-        k=0,
-        dtype=_name(dtype),
-        weights=weights,
-        swapped=len(rep_e.swapped),
-        kept_dense=len(rep_e.skipped),
-        fused=len(rep_e.fused),
-    )
-    impls = {"dense": call(dense), "torch": call(rep_t.model), "explorer": call(rep_e.model)}
-
-    def nograd(fn):
-        def f():
-            with torch.no_grad():
-                return fn()
-
-        return f
-
-    return _rows_for(
-        base, {k: nograd(f) for k, f in impls.items()}, graph, host=True, host_iters=20
-    )
 
 
 def bench_unstructured(

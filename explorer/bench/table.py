@@ -58,7 +58,7 @@ def _key(r: dict) -> tuple:
 def _pivot(rows: list[dict]) -> OrderedDict:
     groups: OrderedDict = OrderedDict()
     for r in rows:
-        if r.get("suite") not in ("matmul", "mlp", "models"):
+        if r.get("suite") not in ("matmul", "mlp") or r.get("model"):
             continue
         groups.setdefault(_key(r), {})[(r.get("impl"), r.get("mode"))] = r
     return groups
@@ -232,6 +232,60 @@ def format_mlp(rows: list[dict]) -> str:
             "x dense fused",
             "graph ms",
             "x dense (graph)",
+        ],
+        out,
+    )
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def format_models(rows: list[dict]) -> str:
+    """The whole-model table: dense and sparse times, eager and compiled, and the ceiling.
+
+    Examples
+    --------
+    >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
+    ...     dense_ms=2.0, speedup=1.1, ceiling=1.2, relerr=1e-3)]).splitlines()[2])
+    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | 1.20x | - | 1.0e-03 |
+    """
+    out = []
+    for r in rows:
+        if r.get("suite") != "models" or not r.get("model"):
+            continue
+        torch_cell = _x(r.get("torch_speedup"))
+        if r.get("torch_error"):
+            torch_cell = "fails: " + r["torch_error"].split(":")[0]
+        comp = _x(r.get("speedup_compiled"))
+        if r.get("explorer_compiled_error"):
+            comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
+        out.append(
+            [
+                r["model"],
+                r.get("dtype"),
+                f"{r.get('batch')} x {r.get('seq')}",
+                r.get("dense_ms"),
+                _x(r.get("speedup")),
+                r.get("dense_compiled_ms"),
+                comp,
+                _x(r.get("ceiling")),
+                torch_cell,
+                "-" if r.get("relerr") is None else f"{r['relerr']:.1e}",
+            ]
+        )
+    return markdown(
+        [
+            "model",
+            "dtype",
+            "batch x seq",
+            "dense eager ms",
+            "sparsify() eager",
+            "dense compiled ms",
+            "sparsify() compiled",
+            "ceiling (estimate)",
+            "torch 2:4 eager",
+            "rel. error",
         ],
         out,
     )

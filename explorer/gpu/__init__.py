@@ -6,8 +6,10 @@ the first call that needs a GPU raises a clear error when there is none.
 
 from __future__ import annotations
 
+from explorer.gpu.fused_qkv import SparseQKV
 from explorer.gpu.gated_mlp import SparseGatedMLP
 from explorer.gpu.sparse_linear import SparseLinear
-from explorer.gpu.sparsify import SparsifyReport, sparsify
+from explorer.gpu.sparsify import sparsify
+from explorer.gpu.sparsify_report import SparsifyReport
 
-__all__ = ["SparseGatedMLP", "SparseLinear", "SparsifyReport", "sparsify"]
+__all__ = ["SparseGatedMLP", "SparseLinear", "SparseQKV", "SparsifyReport", "sparsify"]

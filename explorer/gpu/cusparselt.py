@@ -32,6 +32,7 @@ __all__ = [
     "CUSPARSELT_DTYPES",
     "LAYOUTS",
     "CompressedTensor",
+    "CusparseltRefused",
     "Plan",
     "PlanCache",
     "PlanKey",
@@ -74,6 +75,14 @@ _EPILOGUES = ("none", "relu", "gelu")
 #: one (``X^T[in, tokens]``, ``Y^T[out, tokens]`` row-major). 8-bit types need ``cc``.
 LAYOUTS = ("cc", "rr", "rc", "cr")
 _LAYOUT_ALIASES = {"linear": "cc", "rowrow": "rr"}
+
+
+class CusparseltRefused(RuntimeError):
+    """cuSPARSELt refused a plan or a call (no kernel for this configuration, or a bad one)."""
+
+
+def _refused(exc: Exception) -> bool:
+    return type(exc).__name__ == "cuSPARSELtError"
 
 
 def _bindings():
@@ -230,6 +239,14 @@ class Plan:
     """
 
     def __init__(self, key: PlanKey, bias_ptr: int = 0) -> None:
+        try:
+            self._build(key, bias_ptr)
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            raise CusparseltRefused(f"cuSPARSELt refused the plan {key}: {exc}") from exc
+
+    def _build(self, key: PlanKey, bias_ptr: int) -> None:
         L = _bindings()
         self.key = key
         self.device = key.device
@@ -339,19 +356,24 @@ class Plan:
         ``alpha_ptr`` is a device vector of ``m`` floats when the plan has ``alpha_vector``.
         """
         self._streams[0] = _stream_ptr(self.device)
-        self._matmul(
-            self.h,
-            self._plan_ptr,
-            alpha_ptr or self._alpha_ptr,
-            a_ptr,
-            b_ptr,
-            self._beta_ptr,
-            c_ptr or d_ptr,
-            d_ptr,
-            self._ws_ptr,
-            self._streams_ptr,
-            1,
-        )
+        try:
+            self._matmul(
+                self.h,
+                self._plan_ptr,
+                alpha_ptr or self._alpha_ptr,
+                a_ptr,
+                b_ptr,
+                self._beta_ptr,
+                c_ptr or d_ptr,
+                d_ptr,
+                self._ws_ptr,
+                self._streams_ptr,
+                1,
+            )
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            raise CusparseltRefused(f"cuSPARSELt refused to run {self}: {exc}") from exc
 
     def search(self, a_ptr: int, b_ptr: int, d_ptr: int, alpha_ptr: int = 0) -> int:
         """Run ``matmul_search`` (the library times its configs) and return the chosen id."""

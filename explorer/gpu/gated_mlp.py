@@ -3,7 +3,8 @@
 The gate and up projections read the same input, so they run as one sparse matmul over their
 stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two);
 SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.kernels.silu_mul`) and keeps the
-layout the matmul wrote, so the down projection reads it without a copy.
+layout the matmul wrote, so the down projection reads it without a copy. The block's output is
+always row-major: the down projection hands its result to a residual add, not to a sparse layer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.gpu import ops
 from explorer.gpu.sparse_linear import SparseLinear
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
@@ -81,9 +83,12 @@ class SparseGatedMLP(nn.Module):
                 f"gate_up has {gate_up.out_features} outputs; expected twice the down "
                 f"projection's {down.in_features} inputs"
             )
+        if down.output != "rows":
+            raise ValueError("the down projection must return row-major outputs (output='rows')")
         self.gate_up = gate_up
         self.down = down
         self.hidden = down.in_features
+        self._op_id = ops.register(self)
 
     @classmethod
     def from_modules(
@@ -95,6 +100,7 @@ class SparseGatedMLP(nn.Module):
         backend: str = "cusparselt",
         layout: str = "auto",
         tune_tokens: tuple[int, ...] = (),
+        keep_dense: bool = False,
     ) -> SparseGatedMLP:
         """Compress three 2:4 CUDA ``nn.Linear`` layers of a SwiGLU block.
 
@@ -102,8 +108,9 @@ class SparseGatedMLP(nn.Module):
         ----------
         gate, up, down : nn.Linear
             ``gate`` and ``up`` map ``d -> hidden``, ``down`` maps ``hidden -> d``.
-        dtype, backend, layout, tune_tokens
-            As for :meth:`SparseLinear.from_linear`.
+        dtype, backend, layout, tune_tokens, keep_dense
+            As for :meth:`SparseLinear.from_linear`. The gate/up product may hand the SwiGLU
+            kernel a transposed ``Y^T`` view (``output="any"``); the block's output is row-major.
 
         Raises
         ------
@@ -126,11 +133,28 @@ class SparseGatedMLP(nn.Module):
             stacked.weight.copy_(torch.cat([gate.weight, up.weight]))
             if gate.bias is not None:
                 stacked.bias.copy_(torch.cat([gate.bias, up.bias]))
-        kw = dict(dtype=dtype, backend=backend, layout=layout, tune_tokens=tune_tokens)
-        return cls(SparseLinear.from_linear(stacked, **kw), SparseLinear.from_linear(down, **kw))
+        kw = dict(
+            dtype=dtype,
+            backend=backend,
+            layout=layout,
+            tune_tokens=tune_tokens,
+            keep_dense=keep_dense,
+        )
+        return cls(
+            SparseLinear.from_linear(stacked, output="any", **kw),
+            SparseLinear.from_linear(down, **kw),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
+        if torch.compiler.is_compiling():
+            return ops.forward(x, self._op_id)  # one opaque op for torch.compile
+        return self._forward(x)
+
+    def _fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down._fake_output(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, x.shape[-1])
         y = self.down(_silu_mul(self.gate_up(x2)))

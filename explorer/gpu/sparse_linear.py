@@ -7,13 +7,16 @@ first call at a token count a forward pass is: reshape, pad if needed, one ``cus
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
 from explorer import _html
 from explorer.gpu import cusparselt as C
-from explorer.gpu import quant, tuning
+from explorer.gpu import ops, quant, tuning
 from explorer.gpu import torch_backend as TB
+from explorer.gpu.dispatch import DENSE, Route, nearest_route, pick_route
 from explorer.gpu.timing import eager_ms
 
 __all__ = ["SparseLinear"]
@@ -31,15 +34,24 @@ if hasattr(torch, "float8_e4m3fn"):
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
-# (layout, algorithm) chosen per problem: (out, padded tokens, in, dtype, fused activation,
-# alpha, bias, device, input layout, requested algorithm)
-_TUNED: dict[tuple, tuple[str, int]] = {}
+# the route chosen per problem, with the times it was chosen from: (out, in, dtype, fused
+# activation, alpha, bias, device, input layout, requested algorithm and layout, output
+# contract, dense kept) -> {padded tokens: (Route, {Route: ms})}
+_DECISIONS: dict[tuple, dict[int, tuple[Route, dict]]] = {}
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
+_OUTPUTS = ("rows", "any")
 
 
 def _event_ms(fn) -> float:
-    """A quick CUDA-event time of ``fn`` (5 calls after one warm-up) for choosing a layout."""
-    return eager_ms(fn, iters=5, reps=1, warmup=1)
+    """A CUDA-event time of ``fn`` for choosing a route (median of 3 x 10 calls)."""
+    return eager_ms(fn, iters=10, reps=3, warmup=2)
+
+
+def _transpose(y: torch.Tensor, tokens: int) -> torch.Tensor:
+    """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse layer returned."""
+    from explorer.gpu.kernels import transpose_rows
+
+    return transpose_rows(y.t(), tokens)
 
 
 def _apply_act(y: torch.Tensor, activation: str) -> torch.Tensor:
@@ -53,8 +65,13 @@ def _apply_act(y: torch.Tensor, activation: str) -> torch.Tensor:
 class SparseLinear(nn.Module):
     """``y = activation(x @ W^T + b)`` with a 2:4 ``W`` run by cuSPARSELt.
 
-    Build it with :meth:`from_linear`. The dense weight is not kept; :meth:`dense_weight`
-    rebuilds it only when ``keep_dense=True`` was given.
+    Build it with :meth:`from_linear`. Once per problem (shape, dtype, padded token count and
+    input layout) the layer times the routes it may take (see :mod:`explorer.gpu.dispatch`):
+    the sparse product writing ``Y`` row-major or ``Y^T`` (then copied to row-major, or handed
+    on as a transposed view when ``output="any"``), each with the library's default and the
+    tuned algorithm, and, when the dense weight is kept, cuBLAS on the dense weight. The
+    fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
+    slower than the ``nn.Linear`` it replaced at the token counts it has seen.
 
     Parameters
     ----------
@@ -72,6 +89,16 @@ class SparseLinear(nn.Module):
     out_dtype : torch.dtype, optional
         Output dtype of the int8/fp8 paths (float16 or bfloat16); the input's for fp16/bf16.
     backend : {"cusparselt", "torch"}
+    alg : int
+        A fixed cuSPARSELt config id, or -1 to choose (default and tuned algorithms).
+    dense_weight : torch.Tensor, optional
+        The dense masked weight, for the dense route (16-bit layers) and for checks.
+    layout : {"auto", "cc", "rr", "rc", "cr"}
+        ``"auto"`` chooses by measurement; a fixed layout skips the choice.
+    output : {"rows", "any"}
+        ``"rows"`` (default) always returns a row-major ``Y``, what attention, norms and
+        residual adds need; ``"any"`` may return a transposed view of ``Y^T``, for a consumer
+        that reads it for free (another sparse layer, the SwiGLU kernel).
 
     Examples
     --------
@@ -94,23 +121,26 @@ class SparseLinear(nn.Module):
         alg: int = -1,
         dense_weight: torch.Tensor | None = None,
         layout: str = "auto",
+        output: str = "rows",
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation {activation!r} unknown; expected one of {_ACTIVATIONS}")
         if backend not in ("cusparselt", "torch"):
             raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
+        if layout != "auto" and layout not in C.LAYOUTS:
+            raise ValueError(f"layout {layout!r} unknown; expected 'auto' or one of {C.LAYOUTS}")
+        if output not in _OUTPUTS:
+            raise ValueError(f"output {output!r} unknown; expected one of {_OUTPUTS}")
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype
         self.activation = activation
         self.backend = backend
         self.alg = alg
-        if layout != "auto" and layout not in C.LAYOUTS:
-            raise ValueError(f"layout {layout!r} unknown; expected 'auto' or one of {C.LAYOUTS}")
         self.layout = layout
+        self.output = output
         self.out_dtype = out_dtype
-        self._cw_meta = None
         data = compressed.data if isinstance(compressed, C.CompressedTensor) else compressed
         self.register_buffer("compressed", data)
         self.register_buffer("bias", bias)
@@ -120,12 +150,14 @@ class SparseLinear(nn.Module):
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
         self._plans: dict = {}
-        self._fast: dict = {}  # (shape, strides, device, dtype) -> plan, for plain 2-D calls
+        self._routes: dict = {}  # (padded tokens, input layout, fused act) -> Route
+        self._fast: dict = {}  # (shape, strides, device, dtype) -> callable, plain 2-D calls
         self._npad: dict[int, int] = {}
         self._cache = C.default_cache()
         self._mult = C.token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
+        self._op_id = ops.register(self)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -140,6 +172,7 @@ class SparseLinear(nn.Module):
         keep_dense: bool = False,
         layout: str = "auto",
         tune_tokens: tuple[int, ...] = (),
+        output: str = "rows",
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 
@@ -153,17 +186,18 @@ class SparseLinear(nn.Module):
         activation : {"none", "relu", "gelu"}
         backend : {"cusparselt", "torch"}
         keep_dense : bool
-            Also keep the dense masked weight (for checks; doubles the memory).
+            Also keep the dense masked weight: 16-bit layers then run it through cuBLAS at the
+            token counts where that is faster (1.5x the memory of the dense layer in all).
         layout : {"auto", "cc", "rr", "rc", "cr"}
             Operand layouts (see :mod:`explorer.gpu.cusparselt`). ``"auto"`` takes the input as
-            it comes and, once per shape, times both output layouts with the default and the
-            searched algorithm, keeping the fastest correct one (an ``r`` output comes back as
-            a transposed view, which a following sparse layer reads without a copy).
+            it comes and chooses the rest by measurement, once per shape and token count.
         tune_tokens : tuple of int
             Token counts to tune the algorithm for now, while the dense weight is at hand:
             every config is tried in a child process (seconds per shape; see
             :mod:`explorer.gpu.tuning`) and the winner is remembered for this GPU. Without it
-            the library's default algorithm is used unless this shape was tuned before.
+            the shipped tables or the library's default algorithm are used.
+        output : {"rows", "any"}
+            See the class.
 
         Raises
         ------
@@ -229,19 +263,32 @@ class SparseLinear(nn.Module):
             out_dtype,
             backend,
             alg,
-            w.to(out_dtype).clone() if keep_dense else None,
+            w.to(out_dtype).contiguous() if keep_dense else None,
             layout,
+            output,
         )
         if dtype.itemsize == 2 and backend == "cusparselt":
             if tune_tokens and alg < 0:
-                tuning.tune_weight(wq, tune_tokens, out_dtype=out_dtype)
+                for lays in (("cc", "cr"), ("rc", "rr")) if output == "any" else (("cc", "cr"),):
+                    tuning.tune_weight(wq, tune_tokens, out_dtype=out_dtype, layouts=lays)
             gen = torch.Generator(device=w.device).manual_seed(1234)
             px = torch.randn(_PROBE_ROWS, w.shape[1], device=w.device, generator=gen).to(dtype)
             layer._probe_x = px
             layer._probe_y = px.float() @ wq.float().t()
         return layer
 
-    # -- forward ---------------------------------------------------------------------------------
+    # -- routes ----------------------------------------------------------------------------------
+    @property
+    def dense_kept(self) -> bool:
+        """True if the dense weight is kept (the dense route is open)."""
+        return self._dense is not None
+
+    def drop_dense(self) -> None:
+        """Free the dense weight; from now on every token count runs sparse."""
+        self._dense = None
+        self._routes.clear()
+        self._fast.clear()
+
     def _key(
         self, n: int, dev: int, fused_act: bool, alpha: bool, layout: str, alg: int
     ) -> C.PlanKey:
@@ -259,36 +306,9 @@ class SparseLinear(nn.Module):
             device=dev,
         )
 
-    def _plan(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> C.Plan:
-        plan = self._plans.get((n, first))
-        if plan is not None and plan.alive:
-            self._cache.hits += 1
-            return plan
-        layout, alg = self._choose(n, dev, fused_act, alpha, first)
-        bias_ptr = self.bias.data_ptr() if self._bias_in_kernel else 0
-        plan = self._cache.get(self._key(n, dev, fused_act, alpha, layout, alg), bias_ptr)
-        self._plans[(n, first)] = plan
-        return plan
-
-    def _choose(
-        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
-    ) -> tuple[str, int]:
-        """Layout and algorithm for ``n`` tokens whose input arrives in layout ``first``.
-
-        Fixed ones are used as given. ``layout="auto"`` keeps the input as it comes (``c``:
-        ``X`` row-major, ``r``: a transposed view of a row-major ``X^T``, so neither costs a
-        copy) and times both output layouts, each with the library's default algorithm and
-        with the tuned one if :mod:`explorer.gpu.tuning` has one for this problem (a tuned
-        config is kept only if it reproduces the dense product of the probe rows), once per
-        shape. The fastest wins, for every layer of that shape in this process.
-        """
-        if self.layout != "auto":
-            return self.layout, self.alg
-        if self.dtype.itemsize == 1:
-            return "cc", self.alg  # 8-bit types need cc
-        ck = (
+    def _problem(self, dev: int, fused_act: bool, alpha: bool, first: str) -> tuple:
+        return (
             self.out_features,
-            n,
             self.in_features,
             self.dtype,
             fused_act,
@@ -297,17 +317,45 @@ class SparseLinear(nn.Module):
             dev,
             first,
             self.alg,
+            self.layout,
+            self.output,
+            self.dense_kept,
         )
-        best = _TUNED.get(ck)
-        if best is not None:
-            return best
-        if torch.cuda.is_current_stream_capturing():
-            # no timing inside a graph capture; Hopper's fast 16-bit kernels write Y^T
-            return first + "r", self.alg
-        best = _TUNED[ck] = self._tune(n, dev, fused_act, alpha, first)
-        return best
 
-    def _tune(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> tuple[str, int]:
+    def _route(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> Route:
+        """The route for ``n`` padded tokens whose input arrives in layout ``first``."""
+        key = (n, first, fused_act)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._choose(n, dev, fused_act, alpha, first)
+        return route
+
+    def _choose(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> Route:
+        """Measure the routes open to this problem once (per process) and keep the fastest.
+
+        A fixed ``layout`` or an 8-bit type leaves one route. Inside a CUDA-graph capture
+        nothing can be timed: the decision of the nearest measured token count is used, or the
+        sparse row-major route if none was measured.
+        """
+        if self.layout != "auto" or self.dtype.itemsize == 1 or self.backend != "cusparselt":
+            lay = "cc" if self.dtype.itemsize == 1 else self.layout
+            lay = first + "c" if lay == "auto" else lay
+            return Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
+        decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
+        found = decided.get(n)
+        if found is not None:
+            return found[0]
+        if torch.cuda.is_current_stream_capturing():
+            near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+            return near or Route("sparse", first + "c", self.alg)
+        times = self._time_routes(n, dev, fused_act, alpha, first)
+        route = pick_route(times) if times else Route("sparse", first + "c", self.alg)
+        decided[n] = (route, times)
+        return route
+
+    def _time_routes(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
+    ) -> dict[Route, float]:
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
         x = x.to(self.dtype)
@@ -316,9 +364,9 @@ class SparseLinear(nn.Module):
             x[:probe] = self._probe_x[:probe]
         if first == "r":
             x = x.t().contiguous().t()
-        bias_ptr = self.bias.data_ptr() if self._bias_in_kernel else 0
-        alpha_ptr = self.weight_scale.data_ptr() if alpha else 0
-        times: dict[tuple[str, int], float] = {}
+        times: dict[Route, float] = {}
+        if self._dense is not None:
+            times[DENSE] = _event_ms(lambda: self._dense_forward(x, fused_act))
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
             if self.alg < 0:
@@ -328,14 +376,48 @@ class SparseLinear(nn.Module):
                     algs.append(found)
             for alg in algs:
                 try:
-                    plan = self._cache.get(self._key(n, dev, fused_act, alpha, lay, alg), bias_ptr)
-                    y = self._run(plan, x, n, alpha_ptr)
-                    if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
-                        continue  # a config that computes something else: never use it
-                    times[(lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n, alpha_ptr))
-                except Exception:
+                    plan = self._plan_for(n, dev, fused_act, alpha, Route("sparse", lay, alg))
+                    y = self._run(plan, x, n)
+                except C.CusparseltRefused:
+                    continue  # the library has no kernel for this config: not a route
+                if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
+                    continue  # a config that computes something else: never use it
+                if lay[1] == "c":
+                    times[Route("sparse", lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n))
                     continue
-        return min(times, key=times.get) if times else (first + "c", self.alg)
+                if self.output == "any":
+                    times[Route("sparse", lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n))
+                times[Route("sparse", lay, alg, True)] = _event_ms(
+                    lambda p=plan: _transpose(self._run(p, x, n), n)
+                )
+        return times
+
+    def decisions(self) -> dict[int, tuple[Route, dict]]:
+        """Measured routes so far: ``{padded tokens: (route, {route: ms})}`` (any input layout).
+
+        Layers of the same problem share decisions, so one measurement serves them all.
+        """
+        out: dict[int, tuple[Route, dict]] = {}
+        for key, decided in _DECISIONS.items():
+            if (
+                key[:3] == (self.out_features, self.in_features, self.dtype)
+                and key[7:] == self._problem(0, False, False, key[7])[7:]
+            ):
+                out.update(decided)
+        return out
+
+    def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
+        pkey = (n, route.layout, route.alg, fused_act, alpha)
+        plan = self._plans.get(pkey)
+        if plan is not None and plan.alive:
+            self._cache.hits += 1
+            return plan
+        bias_ptr = self.bias.data_ptr() if self._bias_in_kernel else 0
+        plan = self._cache.get(
+            self._key(n, dev, fused_act, alpha, route.layout, route.alg), bias_ptr
+        )
+        self._plans[pkey] = plan
+        return plan
 
     def _mnk(self, n: int) -> tuple[int, int, int]:
         return self.out_features, n, self.in_features
@@ -349,13 +431,33 @@ class SparseLinear(nn.Module):
         err = (y.float() - ref).norm() / ref.norm().clamp_min(1e-30)
         return bool(torch.isfinite(err)) and float(err) < 2e-2
 
+    # -- forward ---------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
+        if torch.compiler.is_compiling():
+            # one opaque custom op for torch.compile and CUDA graphs (explorer.gpu.ops)
+            return ops.forward(x, self._op_id)
         # fast path: a 2-D input seen before (same shape, strides, device and dtype) that
-        # needs nothing but the matmul; the host cost of one call is what eager mode pays
+        # needs nothing but its route; the host cost of one call is what eager mode pays
         fast = self._fast.get((x.shape, x.stride(), x.get_device(), x.dtype))
-        if fast is not None and fast.alive:
-            return self._run(fast, x, x.shape[0], 0)
+        if fast is not None:
+            return fast(x)
+        return self._forward(x)
+
+    def _fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped like the output for ``x`` (what the custom op returns)."""
+        return x.new_empty((*x.shape[:-1], self.out_features), dtype=self._result_dtype(x))
+
+    def _result_dtype(self, x: torch.Tensor) -> torch.dtype:
+        if x.is_floating_point() and x.dtype.itemsize > 1:
+            return x.dtype
+        return self.out_dtype
+
+    def _dense_forward(self, x2: torch.Tensor, fused_act: bool) -> torch.Tensor:
+        y = nn.functional.linear(x2.to(self._dense.dtype), self._dense, self.bias)
+        return _apply_act(y, self.activation) if fused_act else y
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has {x.shape[-1]} features in its last dimension, expected "
@@ -380,13 +482,10 @@ class SparseLinear(nn.Module):
             x2 = x2.contiguous()
         t = x2.shape[0]
         if t == 0:
-            return x.new_empty(*lead, self.out_features, dtype=self.out_dtype)
+            return x.new_empty(*lead, self.out_features, dtype=self._result_dtype(x))
         n = self._npad.get(t)
         if n is None:
             n = self._npad[t] = C.padded_tokens(t, self.dtype)
-        pad = n - t
-        if pad:
-            x2 = nn.functional.pad(x2, (0, 0, 0, pad))
         # "r": a transposed view of a row-major X^T (what an "r"-output layer returns)
         first = "c" if x2.is_contiguous() else "r"
         dev = x2.device.index or 0
@@ -396,21 +495,35 @@ class SparseLinear(nn.Module):
             and self.weight_scale is None
             and (self.dtype, self.activation) not in _UNFUSED
         )
+        route = self._route(n, dev, fuse, alpha, first)
+        if route.kind == "dense":
+            y = self._dense_forward(x2, fuse)
+            if self.activation != "none" and not fuse:
+                y = _apply_act(y, self.activation)
+            if x2 is x or (x.is_contiguous() and x2.dtype == x.dtype):
+                self._remember(x, partial(self._dense_forward, fused_act=fuse))
+            return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
+        pad = n - t
+        xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2
         alpha_ptr = self.weight_scale.data_ptr() if alpha else 0
         try:
-            plan = self._plan(n, dev, fuse, alpha, first)
-            y = self._run(plan, x2, n, alpha_ptr)
-        except Exception as exc:
-            if not fuse or "cuSPARSELtError" not in type(exc).__name__:
+            plan = self._plan_for(n, dev, fuse, alpha, route)
+            y = self._run(plan, xp, n, alpha_ptr)
+        except C.CusparseltRefused:
+            if not fuse:
                 raise
             # cuSPARSELt has no kernel with this fused activation: apply it after, from now on
             _UNFUSED.add((self.dtype, self.activation))
             self._plans.clear()
+            self._routes.clear()
             self._fast.clear()
             fuse = False
-            plan = self._plan(n, dev, fuse, alpha, first)
-            y = self._run(plan, x2, n, alpha_ptr)
-        if pad:
+            route = self._route(n, dev, fuse, alpha, first)
+            plan = self._plan_for(n, dev, fuse, alpha, route)
+            y = self._run(plan, xp, n, alpha_ptr)
+        if route.transpose:
+            y = _transpose(y, t)  # row-major, padded tokens dropped in the same pass
+        elif pad:
             y = y[:t]
         if scale_t is not None:
             # one fused step: per-token scale plus the bias (which must come after the scale)
@@ -424,17 +537,37 @@ class SparseLinear(nn.Module):
         if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
             y = y.to(x.dtype)
         direct = (
-            x2 is x
+            (x2 is x or (x.is_contiguous() and x2.dtype == x.dtype))
             and not pad
             and self.weight_scale is None
             and (fuse or self.activation == "none")
             and y.dtype == x.dtype
         )
-        if direct and len(self._fast) < 64:
-            self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = plan
+        if direct:
+            run = partial(self._run, plan, n=n)
+            self._remember(
+                x, (lambda x_, run=run, n=n: _transpose(run(x_), n)) if route.transpose else run
+            )
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
 
-    def _run(self, plan: C.Plan, x2: torch.Tensor, n: int, alpha_ptr: int) -> torch.Tensor:
+    def _remember(self, x: torch.Tensor, fn2d) -> None:
+        """Keep ``fn2d`` (2-D input to 2-D output) as the whole forward for inputs like ``x``."""
+        if len(self._fast) >= 64:
+            return
+        if x.dim() == 2:
+            fn = fn2d
+        else:
+            lead, k, out = x.shape[:-1], self.in_features, self.out_features
+
+            def fn(x_, fn2d=fn2d):
+                return fn2d(x_.reshape(-1, k)).reshape(*lead, out)
+
+        self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = fn
+
+    def _run(
+        self, plan: C.Plan, x2: torch.Tensor, n: int | None = None, alpha_ptr: int = 0
+    ) -> torch.Tensor:
+        n = x2.shape[0] if n is None else n
         lay = plan.key.layout
         if lay[0] == "r":
             x2 = x2.t().contiguous()  # free when x2 is itself a transposed view (chained layers)

@@ -1,21 +1,31 @@
-"""``sparsify``: swap a model's eligible ``nn.Linear`` layers for :class:`SparseLinear`.
+"""``sparsify``: swap a model's eligible ``nn.Linear`` layers for 2:4 sparse ones, where it pays.
 
-Layers that cannot run 2:4 sparse (not 2:4, off the alignment rules, CPU, unsupported dtype)
-stay dense, and the returned :class:`SparsifyReport` says why, with the doctor's findings.
+Self-attention projections become one :class:`~explorer.gpu.fused_qkv.SparseQKV` product and
+SwiGLU blocks one :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`; other layers become
+:class:`~explorer.gpu.sparse_linear.SparseLinear`. Every swapped module hands on a row-major
+output, so attention, norms and residual adds get the tensors they expect. Then each distinct
+layer is timed at the token counts the user runs (``tokens=``): a layer that is not faster
+sparse at any of them goes back to its original ``nn.Linear``, and one that is faster at some
+keeps its dense weight for the others. Layers that cannot run 2:4 sparse (not 2:4, off the
+alignment rules, CPU, unsupported dtype) stay dense, and the returned
+:class:`~explorer.gpu.sparsify_report.SparsifyReport` says why, with the doctor's findings and
+the measured times.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
 
-from explorer import _html
 from explorer.gpu import cusparselt as C
+from explorer.gpu.dispatch import DENSE
+from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 
 __all__ = ["SparsifyReport", "eligibility", "sparsify"]
 
@@ -26,48 +36,19 @@ _DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "int8": torch.int8,
 }
+#: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
+DEFAULT_TOKENS = (4096, 16)
 
 
 @dataclass
-class SparsifyReport:
-    """What :func:`sparsify` did: swapped layers and skipped ones with reasons.
+class _Unit:
+    """One swapped module: its new module, how to put the old one back, the layers it runs."""
 
-    Attributes
-    ----------
-    swapped : list of (str, tuple)
-        ``(fqn, (out, in))`` of the layers now running 2:4 sparse.
-    skipped : list of (str, str)
-        ``(fqn, reason)`` of the ``nn.Linear`` layers kept dense.
-    fused : list of str
-        SwiGLU blocks swapped whole for a :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`
-        (their three layers are also in ``swapped``).
-    model : nn.Module
-        The sparsified model.
-    """
-
-    swapped: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    fused: list = field(default_factory=list)
-    backend: str = "cusparselt"
-    dtype: str = "float16"
-    model: nn.Module | None = field(default=None, repr=False)
-
-    def reason(self, fqn: str) -> str | None:
-        """Why ``fqn`` was kept dense (None if it was swapped)."""
-        return dict(self.skipped).get(fqn)
-
-    def __repr__(self) -> str:
-        return (
-            f"SparsifyReport({len(self.swapped)} swapped, {len(self.skipped)} kept dense, "
-            f"{len(self.fused)} gated MLPs fused, backend={self.backend}, dtype={self.dtype})"
-        )
-
-    def _repr_html_(self) -> str:
-        rows = [(n, f"{s[0]} x {s[1]}", _html.badge("sparse", "ok"), "") for n, s in self.swapped]
-        rows += [(n, "", _html.badge("dense", "warn"), r) for n, r in self.skipped]
-        return _html.table(
-            ["layer", "shape", "now", "why dense"], rows, caption=repr(self), raw_columns=(2,)
-        )
+    fqn: str
+    new: nn.Module
+    restore: dict  # place -> original module
+    layers: dict  # fqn -> the nn.Linear it replaced
+    undo: Callable[[], None] | None = None
 
 
 def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
@@ -100,12 +81,12 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
 
 
 def _doctor_reasons(model, dtype, tokens) -> Callable[[str], str]:
-    try:
-        from explorer.doctor import doctor
+    from explorer.doctor import doctor
 
+    try:
         rep = doctor(model, dtype=dtype, tokens=tokens)
-    except Exception:
-        return lambda fqn: ""
+    except (ValueError, TypeError) as exc:  # the doctor cannot read this model: say so once
+        return lambda fqn, why=f"doctor unavailable: {exc}": why
 
     def reasons(fqn: str) -> str:
         try:
@@ -125,20 +106,24 @@ def sparsify(
     inplace: bool = True,
     prune: bool = False,
     activation_fusion: bool = True,
-    tokens: int = 1024,
+    tokens: int | Iterable[int] = DEFAULT_TOKENS,
     fuse_mlp: bool = True,
+    fuse_qkv: bool = True,
     tune_tokens: tuple[int, ...] = (),
+    measure: bool = True,
 ) -> SparsifyReport:
-    """Replace eligible ``nn.Linear`` layers by :class:`SparseLinear` (2:4 on cuSPARSELt).
+    """Run a model's 2:4 ``nn.Linear`` layers sparse, wherever that is faster.
 
     Parameters
     ----------
     model : nn.Module
-        On a CUDA GPU, with 2:4-pruned Linear weights (or ``prune=True``).
+        On a CUDA GPU, with 2:4-pruned Linear weights (or ``prune=True``). Sparsify before
+        ``torch.compile``: the sparse modules then compile as one custom op each.
     filter_fn : callable, optional
         ``filter_fn(module, fqn) -> bool``; only layers it accepts are considered.
     backend : {"cusparselt", "torch"}
-        The explorer's cached-plan path, or torch's own ``_cslt`` ops for comparison.
+        The explorer's cached-plan path, or torch's own ``_cslt`` ops for comparison (no
+        fusion, no measurement).
     dtype : torch.dtype or str, optional
         float16, bfloat16, int8 (per-channel weight and per-token activation quantization) or
         None to keep each layer's 16-bit dtype (float32 layers run in float16).
@@ -148,27 +133,45 @@ def sparsify(
         Magnitude-prune each considered weight to 2:4 first.
     activation_fusion : bool
         Fuse a following ``nn.ReLU``/``nn.GELU`` in an ``nn.Sequential`` into the kernel.
-    tokens : int
-        Tokens per call the doctor assumes when it explains why a layer stays dense.
+    tokens : int or iterable of int
+        Tokens per call (batch x sequence) the model runs at; by default a prefill of 4096 and
+        a decode step of 16. Each distinct layer is timed dense and sparse at each count: a
+        layer faster sparse at none of them stays an ``nn.Linear``, one faster at some keeps
+        its dense weight too and runs dense at the others (the report shows the memory).
+        Token counts never measured take the route of the nearest measured count. ``()``
+        measures nothing and swaps every eligible layer.
     fuse_mlp : bool
         Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
-        ``down_proj``, SiLU) whose three layers are all eligible for one
-        :class:`~explorer.gpu.gated_mlp.SparseGatedMLP` (gate and up in one matmul, the
-        elementwise step in one kernel). Their layers are listed in ``report.fused``. A model
-        that is itself such a block (the root module) goes layer by layer: it cannot be
-        swapped in place.
+        ``down_proj``, SiLU) for one :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`. A model
+        that is itself such a block (the root module) goes layer by layer.
+    fuse_qkv : bool
+        Run the query, key and value projections of each self-attention module (``q_proj``,
+        ``k_proj``, ``v_proj`` or BERT's ``query``, ``key``, ``value``) as one sparse product
+        (:class:`~explorer.gpu.fused_qkv.SparseQKV`), biases included.
     tune_tokens : tuple of int
         Token counts to tune each layer's cuSPARSELt algorithm for (in a child process, a few
         seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.tuning`).
+        Shapes in the shipped tables need none.
+    measure : bool
+        Time the layers at ``tokens`` (default). ``False`` swaps every eligible layer and lets
+        each choose its route at its first call.
 
     Returns
     -------
     SparsifyReport
-        ``swapped``/``skipped`` layers with reasons; ``report.model`` is the sparsified model.
+        Swapped and skipped layers with reasons, per-layer dense and sparse times, and
+        ``report.model``, the sparsified model.
+
+    Raises
+    ------
+    TypeError
+        ``model`` is already compiled (sparsify the module first, then compile it).
+    ValueError
+        Unknown backend or dtype, or token counts that are not positive integers.
 
     Examples
     --------
-    >>> report = sparsify(model.half().cuda())  # doctest: +SKIP
+    >>> report = sparsify(model.half().cuda(), tokens=(4096, 16))  # doctest: +SKIP
     >>> report.skipped  # doctest: +SKIP
     [('head', 'shape 10x64 is off the alignment rule (both multiples of 16 for float16)')]
     """
@@ -180,19 +183,19 @@ def sparsify(
         if dtype.lower() not in _DTYPE_NAMES:
             raise ValueError(f"dtype {dtype!r} unknown; expected one of {sorted(_DTYPE_NAMES)}")
         dtype = _DTYPE_NAMES[dtype.lower()]
+    if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
+        raise TypeError(
+            "this model is already compiled (torch.compile); sparsify the module it wraps, then "
+            "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
+        )
+    counts = _token_counts(tokens)
+    measure = measure and bool(counts) and backend == "cusparselt"
     if not inplace:
         model = copy.deepcopy(model)
     report = SparsifyReport(backend=backend, dtype=str(dtype or "auto").removeprefix("torch."))
     report.model = model
     explain = None
-    targets = []
-    for fqn, mod in model.named_modules():
-        if not isinstance(mod, nn.Linear):
-            continue
-        if filter_fn is not None and not filter_fn(mod, fqn):
-            report.skipped.append((fqn, "excluded by filter_fn"))
-            continue
-        targets.append((fqn, mod))
+    targets, places = _targets(model, filter_fn, report)
     if prune:
         from explorer.masks import make_mask
 
@@ -200,31 +203,154 @@ def sparsify(
             for _, mod in targets:
                 if mod.weight.shape[1] % 4 == 0:
                     mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+    kw = dict(backend=backend, tune_tokens=tune_tokens, keep_dense=measure)
+    units: list[_Unit] = []
+    if fuse_qkv and backend == "cusparselt":
+        units += _fuse_qkv(model, targets, dtype, report, kw)
     if fuse_mlp:
-        done = _fuse_gated_mlps(model, targets, dtype, backend, report, tune_tokens)
-        targets = [(fqn, mod) for fqn, mod in targets if fqn not in done]
+        units += _fuse_gated_mlps(model, targets, dtype, report, kw)
+    done = {f for u in units for f in u.layers}
     for fqn, mod in targets:
+        if fqn in done:
+            continue
         dt = _layer_dtype(mod, dtype)
         why = eligibility(mod, dt)
         if why is None:
             try:
-                act = "none"
-                new = SparseLinear.from_linear(
-                    mod, dtype=dt, activation=act, backend=backend, tune_tokens=tune_tokens
-                )
+                new = SparseLinear.from_linear(mod, dtype=dt, **kw)
             except (ValueError, TypeError, RuntimeError) as exc:
                 why = f"compression failed: {exc}"
         if why is not None:
             if explain is None:
-                explain = _doctor_reasons(model, dt, tokens)
+                explain = _doctor_reasons(model, dt, max(counts or (1024,)))
             extra = explain(fqn)
             report.skipped.append((fqn, f"{why}{' | doctor: ' + extra if extra else ''}"))
             continue
-        _set_module(model, fqn, new)
-        report.swapped.append((fqn, (mod.out_features, mod.in_features)))
+        for place in places[id(mod)]:
+            _set_module(model, place, new)
+        units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
     if activation_fusion:
         _fuse_activations(model)
+    if measure:
+        units = _measure(model, units, counts, report)
+    for unit in units:
+        for fqn, mod in unit.layers.items():
+            report.swapped.append((fqn, (mod.out_features, mod.in_features)))
+    shared = [fqn for fqn, mod in targets if len(places[id(mod)]) > 1]
+    for fqn in shared:
+        report.notes.append(
+            f"{fqn} is one module used at {', '.join(places[id(dict(targets)[fqn])])}: "
+            "every place runs the same new module"
+        )
     return report
+
+
+def _token_counts(tokens) -> tuple[int, ...]:
+    items = (tokens,) if isinstance(tokens, int) else tuple(tokens or ())
+    bad = [t for t in items if isinstance(t, bool) or not isinstance(t, int) or t < 1]
+    if bad:
+        raise ValueError(
+            f"tokens must be positive integers (tokens per call, batch x sequence); got {bad!r}. "
+            "Hint: tokens=(4096, 16) for a prefill and a decode step."
+        )
+    return tuple(sorted(set(items), reverse=True))
+
+
+def _targets(model, filter_fn, report) -> tuple[list, dict[int, list[str]]]:
+    """The Linear layers to consider, and every place (fqn) each module object sits at."""
+    places: dict[int, list[str]] = {}
+    for fqn, mod in model.named_modules(remove_duplicate=False):
+        if isinstance(mod, nn.Linear):
+            places.setdefault(id(mod), []).append(fqn)
+    targets = []
+    for fqn, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear):
+            continue
+        if filter_fn is not None and not filter_fn(mod, fqn):
+            report.skipped.append((fqn, "excluded by filter_fn"))
+            continue
+        if type(mod) is not nn.Linear:
+            report.skipped.append(
+                (
+                    fqn,
+                    f"{type(mod).__name__} is a subclass of nn.Linear whose forward may compute "
+                    "something else (an adapter, a quantized layer); kept as it is",
+                )
+            )
+            continue
+        targets.append((fqn, mod))
+    return targets, places
+
+
+def _measure(model, units, counts, report) -> list:
+    """Time every swapped unit at each token count; undo units that never win; free dense
+    weights nobody chose. Returns the units kept sparse."""
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    kept = []
+    with torch.no_grad():
+        for unit in units:
+            fqn, new = unit.fqn, unit.new
+            layers = [m for m in new.modules() if isinstance(m, SparseLinear)]
+            first = layers[0]
+            dev = first.compressed.device
+            act = first.dtype if first.dtype.itemsize == 2 else first.out_dtype
+            for t in counts:
+                new(torch.randn(t, first.in_features, device=dev, dtype=act))
+            wins = False
+            for i, layer in enumerate(layers):
+                name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
+                decided = layer.decisions()
+                for t in counts:
+                    n = C.padded_tokens(t, layer.dtype)
+                    route, times = decided.get(n, (None, {}))
+                    sparse = [v for r, v in times.items() if r.kind == "sparse"]
+                    report.timings.append(
+                        LayerTiming(
+                            name,
+                            (layer.out_features, layer.in_features),
+                            n,
+                            times.get(DENSE),
+                            min(sparse) if sparse else None,
+                            repr(route).removeprefix("Route(").removesuffix(")"),
+                        )
+                    )
+                    wins = wins or (route is not None and route.kind == "sparse")
+            if not wins:
+                for place, mod in unit.restore.items():
+                    _set_module(model, place, mod)
+                if unit.undo is not None:
+                    unit.undo()
+                for place in unit.layers:
+                    report.skipped.append(
+                        (place, f"not faster sparse at {', '.join(map(str, counts))} tokens")
+                    )
+                gone = (fqn, fqn.removesuffix(".qkv") + ".sparse_qkv")
+                report.fused = [f for f in report.fused if f not in gone]
+                continue
+            for layer in layers:
+                routes = [r for r, _ in layer.decisions().values()]
+                if routes and all(r.kind == "sparse" for r in routes):
+                    layer.drop_dense()
+            kept.append(unit)
+    dense_bytes = sum(
+        m._dense.numel() * m._dense.element_size()
+        for m in model.modules()
+        if isinstance(m, SparseLinear) and m.dense_kept
+    )
+    if dense_bytes:
+        report.notes.append(
+            f"{dense_bytes / 2**20:.0f} MiB of dense weights kept for the token counts where "
+            "dense is faster"
+        )
+    return kept
+
+
+def _part_name(unit, layer, index) -> str:
+    for name, mod in unit.named_modules():
+        if mod is layer and name:
+            return name
+    return str(index)
 
 
 def _layer_dtype(mod: nn.Linear, dtype: torch.dtype | None) -> torch.dtype:
@@ -232,34 +358,73 @@ def _layer_dtype(mod: nn.Linear, dtype: torch.dtype | None) -> torch.dtype:
     return dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
 
 
-def _fuse_gated_mlps(model, targets, dtype, backend, report, tune_tokens=()) -> set[str]:
-    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``; return the fqns of their layers."""
+def _block_dtype(parts, dtype) -> torch.dtype | None:
+    """The one dtype a fused block runs in, or None if its layers cannot all run sparse."""
+    dts = {_layer_dtype(p, dtype) for p in parts}
+    if len(dts) != 1:
+        return None
+    dt = dts.pop()
+    if dt.itemsize != 2 or any(eligibility(p, dt) for p in parts):
+        return None  # the layers go through the per-layer path, which says why
+    return dt
+
+
+def _fuse_qkv(model, targets, dtype, report, kw) -> list:
+    """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
+    from explorer.gpu.fused_qkv import SparseQKV, find_qkv
+
+    wanted = dict(targets)
+    units = []
+    for fqn, mod in list(model.named_modules()):
+        names = find_qkv(mod)
+        if names is None:
+            continue
+        fqns = [f"{fqn}.{n}" if fqn else n for n in names]
+        if not all(f in wanted for f in fqns):
+            continue
+        parts = [wanted[f] for f in fqns]
+        dt = _block_dtype(parts, dtype)
+        if dt is None:
+            continue
+        try:
+            new = SparseQKV.from_modules(*parts, dtype=dt, **kw)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.notes.append(f"{fqn}: q/k/v not fused ({exc}); layer by layer instead")
+            continue
+        mod.add_module("sparse_qkv", new)
+        for name, part in zip(names, new.parts(), strict=True):
+            setattr(mod, name, part)
+        report.fused.append(f"{fqn}.sparse_qkv")
+        layers = dict(zip(fqns, parts, strict=True))
+        units.append(_Unit(f"{fqn}.qkv", new, layers, layers, partial(delattr, mod, "sparse_qkv")))
+    return units
+
+
+def _fuse_gated_mlps(model, targets, dtype, report, kw) -> list:
+    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
     from explorer.gpu.gated_mlp import SparseGatedMLP, is_gated_mlp
 
     wanted = dict(targets)
-    done: set[str] = set()
+    units = []
     for fqn, mod in list(model.named_modules()):
         if not fqn or not is_gated_mlp(mod):
             continue  # the root module cannot be swapped in place: its layers go one by one
-        names = [f"{fqn}.{n}" if fqn else n for n in ("gate_proj", "up_proj", "down_proj")]
+        names = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
         if not all(n in wanted for n in names):
             continue
         parts = [wanted[n] for n in names]
-        dts = {_layer_dtype(p, dtype) for p in parts}
-        if len(dts) != 1 or any(eligibility(p, next(iter(dts))) for p in parts):
-            continue  # the layers go through the per-layer path, which says why
+        dt = _block_dtype(parts, dtype)
+        if dt is None:
+            continue
         try:
-            new = SparseGatedMLP.from_modules(
-                *parts, dtype=dts.pop(), backend=backend, tune_tokens=tune_tokens
-            )
-        except (ValueError, TypeError, RuntimeError):
+            new = SparseGatedMLP.from_modules(*parts, dtype=dt, **kw)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
             continue
         _set_module(model, fqn, new)
-        for n, p in zip(names, parts, strict=True):
-            report.swapped.append((n, (p.out_features, p.in_features)))
         report.fused.append(fqn)
-        done.update(names)
-    return done
+        units.append(_Unit(fqn, new, {fqn: mod}, dict(zip(names, parts, strict=True))))
+    return units
 
 
 def _set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:

@@ -15,17 +15,28 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from explorer.gpu import cusparselt as C
 
-__all__ = ["TUNED_LAYOUTS", "clear", "lookup", "table_path", "tune_weight"]
+__all__ = [
+    "TUNED_LAYOUTS",
+    "Problem",
+    "clear",
+    "lookup",
+    "shipped_tables",
+    "table_path",
+    "tune_problems",
+    "tune_weight",
+]
 
-#: Layouts tuned: both write ``Y^T``, where Hopper's fast 16-bit kernels are (``cr`` for an
-#: input in the natural layout, ``rr`` for a transposed one as a previous sparse layer returns)
-TUNED_LAYOUTS = ("cr", "rr")
+#: Layouts tuned by default: ``Y`` row-major and ``Y^T`` from an input in the natural layout
+#: (``rc``/``rr``, an input that is a transposed view, are tuned for the fused MLP's down
+#: projection)
+TUNED_LAYOUTS = ("cc", "cr")
 
 _LOCK = threading.Lock()
 _TABLE: dict[str, int] | None = None
@@ -58,13 +69,39 @@ def _key(device: int, m, n, k, dtype, out_dtype, layout, epilogue) -> str:
     )
 
 
+def shipped_tables() -> list[Path]:
+    """The tables that ship inside the package (``explorer/data/cusparselt-*.json``), generated
+    by ``sparsity-explorer tune`` on the GPUs they name; the user's own table wins over them.
+
+    Examples
+    --------
+    >>> all(p.suffix == ".json" for p in shipped_tables())
+    True
+    """
+    data = Path(__file__).resolve().parent.parent / "data"
+    return sorted(data.glob("cusparselt-*.json"))
+
+
+def _read(path: Path) -> dict[str, int]:
+    try:
+        return {str(k): int(v) for k, v in json.loads(path.read_text()).items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        import warnings
+
+        warnings.warn(f"ignoring the unreadable tuning table {path}: {exc}", stacklevel=3)
+        return {}
+
+
 def _table() -> dict[str, int]:
     global _TABLE
     if _TABLE is None:
-        try:
-            _TABLE = {str(k): int(v) for k, v in json.loads(table_path().read_text()).items()}
-        except (OSError, ValueError, AttributeError):
-            _TABLE = {}
+        table: dict[str, int] = {}
+        for path in shipped_tables():
+            table.update(_read(path))
+        table.update(_read(table_path()))
+        _TABLE = table
     return _TABLE
 
 
@@ -83,18 +120,22 @@ def clear(disk: bool = False) -> None:
             table_path().unlink(missing_ok=True)
 
 
-def _remember(key: str, alg: int) -> None:
+def _remember(found: dict[str, int], path: Path | None = None) -> None:
+    """Add ``found`` to the table in memory and to the user's file (or ``path``)."""
     with _LOCK:
-        table = _table()
-        table[key] = alg
+        _table().update(found)
+        path = path or table_path()
+        own = _read(path)
+        own.update(found)
         try:
-            path = table_path()
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(table, indent=0, sort_keys=True))
+            tmp.write_text(json.dumps(own, indent=0, sort_keys=True))
             tmp.replace(path)
-        except OSError:
-            pass  # a read-only cache: the table still lives for this process
+        except OSError as exc:  # a read-only cache: the table still lives for this process
+            import warnings
+
+            warnings.warn(f"tuned algorithms not saved to {path}: {exc}", stacklevel=3)
 
 
 def tune_weight(
@@ -147,6 +188,170 @@ def tune_weight(
                 )
             except RuntimeError:  # no config reproduced dense: keep the default
                 continue
-            _remember(key, int(res["alg"]))
+            _remember({key: int(res["alg"])})
             found[(n, lay)] = int(res["alg"])
     return found
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One matmul to tune: ``m`` outputs, ``n`` (padded) tokens, ``k`` inputs.
+
+    Examples
+    --------
+    >>> Problem(4096, 4096, 4096, "bfloat16")
+    Problem(4096x4096 @ 4096 tokens, bfloat16, cc)
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float16"
+    layout: str = "cc"
+    epilogue: str = "none"
+
+    def __repr__(self) -> str:
+        return f"Problem({self.m}x{self.k} @ {self.n} tokens, {self.dtype}, {self.layout})"
+
+
+def tune_problems(
+    problems: Iterable[Problem],
+    device: int = 0,
+    table: Path | None = None,
+    progress: bool = True,
+    timeout: float = 900.0,
+) -> dict[Problem, int | None]:
+    """Tune many problems in one child process (restarted after a config that kills it).
+
+    Each problem gets a random 2:4 weight (the choice depends on shapes and dtypes, not
+    values); every config id is checked against the dense product and timed; the fastest
+    correct one is remembered in the user's table (or ``table``). Problems already in the
+    table are skipped.
+
+    Returns
+    -------
+    dict
+        ``{problem: config id}`` (None where no config reproduced the dense product).
+
+    Examples
+    --------
+    >>> tune_problems([Problem(4096, 4096, 4096, "bfloat16")])  # doctest: +SKIP
+    {Problem(4096x4096 @ 4096 tokens, bfloat16, cc): 17}
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    from tqdm.auto import tqdm
+
+    jobs = []
+    for p in dict.fromkeys(problems):
+        key = _key(
+            device,
+            p.m,
+            p.n,
+            p.k,
+            _torch_dtype(p.dtype),
+            _torch_dtype(p.dtype),
+            p.layout,
+            p.epilogue,
+        )
+        with _LOCK:
+            if key in _table():
+                continue
+        jobs.append((p, key))
+    results: dict[Problem, list] = {p: [] for p, _ in jobs}
+    bar = tqdm(total=len(jobs), disable=not progress, desc="tune", unit="problem")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_text(json.dumps([asdict(p) for p, _ in jobs]))
+        job, alg = 0, 0
+        while job < len(jobs):
+            cmd = [
+                sys.executable,
+                "-m",
+                "explorer.gpu.tuning",
+                str(spec),
+                str(job),
+                str(alg),
+                str(device),
+            ]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            current, tried = job, None
+            for line in proc.stdout:
+                if not line.startswith("{"):
+                    continue
+                rec = json.loads(line)
+                if "job" in rec:
+                    if rec["job"] != current:
+                        bar.update(rec["job"] - current)
+                    current, tried = rec["job"], None
+                elif "try" in rec:
+                    tried = rec["try"]
+                elif "alg" in rec:
+                    results[jobs[current][0]].append((rec["alg"], rec["ms"], rec["status"]))
+                    tried = None
+            code = proc.wait(timeout=timeout)
+            if code == 0:
+                bar.update(len(jobs) - current)
+                break
+            # the child died inside config `tried` of job `current`: skip that config
+            job, alg = current, (tried + 1 if tried is not None and tried >= 0 else 0)
+            if tried is None:
+                job, alg = current + 1, 0  # died outside any config: give up on this problem
+            elif tried is not None:
+                results[jobs[current][0]].append((tried, None, "crashed"))
+    bar.close()
+    found: dict[Problem, int | None] = {}
+    keep: dict[str, int] = {}
+    for p, key in jobs:
+        good = [(ms, a) for a, ms, st in results[p] if st == "ok" and ms is not None]
+        found[p] = min(good)[1] if good else None
+        if good:
+            keep[key] = found[p]
+    if keep:
+        _remember(keep, table)
+    return found
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or dtype not in C.CUSPARSELT_DTYPES:
+        raise ValueError(f"dtype {name!r} cannot be tuned; expected float16, bfloat16 or int8")
+    return dtype
+
+
+def _child(spec: str, job: int, alg: int, device: int) -> int:
+    """The child of :func:`tune_problems`: tune jobs from ``job`` on, config ``alg`` first."""
+    from explorer.gpu.search import _search_in_process
+
+    problems = [Problem(**p) for p in json.loads(Path(spec).read_text())]
+    torch.cuda.set_device(device)
+    for i in range(job, len(problems)):
+        p = problems[i]
+        print(json.dumps({"job": i}), flush=True)
+        dtype = _torch_dtype(p.dtype)
+        gen = torch.Generator(device=f"cuda:{device}").manual_seed(i)
+        w = torch.randn(p.m, p.k, device=f"cuda:{device}", generator=gen)
+        g = w.reshape(-1, 4)
+        keep = torch.zeros_like(g, dtype=torch.bool).scatter_(
+            1, g.abs().topk(2, dim=1).indices, True
+        )
+        w = (g * keep).reshape(p.m, p.k).to(dtype)
+        cw = C.compress(w, check=False)
+
+        def report(rec) -> None:
+            print(json.dumps({"alg": rec[0], "ms": rec[1], "status": rec[2]}), flush=True)
+
+        out = C.CUSPARSELT_DTYPES[dtype][0] if dtype.itemsize == 1 else dtype
+        start = alg if i == job else 0
+        _search_in_process(w, cw, p.n, p.epilogue, "time", out, 2e-2, 10, start, report, p.layout)
+        del w, cw
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    spec, job, alg, device = sys.argv[1:5]
+    sys.exit(_child(spec, int(job), int(alg), int(device)))

@@ -1,0 +1,279 @@
+"""The headline benchmark: whole models, dense against 2:4 sparse, side by side in one run.
+
+Each model is a transformers architecture with random weights (the shapes are what matter for
+speed), every ``nn.Linear`` but ``lm_head`` magnitude-pruned to 2:4. The same dense masked
+model is timed as it is, after torch's own ``to_sparse_semi_structured`` path
+(``sparsify(backend="torch")``), and after :func:`explorer.sparsify`, eager and under
+``torch.compile`` (CUDA graphs, ``mode="reduce-overhead"``, for decode steps), all with CUDA
+events in one process. Beside the achieved speedup each row gives the ceiling: the dense
+model's time with its sparse layers' dense time replaced by their measured sparse time, i.e.
+what the model could gain if nothing but those layers changed (an estimate from measured
+parts). Decode steps are single forward passes of 1 token per sequence without a KV cache.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from explorer.gpu.timing import eager_ms
+
+__all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A benchmark model: a transformers config and the (batch, sequence) runs timed on it."""
+
+    kind: str  # "llama", "qwen2" or "bert"
+    config: dict
+    runs: tuple[tuple[int, int], ...]
+    description: str
+
+
+_LLAMA_RUNS = ((4, 1024), (1, 4096), (16, 1), (1, 1))
+MODEL_SPECS = {
+    "llama-1b": ModelSpec(
+        "llama",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+        ),
+        _LLAMA_RUNS,
+        "LLaMA-3.2-1B-like: 16 layers, hidden 2048, MLP 8192, 32 heads, 8 KV heads",
+    ),
+    "llama-8b": ModelSpec(
+        "llama",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=4,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+        ),
+        _LLAMA_RUNS,
+        "LLaMA-3-8B-like layers: 4 layers, hidden 4096, MLP 14336, 32 heads, 8 KV heads",
+    ),
+    "qwen2-1.5b": ModelSpec(
+        "qwen2",
+        dict(
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=8,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+        ),
+        _LLAMA_RUNS,
+        "Qwen2-1.5B-like: 8 layers, hidden 1536, MLP 8960, 12 heads, 2 KV heads, q/k/v biases",
+    ),
+    "bert-base": ModelSpec(
+        "bert",
+        dict(
+            hidden_size=768,
+            intermediate_size=3072,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            hidden_act="gelu",
+        ),
+        ((8, 512), (32, 128)),
+        "BERT-base-like encoder: 12 layers, hidden 768, MLP 3072 (no decode: an encoder)",
+    ),
+}
+
+
+def build_model(name: str, dtype: torch.dtype) -> nn.Module:
+    """Model ``name`` of :data:`MODEL_SPECS` on the GPU, random weights, Linears 2:4 but the head."""
+    import transformers
+
+    from explorer.bench.runner import mask24
+
+    spec = MODEL_SPECS[name]
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        if spec.kind == "llama":
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec.config))
+        elif spec.kind == "qwen2":
+            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**spec.config))
+        else:
+            model = transformers.BertModel(
+                transformers.BertConfig(**spec.config), add_pooling_layer=False
+            )
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        for fqn, mod in model.named_modules():
+            if isinstance(mod, nn.Linear) and _sparse_candidate(mod, fqn):
+                mod.weight.copy_(mask24(mod.weight))
+    return model
+
+
+def _sparse_candidate(mod: nn.Module, fqn: str) -> bool:
+    return not fqn.endswith("lm_head")  # the head is tied to the embedding, and not pruned
+
+
+def ceiling(dense_ms: float, layer_dense_ms: float, layer_sparse_ms: float) -> float | None:
+    """Whole-model speedup if only the sparse layers changed (an estimate from measured parts).
+
+    Examples
+    --------
+    >>> round(ceiling(10.0, 5.0, 5.0 / 1.4), 3)
+    1.167
+    """
+    rest = dense_ms - layer_dense_ms
+    if dense_ms <= 0 or rest < 0 or layer_sparse_ms <= 0:
+        return None
+    return dense_ms / (rest + layer_sparse_ms)
+
+
+def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _logits(out) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def bench_whole_model(
+    name: str,
+    dtype: torch.dtype = torch.bfloat16,
+    compiled: bool = True,
+    torch_path: bool = True,
+    runs: tuple[tuple[int, int], ...] | None = None,
+    log=None,
+) -> list[dict]:
+    """Time one model of :data:`MODEL_SPECS` every way, at each of its runs.
+
+    Parameters
+    ----------
+    name : str
+    dtype : torch.dtype
+        bfloat16 or float16.
+    compiled : bool
+        Also time ``torch.compile`` of the dense and the sparsified model (CUDA graphs for
+        decode runs).
+    torch_path : bool
+        Also time torch's semi-structured path (eager, prefill runs: it fails on decode).
+    runs : tuple of (batch, sequence), optional
+        Defaults to the spec's.
+
+    Returns
+    -------
+    list of dict
+        One row per run.
+    """
+    from explorer.gpu import sparsify
+
+    spec = MODEL_SPECS[name]
+    runs = tuple(runs or spec.runs)
+    counts = tuple(sorted({b * s for b, s in runs}, reverse=True))
+    dense = build_model(name, dtype)
+    sparse = copy.deepcopy(dense)
+    with torch.no_grad():
+        rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=counts)
+    say = (lambda msg: print(f"[models] {msg}", file=log, flush=True)) if log else (lambda m: 0)
+    say(f"{name} {dtype}: {rep!r}")
+    torch_model = None
+    if torch_path:
+        torch_model = copy.deepcopy(dense)
+        sparsify(
+            torch_model,
+            filter_fn=_sparse_candidate,
+            backend="torch",
+            fuse_mlp=False,
+            fuse_qkv=False,
+            measure=False,
+        )
+    rows = []
+    for batch, seq in runs:
+        decode = seq == 1 and spec.kind != "bert"
+        gen = torch.Generator(device="cuda").manual_seed(batch * 100003 + seq)
+        vocab = spec.config.get("vocab_size", 30522)
+        ids = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+
+        def call(model, ids=ids):
+            def f():
+                with torch.no_grad():
+                    return model(input_ids=ids)
+
+            return f
+
+        n_tokens = batch * seq
+        row = dict(
+            suite="models",
+            model=name,
+            label=f"{name} {batch}x{seq}",
+            description=spec.description,
+            dtype=str(dtype).removeprefix("torch."),
+            batch=batch,
+            seq=seq,
+            n=n_tokens,
+            m=0,
+            k=0,
+            layers_sparse=len(rep.swapped),
+            layers_dense=len(rep.skipped),
+            status="ok",
+        )
+        with torch.no_grad():
+            ref = _logits(call(dense)())
+            row["relerr"] = _relerr(_logits(call(sparse)()), ref)
+        row["dense_ms"] = _time(call(dense))
+        row["explorer_ms"] = _time(call(sparse))
+        row["speedup"] = row["dense_ms"] / row["explorer_ms"]
+        from explorer.gpu.cusparselt import padded_tokens
+
+        est = rep.layer_estimate(padded_tokens(n_tokens, dtype))
+        if est:
+            row["layer_dense_ms"], row["layer_sparse_ms"] = est
+            row["ceiling"] = ceiling(row["dense_ms"], *est)
+        if torch_model is not None and not decode:
+            try:
+                row["torch_ms"] = _time(call(torch_model))
+                row["torch_speedup"] = row["dense_ms"] / row["torch_ms"]
+            except (RuntimeError, NotImplementedError) as exc:
+                row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        if compiled:
+            mode = "reduce-overhead" if decode else None
+            for key, model in (("dense_compiled_ms", dense), ("explorer_compiled_ms", sparse)):
+                torch._dynamo.reset()
+                try:
+                    fn = torch.compile(model, mode=mode, dynamic=False)
+                    row[key] = _time(call(fn), compiled=True)
+                except Exception as exc:  # a compile failure is a result to report, not a crash
+                    row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if row.get("dense_compiled_ms") and row.get("explorer_compiled_ms"):
+                row["speedup_compiled"] = row["dense_compiled_ms"] / row["explorer_compiled_ms"]
+            row["compile_mode"] = mode or "default"
+            torch._dynamo.reset()
+        say(
+            f"{name} {row['dtype']} {batch}x{seq}: dense {row['dense_ms']:.3f} ms, explorer "
+            f"{row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), compiled "
+            f"{row.get('speedup_compiled') or float('nan'):.2f}x, torch "
+            f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
+        )
+        rows.append(row)
+    rows[0]["timings"] = rep.timing_table()
+    del dense, sparse, torch_model
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _time(fn, compiled: bool = False) -> float:
+    if compiled:
+        for _ in range(3):  # compile, then CUDA-graph warm-up and recording
+            fn()
+        torch.cuda.synchronize()
+    return eager_ms(fn, iters=5, reps=5, warmup=3)

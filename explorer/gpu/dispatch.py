@@ -1,0 +1,122 @@
+"""Which path a sparse layer takes at a token count: pure decisions, no GPU needed.
+
+A layer of :mod:`explorer.gpu` can run its product several ways: the dense weight through
+cuBLAS, or the 2:4 weight through cuSPARSELt with the output written row-major (``Y``) or
+transposed (``Y^T``), the latter either handed on as a transposed view (free only when the
+next step is another sparse layer or a fused kernel) or copied to row-major by the tiled
+transpose kernel. Each way is a :class:`Route`. A layer times the routes it may take once per
+problem (shape, dtype, padded token count, input layout) and keeps the fastest with
+:func:`pick_route`, which keeps a layer dense unless sparse is measurably faster. Token
+counts never measured (inside a CUDA-graph capture, where nothing can be timed) take the
+decision of the nearest measured count (:func:`nearest_route`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["DENSE", "SPARSE_MARGIN", "Route", "nearest_route", "pick_route"]
+
+#: Sparse must take at most this share of the dense time to be chosen (a 2% margin, so that
+#: timing noise never turns a tie into a slowdown).
+SPARSE_MARGIN = 0.98
+
+
+@dataclass(frozen=True)
+class Route:
+    """One way to compute ``y = x @ W^T (+ b)``.
+
+    Attributes
+    ----------
+    kind : {"dense", "sparse"}
+    layout : str
+        cuSPARSELt operand layouts (``"cc"``, ``"cr"``, ``"rc"``, ``"rr"``; see
+        :mod:`explorer.gpu.cusparselt`); empty for dense.
+    alg : int
+        cuSPARSELt config id, -1 for the library default.
+    transpose : bool
+        The ``Y^T`` output is copied to row-major by :func:`explorer.gpu.kernels.transpose_rows`.
+
+    Examples
+    --------
+    >>> Route("sparse", "cr", 20, transpose=True)
+    Route(sparse cr alg 20 + transpose)
+    >>> DENSE.row_major
+    True
+    """
+
+    kind: str
+    layout: str = ""
+    alg: int = -1
+    transpose: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dense", "sparse"):
+            raise ValueError(f"route kind {self.kind!r} unknown; expected 'dense' or 'sparse'")
+        if self.kind == "sparse" and self.layout not in ("cc", "cr", "rc", "rr"):
+            raise ValueError(f"layout {self.layout!r} unknown; expected cc, cr, rc or rr")
+        if self.transpose and self.layout[1:] != "r":
+            raise ValueError("only a Y^T output (layout ending in 'r') can be transposed")
+
+    @property
+    def row_major(self) -> bool:
+        """True if the output comes back as a row-major ``Y`` (not a transposed view)."""
+        return self.kind == "dense" or self.layout[1] == "c" or self.transpose
+
+    def __repr__(self) -> str:
+        if self.kind == "dense":
+            return "Route(dense)"
+        alg = "default" if self.alg < 0 else f"alg {self.alg}"
+        return f"Route(sparse {self.layout} {alg}{' + transpose' if self.transpose else ''})"
+
+
+DENSE = Route("dense")
+
+
+def pick_route(times: Mapping[Route, float], margin: float = SPARSE_MARGIN) -> Route:
+    """The route to keep from measured times (milliseconds; ``None`` or NaN: failed).
+
+    Dense is kept unless the fastest sparse route takes at most ``margin`` of its time; without
+    a dense time the fastest route wins.
+
+    Raises
+    ------
+    ValueError
+        No route has a usable time.
+
+    Examples
+    --------
+    >>> pick_route({DENSE: 1.0, Route("sparse", "cc"): 0.99})
+    Route(dense)
+    >>> pick_route({DENSE: 1.0, Route("sparse", "cc"): 0.7})
+    Route(sparse cc default)
+    """
+    ok = {r: t for r, t in times.items() if t is not None and math.isfinite(t) and t > 0}
+    if not ok:
+        raise ValueError(f"no route has a usable time in {dict(times)!r}")
+    sparse = {r: t for r, t in ok.items() if r.kind == "sparse"}
+    dense = ok.get(DENSE)
+    if not sparse:
+        return DENSE
+    best = min(sparse, key=sparse.get)
+    if dense is not None and sparse[best] > margin * dense:
+        return DENSE
+    return best
+
+
+def nearest_route(tokens: int, decided: Mapping[int, Route]) -> Route | None:
+    """The decision of the measured token count nearest to ``tokens`` (on a log scale).
+
+    Examples
+    --------
+    >>> decided = {16: DENSE, 4096: Route("sparse", "cc")}
+    >>> nearest_route(32, decided), nearest_route(2048, decided)
+    (Route(dense), Route(sparse cc default))
+    >>> nearest_route(8, {}) is None
+    True
+    """
+    if not decided:
+        return None
+    return decided[min(decided, key=lambda n: (abs(math.log2(n) - math.log2(tokens)), -n))]

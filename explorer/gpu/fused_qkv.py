@@ -1,0 +1,206 @@
+"""``SparseQKV``: an attention block's query, key and value projections as one 2:4 matmul.
+
+The three projections of self-attention read the same input, so their stacked weights
+``[Wq; Wk; Wv]`` (and biases, as Qwen2 and BERT have) run as one sparse product: one larger,
+more efficient problem and one call instead of three. The attention module itself is left as
+it is: its ``q_proj``, ``k_proj`` and ``v_proj`` (``query``, ``key``, ``value`` in BERT) become
+:class:`QKVPart` views of the shared product. The first part called with an input computes the
+whole product; the other two, called with the same input, take their columns of it. The output
+is row-major, so the slices are what attention kernels want (last dimension contiguous).
+
+Under ``torch.compile`` each part calls the shared product through the custom op of
+:mod:`explorer.gpu.ops`; the compiler's common-subexpression pass merges the three identical
+calls into one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from explorer import _html
+from explorer.gpu import ops
+from explorer.gpu.sparse_linear import SparseLinear
+
+__all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
+
+#: Names of the (query, key, value) projections in known self-attention modules.
+ATTENTION_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"))
+
+
+def find_qkv(module: nn.Module) -> tuple[str, str, str] | None:
+    """The names of ``module``'s query, key and value ``nn.Linear`` children, if it has them.
+
+    Only plain ``nn.Linear`` children with the same input size, dtype and device count, and
+    never a cross-attention module (its key and value read another input).
+
+    Examples
+    --------
+    >>> class Attn(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(8, 8) for _ in range(3))
+    >>> find_qkv(Attn())
+    ('q_proj', 'k_proj', 'v_proj')
+    >>> find_qkv(nn.Linear(8, 8)) is None
+    True
+    """
+    if getattr(module, "is_cross_attention", False) or "Cross" in type(module).__name__:
+        return None
+    for names in ATTENTION_PROJECTIONS:
+        parts = [getattr(module, n, None) for n in names]
+        if not all(type(p) is nn.Linear for p in parts):
+            continue
+        w = [p.weight for p in parts]
+        if len({p.in_features for p in parts}) != 1:
+            continue
+        if len({t.dtype for t in w}) != 1 or len({t.device for t in w}) != 1:
+            continue
+        if len({p.bias is None for p in parts}) != 1:
+            continue
+        return names
+    return None
+
+
+class SparseQKV(nn.Module):
+    """The stacked query/key/value projection of one attention module, run once per input.
+
+    Parameters
+    ----------
+    proj : SparseLinear
+        The stacked ``[Wq; Wk; Wv]`` layer (row-major output).
+    sizes : tuple of int
+        Output features of the query, key and value projections.
+
+    Examples
+    --------
+    >>> qkv = SparseQKV.from_modules(attn.q_proj, attn.k_proj, attn.v_proj)  # doctest: +SKIP
+    >>> q, k, v = qkv.parts()  # doctest: +SKIP
+    """
+
+    def __init__(self, proj: SparseLinear, sizes: tuple[int, int, int]) -> None:
+        super().__init__()
+        if sum(sizes) != proj.out_features:
+            raise ValueError(
+                f"sizes {sizes} add up to {sum(sizes)}, but the stacked projection has "
+                f"{proj.out_features} outputs"
+            )
+        if proj.output != "rows":
+            raise ValueError("the stacked projection must return row-major outputs")
+        self.proj = proj
+        self.sizes = tuple(int(s) for s in sizes)
+        self._memo: tuple | None = None  # (input, its version, output, parts still to serve)
+
+    @classmethod
+    def from_modules(
+        cls,
+        q: nn.Linear,
+        k: nn.Linear,
+        v: nn.Linear,
+        dtype: torch.dtype | None = None,
+        backend: str = "cusparselt",
+        tune_tokens: tuple[int, ...] = (),
+        keep_dense: bool = False,
+    ) -> SparseQKV:
+        """Compress three 2:4 CUDA ``nn.Linear`` projections that read the same input.
+
+        Parameters
+        ----------
+        q, k, v : nn.Linear
+            The same ``in_features``, dtype, device and bias presence.
+        dtype, backend, tune_tokens, keep_dense
+            As for :meth:`SparseLinear.from_linear`.
+
+        Raises
+        ------
+        ValueError
+            Inputs that differ, or any of the reasons of ``from_linear``.
+        """
+        parts = (q, k, v)
+        if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
+            raise ValueError(
+                "q, k and v must share in_features and bias presence to be stacked; got "
+                + ", ".join(f"{tuple(p.weight.shape)} bias={p.bias is not None}" for p in parts)
+            )
+        with torch.no_grad():
+            stacked = nn.Linear(
+                q.in_features,
+                sum(p.out_features for p in parts),
+                bias=q.bias is not None,
+                device=q.weight.device,
+                dtype=q.weight.dtype,
+            )
+            stacked.weight.copy_(torch.cat([p.weight for p in parts]))
+            if q.bias is not None:
+                stacked.bias.copy_(torch.cat([p.bias for p in parts]))
+        proj = SparseLinear.from_linear(
+            stacked, dtype=dtype, backend=backend, tune_tokens=tune_tokens, keep_dense=keep_dense
+        )
+        return cls(proj, tuple(p.out_features for p in parts))
+
+    def parts(self) -> tuple[QKVPart, QKVPart, QKVPart]:
+        """Three modules that replace the query, key and value projections."""
+        bounds, start = [], 0
+        for size in self.sizes:
+            bounds.append((start, start + size))
+            start += size
+        return tuple(QKVPart(self, a, b) for a, b in bounds)
+
+    def shared(self, x: torch.Tensor) -> torch.Tensor:
+        """The stacked product for ``x``, computed once for the three parts that ask for it."""
+        memo = self._memo
+        if memo is not None and memo[0] is x and memo[1] == x._version:
+            y, left = memo[2], memo[3] - 1
+            self._memo = (x, memo[1], y, left) if left else None
+            return y
+        y = self.proj(x)
+        self._memo = (x, x._version, y, len(self.sizes) - 1)
+        return y
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The stacked ``[q, k, v]`` output for ``x[..., in]`` (row-major)."""
+        return self.proj(x)
+
+    def extra_repr(self) -> str:
+        q, k, v = self.sizes
+        return f"q={q}, k={k}, v={v}, in_features={self.proj.in_features}, one 2:4 matmul"
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("q / k / v outputs", " / ".join(map(str, self.sizes))),
+            ("stacked", f"{self.proj.out_features} x {self.proj.in_features}"),
+            ("dtype", str(self.proj.dtype).removeprefix("torch.")),
+            ("bias", self.proj.bias is not None),
+        ]
+        return _html.table(["SparseQKV", ""], rows)
+
+
+class QKVPart(nn.Module):
+    """Columns ``start:stop`` of a :class:`SparseQKV` product (a query, key or value output).
+
+    The shared block is held without registering it as a child, so it is saved and moved once,
+    with the attention module that owns it.
+    """
+
+    def __init__(self, owner: SparseQKV, start: int, stop: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "owner", owner)
+        self.start, self.stop = int(start), int(stop)
+        self.in_features = owner.proj.in_features
+        self.out_features = self.stop - self.start
+
+    @property
+    def weight_shape(self) -> tuple[int, int]:
+        """``(out_features, in_features)`` of the projection this part replaced."""
+        return self.out_features, self.in_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """This projection's output for ``x[..., in]``: a view of the shared row-major product."""
+        if torch.compiler.is_compiling():
+            y = ops.forward(x, self.owner.proj._op_id)  # merged with the other parts' calls
+        else:
+            y = self.owner.shared(x)
+        return y[..., self.start : self.stop]
+
+    def extra_repr(self) -> str:
+        return f"columns {self.start}:{self.stop} of a fused q/k/v 2:4 matmul"

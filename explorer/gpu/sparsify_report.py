@@ -1,0 +1,150 @@
+"""``SparsifyReport``: what :func:`explorer.sparsify` did, layer by layer, with measured times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from explorer import _html
+
+__all__ = ["LayerTiming", "SparsifyReport"]
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """One layer's measured times at one token count (milliseconds, CUDA events).
+
+    Attributes
+    ----------
+    fqn : str
+        The layer (a fused block's stacked layers are named ``block.qkv`` / ``block.gate_up``).
+    shape : tuple of int
+        ``(out, in)`` of the product timed.
+    tokens : int
+        Padded token count.
+    dense_ms, sparse_ms : float or None
+        cuBLAS on the dense weight, and the fastest correct sparse route.
+    route : str
+        What the layer runs at this token count.
+    """
+
+    fqn: str
+    shape: tuple[int, int]
+    tokens: int
+    dense_ms: float | None
+    sparse_ms: float | None
+    route: str
+
+    @property
+    def speedup(self) -> float | None:
+        """Dense time over the chosen route's time (1.0 when it stays dense)."""
+        if self.dense_ms is None or self.sparse_ms is None:
+            return None
+        return self.dense_ms / min(self.sparse_ms, self.dense_ms)
+
+
+@dataclass
+class SparsifyReport:
+    """What :func:`sparsify` did: swapped layers, layers kept dense with reasons, and times.
+
+    Attributes
+    ----------
+    swapped : list of (str, tuple)
+        ``(fqn, (out, in))`` of the layers now running 2:4 sparse (at least at one token count).
+    skipped : list of (str, str)
+        ``(fqn, reason)`` of the ``nn.Linear`` layers kept dense.
+    fused : list of str
+        Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.gated_mlp.SparseGatedMLP`) and
+        attention projections (:class:`~explorer.gpu.fused_qkv.SparseQKV`, ``fqn.qkv``).
+    timings : list of LayerTiming
+        Per layer and token count, dense and sparse times as measured by ``sparsify``.
+    notes : list of str
+        Anything else worth knowing (shared modules, untuned shapes, memory kept for dense).
+    model : nn.Module
+        The sparsified model.
+    """
+
+    swapped: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    fused: list = field(default_factory=list)
+    backend: str = "cusparselt"
+    dtype: str = "float16"
+    timings: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    model: nn.Module | None = field(default=None, repr=False)
+
+    def reason(self, fqn: str) -> str | None:
+        """Why ``fqn`` was kept dense (None if it was swapped)."""
+        return dict(self.skipped).get(fqn)
+
+    def layer_estimate(self, tokens: int) -> tuple[float, float] | None:
+        """Summed dense and chosen times of the swapped layers at ``tokens`` (an estimate).
+
+        The rest of the model (attention, norms, embeddings) is not in this sum, so the whole
+        model gains less than ``dense / sparse`` here; ``sparsity-explorer bench --suites
+        models`` measures whole models.
+        """
+        rows = [t for t in self.timings if t.tokens == tokens and t.dense_ms is not None]
+        if not rows:
+            return None
+        dense = sum(t.dense_ms for t in rows)
+        chosen = sum(min(t.dense_ms, t.sparse_ms or t.dense_ms) for t in rows)
+        return dense, chosen
+
+    def __repr__(self) -> str:
+        parts = [
+            f"{len(self.swapped)} swapped",
+            f"{len(self.skipped)} kept dense",
+            f"{len(self.fused)} blocks fused",
+        ]
+        for n in sorted({t.tokens for t in self.timings}):
+            est = self.layer_estimate(n)
+            if est:
+                parts.append(f"layers at {n} tokens {est[0] / est[1]:.2f}x (estimate)")
+        return f"SparsifyReport({', '.join(parts)}, backend={self.backend}, dtype={self.dtype})"
+
+    def _repr_html_(self) -> str:
+        rows = [(n, f"{s[0]} x {s[1]}", _html.badge("sparse", "ok"), "") for n, s in self.swapped]
+        rows += [(n, "", _html.badge("dense", "warn"), r) for n, r in self.skipped]
+        html = _html.table(
+            ["layer", "shape", "now", "why dense"], rows, caption=repr(self), raw_columns=(2,)
+        )
+        if self.timings:
+            trows = [
+                (
+                    t.fqn,
+                    f"{t.shape[0]} x {t.shape[1]}",
+                    t.tokens,
+                    _ms(t.dense_ms),
+                    _ms(t.sparse_ms),
+                    f"{t.speedup:.2f}x" if t.speedup else "",
+                    t.route,
+                )
+                for t in self.timings
+            ]
+            html += _html.table(
+                ["layer", "shape", "tokens", "dense ms", "sparse ms", "speedup", "runs"],
+                trows,
+                caption="measured per layer (CUDA events); the whole model gains less: "
+                "the rest of it is unchanged",
+            )
+        return html
+
+    def timing_table(self) -> str:
+        """The per-layer times as a Markdown table."""
+        lines = [
+            "| layer | shape | tokens | dense ms | sparse ms | speedup | runs |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in self.timings:
+            sp = f"{t.speedup:.2f}x" if t.speedup else ""
+            lines.append(
+                f"| {t.fqn} | {t.shape[0]}x{t.shape[1]} | {t.tokens} | {_ms(t.dense_ms)} | "
+                f"{_ms(t.sparse_ms)} | {sp} | {t.route} |"
+            )
+        return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v:.4f}"
