@@ -151,6 +151,7 @@ class SparseLinear(nn.Module):
         self.register_buffer("_probe_y", None, persistent=False)
         self._plans: dict = {}
         self._routes: dict = {}  # (padded tokens, input layout, fused act) -> Route
+        self._seen: dict = {}  # padded tokens -> (Route, {Route: ms}) this layer was given
         self._fast: dict = {}  # (shape, strides, device, dtype) -> callable, plain 2-D calls
         self._npad: dict[int, int] = {}
         self._cache = C.default_cache()
@@ -284,10 +285,24 @@ class SparseLinear(nn.Module):
         return self._dense is not None
 
     def drop_dense(self) -> None:
-        """Free the dense weight; from now on every token count runs sparse."""
+        """Free the dense weight; from now on every token count runs sparse.
+
+        Decisions already measured that chose sparse carry over (without the dense time).
+        """
+        if self._dense is None:
+            return
+        kept = {k: v for k, v in _DECISIONS.items() if k[-1] and k[:-1][:3] == self._mnk_key()}
         self._dense = None
+        for key, decided in kept.items():
+            mine = _DECISIONS.setdefault((*key[:-1], False), {})
+            for n, (route, times) in decided.items():
+                if route.kind == "sparse":
+                    mine.setdefault(n, (route, {r: t for r, t in times.items() if r != DENSE}))
         self._routes.clear()
         self._fast.clear()
+
+    def _mnk_key(self) -> tuple:
+        return (self.out_features, self.in_features, self.dtype)
 
     def _key(
         self, n: int, dev: int, fused_act: bool, alpha: bool, layout: str, alg: int
@@ -343,15 +358,15 @@ class SparseLinear(nn.Module):
             return Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
         decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
         found = decided.get(n)
-        if found is not None:
-            return found[0]
-        if torch.cuda.is_current_stream_capturing():
-            near = nearest_route(n, {k: v[0] for k, v in decided.items()})
-            return near or Route("sparse", first + "c", self.alg)
-        times = self._time_routes(n, dev, fused_act, alpha, first)
-        route = pick_route(times) if times else Route("sparse", first + "c", self.alg)
-        decided[n] = (route, times)
-        return route
+        if found is None:
+            if torch.cuda.is_current_stream_capturing():
+                near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+                return near or Route("sparse", first + "c", self.alg)
+            times = self._time_routes(n, dev, fused_act, alpha, first)
+            route = pick_route(times) if times else Route("sparse", first + "c", self.alg)
+            found = decided[n] = (route, times)
+        self._seen[n] = found
+        return found[0]
 
     def _time_routes(
         self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
@@ -393,18 +408,11 @@ class SparseLinear(nn.Module):
         return times
 
     def decisions(self) -> dict[int, tuple[Route, dict]]:
-        """Measured routes so far: ``{padded tokens: (route, {route: ms})}`` (any input layout).
+        """Measured routes of this layer so far: ``{padded tokens: (route, {route: ms})}``.
 
-        Layers of the same problem share decisions, so one measurement serves them all.
+        Layers of the same problem share one measurement (the first one to meet it times it).
         """
-        out: dict[int, tuple[Route, dict]] = {}
-        for key, decided in _DECISIONS.items():
-            if (
-                key[:3] == (self.out_features, self.in_features, self.dtype)
-                and key[7:] == self._problem(0, False, False, key[7])[7:]
-            ):
-                out.update(decided)
-        return out
+        return dict(self._seen)
 
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
         pkey = (n, route.layout, route.alg, fused_act, alpha)

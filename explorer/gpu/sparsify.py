@@ -316,6 +316,8 @@ def _measure(model, units, counts, report) -> list:
                         )
                     )
                     wins = wins or (route is not None and route.kind == "sparse")
+                # a fixed route (int8, a fixed layout) is not measured against dense: it stays
+                wins = wins or not decided
             if not wins:
                 for place, mod in unit.restore.items():
                     _set_module(model, place, mod)
@@ -329,8 +331,7 @@ def _measure(model, units, counts, report) -> list:
                 report.fused = [f for f in report.fused if f not in gone]
                 continue
             for layer in layers:
-                routes = [r for r, _ in layer.decisions().values()]
-                if routes and all(r.kind == "sparse" for r in routes):
+                if all(r.kind == "sparse" for r, _ in layer.decisions().values()):
                     layer.drop_dense()
             kept.append(unit)
     dense_bytes = sum(
@@ -364,7 +365,7 @@ def _block_dtype(parts, dtype) -> torch.dtype | None:
     if len(dts) != 1:
         return None
     dt = dts.pop()
-    if dt.itemsize != 2 or any(eligibility(p, dt) for p in parts):
+    if any(eligibility(p, dt) for p in parts):
         return None  # the layers go through the per-layer path, which says why
     return dt
 

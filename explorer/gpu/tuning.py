@@ -285,6 +285,8 @@ def tune_problems(
                 if "job" in rec:
                     if rec["job"] != current:
                         bar.update(rec["job"] - current)
+                        for j in range(current, rec["job"]):
+                            _settle(jobs[j], results, table)  # kept even if a later one hangs
                     current, tried = rec["job"], None
                 elif "try" in rec:
                     tried = rec["try"]
@@ -302,16 +304,21 @@ def tune_problems(
             elif tried is not None:
                 results[jobs[current][0]].append((tried, None, "crashed"))
     bar.close()
-    found: dict[Problem, int | None] = {}
-    keep: dict[str, int] = {}
-    for p, key in jobs:
-        good = [(ms, a) for a, ms, st in results[p] if st == "ok" and ms is not None]
-        found[p] = min(good)[1] if good else None
-        if good:
-            keep[key] = found[p]
-    if keep:
-        _remember(keep, table)
-    return found
+    return {job[0]: _settle(job, results, table) for job in jobs}
+
+
+def _settle(job, results, table) -> int | None:
+    """The fastest correct config of a finished job, remembered (None if there is none)."""
+    problem, key = job
+    good = [(ms, a) for a, ms, st in results[problem] if st == "ok" and ms is not None]
+    if not good:
+        return None
+    alg = min(good)[1]
+    with _LOCK:
+        known = _table().get(key)
+    if known != alg:
+        _remember({key: alg}, table)
+    return alg
 
 
 def _torch_dtype(name: str) -> torch.dtype:

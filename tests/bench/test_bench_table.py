@@ -80,3 +80,31 @@ def test_cli_rejects_bad_shape(capsys):
     with pytest.raises(SystemExit):
         main(["--shapes", "4096x4096"])
     assert "OUTxTOKENSxIN" in capsys.readouterr().err
+
+
+def test_models_table_and_ceiling():
+    from explorer.bench.models import MODEL_SPECS, ceiling
+    from explorer.bench.table import format_models
+
+    assert ceiling(10.0, 5.0, 2.5) == pytest.approx(10.0 / 7.5)
+    assert ceiling(10.0, 12.0, 1.0) is None  # layers slower than the whole: not measured right
+    rows = [
+        dict(
+            suite="models",
+            model="llama-1b",
+            dtype="bfloat16",
+            batch=16,
+            seq=1,
+            dense_ms=5.0,
+            speedup=0.99,
+            dense_compiled_ms=2.0,
+            speedup_compiled=1.01,
+            ceiling=1.0,
+            torch_error="NotImplementedError: expand",
+            relerr=2e-3,
+        ),
+        dict(suite="matmul", m=1, n=1, k=1, dtype="float16"),
+    ]
+    text = format_models(rows)
+    assert "llama-1b" in text and "fails: NotImplementedError" in text and "matmul" not in text
+    assert all(spec.runs for spec in MODEL_SPECS.values())

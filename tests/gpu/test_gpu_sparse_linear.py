@@ -128,7 +128,7 @@ def test_sparsify_model():
     with torch.no_grad():
         ref = model.double()(x.double())
         model.half()
-    report = sparsify(model)
+    report = sparsify(model, tokens=())  # no measuring: every eligible layer swapped
     assert [n for n, _ in report.swapped] == ["0", "2"]
     assert report.skipped[0][0] == "4" and "alignment" in report.skipped[0][1]
     with torch.no_grad():
@@ -168,25 +168,43 @@ def test_every_layout_matches(layout, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_auto_tuning_keeps_the_input_layout(dtype, transposed):
+@pytest.mark.parametrize("output", ["rows", "any"])
+def test_auto_route_keeps_the_input_layout(dtype, transposed, output):
     from explorer.gpu import SparseLinear
-    from explorer.gpu import sparse_linear as SLM
 
     lin = _linear(512, 1024, dtype, bias=False)
-    sl = SparseLinear.from_linear(lin)
+    sl = SparseLinear.from_linear(lin, output=output)
     x = torch.randn(512, 256, device=DEV, dtype=dtype).t() if transposed else None
     if x is None:
         x = torch.randn(256, 512, device=DEV, dtype=dtype)
     y = sl(x)
     ref = nn.functional.linear(x.double(), lin.weight.double())
     assert relerr(y, ref) < 2e-3
-    ((_n, first), plan) = next(iter(sl._plans.items()))
+    ((n, first, _), route) = next(iter(sl._routes.items()))
     assert first == ("r" if transposed else "c")
-    assert plan.key.layout[0] == first  # the input is read as it comes: no transpose copy
-    assert SLM._TUNED[(1024, 256, 512, dtype, False, False, False, 0, first, -1)] == (
-        plan.key.layout,
-        plan.key.alg,
-    )
+    assert route.kind == "sparse" and route.layout[0] == first  # read as it comes: no copy
+    if output == "rows":
+        assert y.is_contiguous() and route.row_major
+    assert sl.decisions()[n][0] == route
+    assert all(t > 0 for t in sl.decisions()[n][1].values())
+
+
+def test_dense_route_when_kept_and_faster_or_not():
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.dispatch import DENSE
+
+    lin = _linear(256, 256)
+    sl = SparseLinear.from_linear(lin, keep_dense=True)
+    x = torch.randn(3, 256, device=DEV, dtype=torch.half)
+    ref = nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+    assert relerr(sl(x), ref) < 2e-3
+    assert relerr(sl(x), ref) < 2e-3  # the remembered fast path gives the same
+    (_route, times) = sl.decisions()[16]
+    assert DENSE in times and any(r.kind == "sparse" for r in times)
+    sl.drop_dense()
+    assert not sl.dense_kept
+    assert relerr(sl(x), ref) < 2e-3
+    assert sl._routes[(16, "c", False)].kind == "sparse"
 
 
 def test_probe_rejects_a_wrong_result():
@@ -223,7 +241,7 @@ def test_sparsify_fuses_gated_mlp(dtype, shape):
     x = torch.randn(*shape, 256, device=DEV, dtype=act)
     with torch.no_grad():
         ref = block(x).double()
-        rep = sparsify(block, dtype=dtype, inplace=False, fuse_mlp=True)
+        rep = sparsify(block, dtype=dtype, inplace=False, fuse_mlp=True, tokens=())
         y = rep.model(x)
     assert isinstance(rep.model[0], SparseGatedMLP)
     assert rep.fused == ["0"]
@@ -239,7 +257,7 @@ def test_gated_mlp_not_fused_when_a_layer_is_not_24():
     mlp = _llama_mlp(256, 688, torch.float16)
     with torch.no_grad():
         mlp.down_proj.weight.add_(0.01)  # dense again
-    rep = sparsify(mlp, inplace=False, fuse_mlp=True)
+    rep = sparsify(mlp, inplace=False, fuse_mlp=True, tokens=())
     assert rep.fused == []
     assert "not 2:4" in rep.reason("down_proj")
     assert {n for n, _ in rep.swapped} == {"gate_proj", "up_proj"}
@@ -249,6 +267,8 @@ def test_a_root_gated_mlp_goes_layer_by_layer():
     from explorer.gpu import SparseLinear, sparsify
 
     mlp = _llama_mlp(256, 768, torch.float16)
-    rep = sparsify(mlp, inplace=False, fuse_mlp=True)  # the root cannot be swapped in place
+    rep = sparsify(
+        mlp, inplace=False, fuse_mlp=True, tokens=()
+    )  # the root cannot be swapped in place
     assert rep.fused == []
     assert isinstance(rep.model.gate_proj, SparseLinear)

@@ -22,7 +22,7 @@ def table(tmp_path, monkeypatch):
 def test_remember_lookup_and_persist(table):
     args = (0, 4096, 1024, 4096, "torch.float16", "torch.float16", "cr")
     assert tuning.lookup(*args) is None
-    tuning._remember(tuning._key(*args, "none"), 37)
+    tuning._remember({tuning._key(*args, "none"): 37})
     assert tuning.lookup(*args) == 37
     assert tuning.lookup(*args[:-1], "rr") is None  # another layout is another problem
     saved = json.loads(table.read_text())
@@ -33,9 +33,43 @@ def test_remember_lookup_and_persist(table):
     assert tuning.lookup(*args) is None and not table.exists()
 
 
-def test_a_corrupt_table_is_ignored(table):
+def test_a_corrupt_table_is_ignored_with_a_warning(table):
     table.write_text("{not json")
-    assert tuning.lookup(0, 1, 1, 1, "a", "b", "cr") is None
+    with pytest.warns(UserWarning, match="unreadable tuning table"):
+        assert tuning.lookup(0, 1, 1, 1, "a", "b", "cr") is None
+
+
+def test_shipped_tables_are_read_and_the_users_wins(table, tmp_path, monkeypatch):
+    shipped = tmp_path / "shipped" / "cusparselt-test.json"
+    shipped.parent.mkdir()
+    args = (0, 2048, 4096, 2048, "torch.bfloat16", "torch.bfloat16", "cc")
+    key = tuning._key(*args, "none")
+    other = tuning._key(*args[:-1], "cr", "none")
+    shipped.write_text(json.dumps({key: 17, other: 20}))
+    monkeypatch.setattr(tuning, "shipped_tables", lambda: [shipped])
+    tuning._TABLE = None
+    assert tuning.lookup(*args) == 17
+    tuning._remember({key: 3})  # the user's own run
+    tuning._TABLE = None
+    assert tuning.lookup(*args) == 3 and tuning.lookup(*args[:-1], "cr") == 20
+    assert json.loads(shipped.read_text())[key] == 17  # the shipped file is never written
+
+
+def test_problems_and_family_shapes():
+    from explorer.gpu.tune_cli import FAMILIES, family_shapes, main
+
+    assert tuning.Problem(64, 16, 32, "bfloat16") == tuning.Problem(64, 16, 32, "bfloat16")
+    for fam in FAMILIES:
+        for m, k, _role in family_shapes(fam):
+            assert m % 16 == 0 and k % 16 == 0, (fam, m, k)
+    with pytest.raises(ValueError, match="unknown"):
+        family_shapes("gpt-5")
+    with pytest.raises(SystemExit):
+        main(["--families", "nope"])
+    with pytest.raises(SystemExit):
+        main(["--tokens", "0"])
+    with pytest.raises(ValueError, match="cannot be tuned"):
+        tuning._torch_dtype("float32")
 
 
 @pytest.mark.gpu

@@ -1,0 +1,47 @@
+"""Route decisions (CPU: pure logic)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from explorer.gpu.dispatch import DENSE, SPARSE_MARGIN, Route, nearest_route, pick_route
+
+CC = Route("sparse", "cc", 17)
+CRT = Route("sparse", "cr", -1, transpose=True)
+CRV = Route("sparse", "cr", -1)
+
+
+def test_route_validation_and_row_major():
+    assert DENSE.row_major and CC.row_major and CRT.row_major and not CRV.row_major
+    with pytest.raises(ValueError, match="kind"):
+        Route("fast")
+    with pytest.raises(ValueError, match="layout"):
+        Route("sparse", "xx")
+    with pytest.raises(ValueError, match="transposed"):
+        Route("sparse", "cc", transpose=True)
+    assert repr(CRT) == "Route(sparse cr default + transpose)"
+
+
+def test_dense_stays_unless_sparse_clearly_wins():
+    assert pick_route({DENSE: 1.0, CC: SPARSE_MARGIN * 1.0 + 1e-6}) == DENSE
+    assert pick_route({DENSE: 1.0, CC: 0.9, CRT: 0.8}) == CRT
+    assert pick_route({CC: 2.0, CRT: 3.0}) == CC  # no dense time: the fastest
+    assert pick_route({DENSE: 1.0}) == DENSE
+    assert pick_route({DENSE: 1.0, CC: math.nan, CRT: None}) == DENSE  # failed timings ignored
+
+
+def test_no_usable_time_is_an_error():
+    with pytest.raises(ValueError, match="no route"):
+        pick_route({CC: math.nan})
+
+
+def test_nearest_route_on_a_log_scale():
+    decided = {16: DENSE, 1024: CC, 4096: CRT}
+    assert nearest_route(1, decided) == DENSE
+    assert nearest_route(100, decided) == DENSE  # log2: 100 is nearer 16 than 1024
+    assert nearest_route(300, decided) == CC
+    assert nearest_route(2048, decided) == CRT  # a tie goes to the larger count
+    assert nearest_route(10**6, decided) == CRT
+    assert nearest_route(5, {}) is None
