@@ -558,9 +558,11 @@ def transpose_rows(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
         return d[:, :tokens].t().contiguous()
     out = torch.empty(tokens, rows, dtype=d.dtype, device=d.device)
     dev = d.device.index or 0
-    kern = _module("transpose", dev).get_function("transpose16")
-    grid = (-(-tokens // _TILE), -(-rows // _TILE))
     args = (_ptr(d), _ptr(out), np.int64(rows), np.int64(tokens), np.int64(cols), np.int64(rows))
+    # two values per access where rows and the row stride are even (always, for sparse layers)
+    paired = rows % 2 == 0 and cols % 2 == 0 and d.data_ptr() % 4 == 0
+    tile = 2 * _TILE if paired else _TILE
+    kern = _module("transpose", dev).get_function("transpose16x2" if paired else "transpose16")
     with _stream(dev):
-        kern(grid, (_TILE, 8), args)
+        kern((-(-tokens // tile), -(-rows // tile)), (_TILE, 8), args)
     return out

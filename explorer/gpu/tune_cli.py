@@ -51,15 +51,16 @@ def _problems(families, tokens, dtypes):
     from explorer.gpu import cusparselt as C
     from explorer.gpu.tuning import Problem, _torch_dtype
 
-    out = []
-    for fam in families:
-        for m, k, role in family_shapes(fam):
-            for dt in dtypes:
-                for t in tokens:
-                    n = C.padded_tokens(t, _torch_dtype(dt))
+    out = []  # most useful first: the first dtype, the largest token count
+    for dt in dtypes:
+        for t in sorted(tokens, reverse=True):
+            n = C.padded_tokens(t, _torch_dtype(dt))
+            for fam in families:
+                for m, k, role in family_shapes(fam):
+                    # the down projection may read the SwiGLU output as a transposed view
                     layouts = ("cc", "cr", "rc", "rr") if role == "down" else ("cc", "cr")
                     out += [Problem(m, n, k, dt, lay) for lay in layouts]
-    return out
+    return list(dict.fromkeys(out))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,7 +176,9 @@ def test_sparse_linear_in_a_cuda_graph():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("rows", "cols", "tokens"), [(64, 32, 32), (96, 48, 40), (33, 17, 5)])
+@pytest.mark.parametrize(
+    ("rows", "cols", "tokens"), [(64, 32, 32), (96, 48, 40), (128, 80, 77), (33, 17, 5)]
+)
 def test_transpose_rows_matches_reference(dtype, rows, cols, tokens):
     from explorer.gpu.kernels import transpose_rows, transpose_rows_reference
 
