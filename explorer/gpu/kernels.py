@@ -78,16 +78,25 @@ def _module(name: str, device: int):
     return mod
 
 
-def _launch(name: str, fn: str, tensor: torch.Tensor, grid: int, args: tuple) -> None:
-    cp = require("cupy", "gpu")
+@cache
+def _function(name: str, fn: str, device: int):
+    return _module(name, device).get_function(fn)
+
+
+def _launch(name: str, fn: str, tensor: torch.Tensor, grid, args: tuple, block=(_THREADS,)) -> None:
+    """Launch kernel ``fn`` of ``kernels/<name>.cu`` on torch's current stream of the tensor's
+    device. Modules, functions and stream handles are made once: a launch costs little host
+    time, which a model calling kernels per layer pays on every call."""
     dev = tensor.device.index or 0
-    kern = _module(name, dev).get_function(fn)
-    stream = torch.cuda.current_stream(dev).cuda_stream
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # CuPy 14 renamed ExternalStream
-        ext = cp.cuda.ExternalStream(stream, dev)
-    with cp.cuda.Device(dev), ext:
-        kern((grid,), (_THREADS,), args)
+    kern = _function(name, fn, dev)
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    if dev != torch.cuda.current_device():
+        cp = require("cupy", "gpu")
+        with cp.cuda.Device(dev), _stream(dev):
+            kern(grid, block, args)
+        return
+    with _stream(dev):
+        kern(grid, block, args)
 
 
 _STREAMS: dict[tuple[int, int], object] = {}
@@ -557,12 +566,10 @@ def transpose_rows(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
     if d.element_size() != 2 or d.numel() == 0 or tokens == 0:
         return d[:, :tokens].t().contiguous()
     out = torch.empty(tokens, rows, dtype=d.dtype, device=d.device)
-    dev = d.device.index or 0
     args = (_ptr(d), _ptr(out), np.int64(rows), np.int64(tokens), np.int64(cols), np.int64(rows))
     # two values per access where rows and the row stride are even (always, for sparse layers)
     paired = rows % 2 == 0 and cols % 2 == 0 and d.data_ptr() % 4 == 0
     tile = 2 * _TILE if paired else _TILE
-    kern = _module("transpose", dev).get_function("transpose16x2" if paired else "transpose16")
-    with _stream(dev):
-        kern((-(-tokens // tile), -(-rows // tile)), (_TILE, 8), args)
+    fn = "transpose16x2" if paired else "transpose16"
+    _launch("transpose", fn, d, (-(-tokens // tile), -(-rows // tile)), args, block=(_TILE, 8))
     return out
