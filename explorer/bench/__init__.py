@@ -234,9 +234,10 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "matter). `x` is the speedup over the same dense masked model in the same mode; "
             "`ceiling` is the dense model's time with only its sparse layers' time replaced by "
             "their measured sparse time (an estimate from measured parts: what the model "
-            "could gain if nothing else changed). Compiled: `torch.compile`, with CUDA graphs "
-            "(`reduce-overhead`) for decode steps (1 token per sequence, no KV cache). `torch "
-            "2:4` is torch's `to_sparse_semi_structured` path, eager.",
+            "could gain if nothing else changed). Compiled: `torch.compile(mode="
+            "\"reduce-overhead\")`, i.e. with CUDA graphs, for dense and sparse alike. Decode "
+            "steps are 1 token per sequence without a KV cache. `torch 2:4` is torch's "
+            "`to_sparse_semi_structured` path, eager.",
             "",
             format_models(rows),
             "",
