@@ -49,6 +49,7 @@ def main():
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--python", action="store_true", help="also cProfile the host side")
     a = p.parse_args()
     dtype = getattr(torch, a.dtype)
     dense = build_model(a.model, dtype)
@@ -58,6 +59,20 @@ def main():
     ids = torch.randint(0, 1000, (a.batch, a.seq), device="cuda")
     profile_one("dense", dense, ids)
     profile_one("sparsify()", sparse, ids)
+    if a.python:
+        import cProfile
+        import pstats
+
+        for name, model in (("dense", dense), ("sparsify()", sparse)):
+            with torch.no_grad():
+                model(input_ids=ids)
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(5):
+                    model(input_ids=ids)
+                prof.disable()
+            print(f"== host profile, {name}, 5 forwards")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(22)
 
 
 if __name__ == "__main__":

@@ -256,6 +256,8 @@ def bench_whole_model(
                     row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
             if row.get("dense_compiled_ms") and row.get("explorer_compiled_ms"):
                 row["speedup_compiled"] = row["dense_compiled_ms"] / row["explorer_compiled_ms"]
+                if est:  # the graph-replayed dense time is the GPU's: the truer base
+                    row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est)
             row["compile_mode"] = mode
             torch._dynamo.reset()
         say(

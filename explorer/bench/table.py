@@ -269,7 +269,7 @@ def format_models(rows: list[dict]) -> str:
                 _x(r.get("speedup")),
                 r.get("dense_compiled_ms"),
                 comp,
-                _x(r.get("ceiling")),
+                _x(r.get("ceiling_compiled") or r.get("ceiling")),
                 torch_cell,
                 "-" if r.get("relerr") is None else f"{r['relerr']:.1e}",
             ]

@@ -8,9 +8,8 @@ it is: its ``q_proj``, ``k_proj`` and ``v_proj`` (``query``, ``key``, ``value`` 
 whole product; the other two, called with the same input, take their columns of it. The output
 is row-major, so the slices are what attention kernels want (last dimension contiguous).
 
-Under ``torch.compile`` each part calls the shared product through the custom op of
-:mod:`explorer.gpu.ops`; the compiler's common-subexpression pass merges the three identical
-calls into one.
+Under ``torch.compile`` the sharing is traced like any Python, so the compiled graph calls
+the custom op of :mod:`explorer.gpu.ops` once per attention module.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.gpu import ops
 from explorer.gpu.sparse_linear import SparseLinear
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
@@ -147,14 +145,21 @@ class SparseQKV(nn.Module):
         return tuple(QKVPart(self, a, b) for a, b in bounds)
 
     def shared(self, x: torch.Tensor) -> torch.Tensor:
-        """The stacked product for ``x``, computed once for the three parts that ask for it."""
+        """The stacked product for ``x``, computed once for the three parts that ask for it.
+
+        The memory lasts until the three parts have been served (or another input comes), and
+        an input changed in place is computed again. Under ``torch.compile`` the same logic is
+        traced, so the graph holds one product, and nothing is left in memory after it.
+        """
+        compiling = torch.compiler.is_compiling()
+        version = 0 if compiling else x._version
         memo = self._memo
-        if memo is not None and memo[0] is x and memo[1] == x._version:
+        if memo is not None and memo[0] is x and memo[1] == version:
             y, left = memo[2], memo[3] - 1
-            self._memo = (x, memo[1], y, left) if left else None
+            self._memo = (x, version, y, left) if left else None
             return y
         y = self.proj(x)
-        self._memo = (x, x._version, y, len(self.sizes) - 1)
+        self._memo = (x, version, y, len(self.sizes) - 1)
         return y
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -196,11 +201,7 @@ class QKVPart(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """This projection's output for ``x[..., in]``: a view of the shared row-major product."""
-        if torch.compiler.is_compiling():
-            y = ops.forward(x, self.owner.proj._op_id)  # merged with the other parts' calls
-        else:
-            y = self.owner.shared(x)
-        return y[..., self.start : self.stop]
+        return self.owner.shared(x)[..., self.start : self.stop]
 
     def extra_repr(self) -> str:
         return f"columns {self.start}:{self.stop} of a fused q/k/v 2:4 matmul"

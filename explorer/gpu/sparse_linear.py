@@ -551,17 +551,24 @@ class SparseLinear(nn.Module):
             y = y.to(x.dtype)
         direct = (
             (x2 is x or (x.is_contiguous() and x2.dtype == x.dtype))
-            and not pad
             and self.weight_scale is None
             and (fuse or self.activation == "none")
             and y.dtype == x.dtype
         )
         if direct:
-            run = partial(self._run, plan, n=n)
-            self._remember(
-                x, (lambda x_, run=run, n=n: _transpose(run(x_), n)) if route.transpose else run
-            )
+            self._remember(x, self._fast_sparse(plan, n, t, route.transpose))
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
+
+    def _fast_sparse(self, plan: C.Plan, n: int, t: int, transpose: bool):
+        """The sparse route for ``t`` rows (padded to ``n``) as one closure, 2-D in, 2-D out."""
+        run, pad = partial(self._run, plan, n=n), n - t
+        if transpose:
+            if pad:
+                return lambda x_: _transpose(run(nn.functional.pad(x_, (0, 0, 0, pad))), t)
+            return lambda x_: _transpose(run(x_), t)
+        if pad:
+            return lambda x_: run(nn.functional.pad(x_, (0, 0, 0, pad)))[:t]
+        return run
 
     def _remember(self, x: torch.Tensor, fn2d) -> None:
         """Keep ``fn2d`` (2-D input to 2-D output) as the whole forward for inputs like ``x``."""
