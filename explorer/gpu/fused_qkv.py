@@ -138,14 +138,11 @@ class SparseQKV(nn.Module):
 
     def parts(self) -> tuple[QKVPart, QKVPart, QKVPart]:
         """Three modules that replace the query, key and value projections."""
-        bounds, start = [], 0
-        for size in self.sizes:
-            bounds.append((start, start + size))
-            start += size
-        return tuple(QKVPart(self, a, b) for a, b in bounds)
+        return tuple(QKVPart(self, i) for i in range(len(self.sizes)))
 
-    def shared(self, x: torch.Tensor) -> torch.Tensor:
-        """The stacked product for ``x``, computed once for the three parts that ask for it.
+    def shared(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The q, k and v views of the stacked product for ``x``, computed once for the three
+        parts that ask for it.
 
         The memory lasts until the three parts have been served (or another input comes), and
         an input changed in place is computed again. Under ``torch.compile`` the same logic is
@@ -155,12 +152,12 @@ class SparseQKV(nn.Module):
         version = 0 if compiling else x._version
         memo = self._memo
         if memo is not None and memo[0] is x and memo[1] == version:
-            y, left = memo[2], memo[3] - 1
-            self._memo = (x, version, y, left) if left else None
-            return y
-        y = self.proj(x)
-        self._memo = (x, version, y, len(self.sizes) - 1)
-        return y
+            views, left = memo[2], memo[3] - 1
+            self._memo = (x, version, views, left) if left else None
+            return views
+        views = self.proj(x).split(self.sizes, dim=-1)  # one call for the three views
+        self._memo = (x, version, views, len(self.sizes) - 1)
+        return views
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The stacked ``[q, k, v]`` output for ``x[..., in]`` (row-major)."""
@@ -181,16 +178,18 @@ class SparseQKV(nn.Module):
 
 
 class QKVPart(nn.Module):
-    """Columns ``start:stop`` of a :class:`SparseQKV` product (a query, key or value output).
+    """Output ``index`` (0: query, 1: key, 2: value) of a :class:`SparseQKV` product.
 
     The shared block is held without registering it as a child, so it is saved and moved once,
     with the attention module that owns it.
     """
 
-    def __init__(self, owner: SparseQKV, start: int, stop: int) -> None:
+    def __init__(self, owner: SparseQKV, index: int) -> None:
         super().__init__()
         object.__setattr__(self, "owner", owner)
-        self.start, self.stop = int(start), int(stop)
+        self.index = int(index)
+        self.start = sum(owner.sizes[:index])
+        self.stop = self.start + owner.sizes[index]
         self.in_features = owner.proj.in_features
         self.out_features = self.stop - self.start
 
@@ -201,7 +200,7 @@ class QKVPart(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """This projection's output for ``x[..., in]``: a view of the shared row-major product."""
-        return self.owner.shared(x)[..., self.start : self.stop]
+        return self.owner.shared(x)[self.index]
 
     def extra_repr(self) -> str:
         return f"columns {self.start}:{self.stop} of a fused q/k/v 2:4 matmul"

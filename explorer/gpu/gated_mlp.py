@@ -155,9 +155,10 @@ class SparseGatedMLP(nn.Module):
         return self.down._fake_output(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            return self.down(_silu_mul(self.gate_up(x)))
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])
-        y = self.down(_silu_mul(self.gate_up(x2)))
+        y = self.down(_silu_mul(self.gate_up(x.reshape(-1, x.shape[-1]))))
         return y.reshape(*lead, y.shape[-1])
 
     def extra_repr(self) -> str:

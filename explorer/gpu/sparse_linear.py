@@ -466,8 +466,9 @@ class SparseLinear(nn.Module):
             return x.dtype
         return self.out_dtype
 
-    def _dense_forward(self, x2: torch.Tensor, fused_act: bool) -> torch.Tensor:
-        y = nn.functional.linear(x2.to(self._dense.dtype), self._dense, self.bias)
+    def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
+        w = self._dense
+        y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
         return _apply_act(y, self.activation) if fused_act else y
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -513,8 +514,14 @@ class SparseLinear(nn.Module):
             y = self._dense_forward(x2, fuse)
             if self.activation != "none" and not fuse:
                 y = _apply_act(y, self.activation)
-            if x2 is x or (x.is_contiguous() and x2.dtype == x.dtype):
-                self._remember(x, partial(self._dense_forward, fused_act=fuse))
+            if x2.dtype == x.dtype and len(self._fast) < 64:
+                # F.linear takes any leading dims: one call, no reshapes (host time in decode)
+                w, b = self._dense, self.bias
+                self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = (
+                    partial(self._dense_forward, fused_act=fuse)
+                    if fuse
+                    else partial(nn.functional.linear, weight=w, bias=b)
+                )
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2
