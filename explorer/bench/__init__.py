@@ -220,22 +220,26 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         "",
         "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
-        "Times are milliseconds per call (median of 7 CUDA-event timings of 20 back-to-back calls "
-        "after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the speedup over "
-        "dense cuBLAS in the same mode; host us is the host time to issue one call.",
-        "",
     ]
+    if any(r.get("suite") != "models" for r in rows):
+        parts += [
+            "Layer rows: milliseconds per call (median of 7 CUDA-event timings of 20 back-to-back "
+            "calls after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the "
+            "speedup over dense cuBLAS in the same mode; host us is the host time to issue one "
+            "call.",
+            "",
+        ]
     models = [r for r in rows if r.get("suite") == "models" and r.get("model")]
     if models:
         parts += [
             "## Whole models",
             "",
             "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights; the shapes are what "
-            "matter). `x` is the speedup over the same dense masked model in the same mode; "
+            "matter). Times are medians of 5 CUDA-event timings of 5 back-to-back forwards. `x` is the speedup over the same dense masked model in the same mode; "
             "`ceiling` is the dense model's time with only its sparse layers' time replaced by "
             "their measured sparse time (an estimate from measured parts: what the model "
             "could gain if nothing else changed). Compiled: `torch.compile(mode="
-            "\"reduce-overhead\")`, i.e. with CUDA graphs, for dense and sparse alike. Decode "
+            '"reduce-overhead")`, i.e. with CUDA graphs, for dense and sparse alike. Decode '
             "steps are 1 token per sequence without a KV cache. `torch 2:4` is torch's "
             "`to_sparse_semi_structured` path, eager.",
             "",
@@ -253,16 +257,17 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
                     "</details>",
                     "",
                 ]
-    parts += [
-        "## Targets",
-        "",
-        format_targets(rows),
-        "",
-        "## Matmuls and the MLP block",
-        "",
-        format_table(rows),
-        "",
-    ]
+    if any(r.get("suite") in ("matmul", "mlp") for r in rows):
+        parts += [
+            "## Targets",
+            "",
+            format_targets(rows),
+            "",
+            "## Matmuls and the MLP block",
+            "",
+            format_table(rows),
+            "",
+        ]
     if any(r.get("suite") == "mlp" for r in rows):
         parts += [
             "## The MLP block, every variant",
@@ -336,19 +341,25 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
 _CONFIG_KEYS = ("suite", "label", "m", "n", "k", "dtype", "impl", "mode", "alg", "sparsity")
 
 
-def _recorder(db: str):
+_CONFIG_KEYS_MODELS = ("model", "batch", "seq")
+
+
+def _recorder(db: str, provenance: dict | None = None):
+    """A sink that records bench rows in the results store ``db`` (``provenance`` defaults to
+    this process's; pass the measuring machine's when recording rows measured elsewhere)."""
     from explorer.store import ResultStore
 
     store = ResultStore(db)
 
     def record(r: dict) -> None:
-        config = {k: r[k] for k in _CONFIG_KEYS if r.get(k) is not None}
+        keys = _CONFIG_KEYS + (_CONFIG_KEYS_MODELS if r.get("suite") == "models" else ())
+        config = {k: r[k] for k in keys if r.get(k) is not None}
         if "n" in config:
             config["tokens"] = config["n"]
         metrics = {
             k: v
             for k, v in r.items()
-            if k not in _CONFIG_KEYS and k not in ("status", "error", "trace")
+            if k not in config and k not in ("status", "error", "trace", "timings")
         }
         store.record(
             f"bench-{r.get('suite', 'unknown')}",
@@ -356,6 +367,7 @@ def _recorder(db: str):
             metrics,
             status=r.get("status", "ok"),
             error=r.get("error"),
+            provenance=provenance,
         )
 
     return record

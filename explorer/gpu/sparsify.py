@@ -301,8 +301,7 @@ def _measure(model, units, counts, report) -> list:
             for i, layer in enumerate(layers):
                 name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
                 decided = layer.decisions()
-                for t in counts:
-                    n = C.padded_tokens(t, layer.dtype)
+                for n in sorted({C.padded_tokens(t, layer.dtype) for t in counts}, reverse=True):
                     route, times = decided.get(n, (None, {}))
                     sparse = [v for r, v in times.items() if r.kind == "sparse"]
                     report.timings.append(

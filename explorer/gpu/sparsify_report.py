@@ -132,15 +132,21 @@ class SparsifyReport:
         return html
 
     def timing_table(self) -> str:
-        """The per-layer times as a Markdown table."""
+        """The per-layer times as a Markdown table, one row per distinct measurement (layers
+        of the same problem share one; the first is named with how many there are)."""
         lines = [
             "| layer | shape | tokens | dense ms | sparse ms | speedup | runs |",
             "|---|---|---|---|---|---|---|",
         ]
+        groups: dict[tuple, list[LayerTiming]] = {}
         for t in self.timings:
+            groups.setdefault((t.shape, t.tokens, t.dense_ms, t.sparse_ms, t.route), []).append(t)
+        for members in groups.values():
+            t, more = members[0], len({m.fqn for m in members}) - 1
+            name = f"{t.fqn} (+{more} alike)" if more else t.fqn
             sp = f"{t.speedup:.2f}x" if t.speedup else ""
             lines.append(
-                f"| {t.fqn} | {t.shape[0]}x{t.shape[1]} | {t.tokens} | {_ms(t.dense_ms)} | "
+                f"| {name} | {t.shape[0]}x{t.shape[1]} | {t.tokens} | {_ms(t.dense_ms)} | "
                 f"{_ms(t.sparse_ms)} | {sp} | {t.route} |"
             )
         return "\n".join(lines)
