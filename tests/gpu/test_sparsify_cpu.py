@@ -1,0 +1,56 @@
+"""sparsify's checks and its report, where no GPU is needed (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from explorer.gpu import sparsify
+from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+
+
+def test_bad_arguments_are_refused_before_anything_changes():
+    model = nn.Sequential(nn.Linear(64, 64))
+    before = model[0].weight.detach().clone()
+    with pytest.raises(ValueError, match="positive integers"):
+        sparsify(model, tokens=(4096, 0), prune=True)
+    with pytest.raises(ValueError, match="positive integers"):
+        sparsify(model, tokens=(True,))
+    with pytest.raises(ValueError, match="backend"):
+        sparsify(model, backend="cutlass")
+    with pytest.raises(TypeError, match="already compiled"):
+        sparsify(torch.compile(model))
+    assert torch.equal(model[0].weight, before)
+
+
+def test_a_cpu_model_stays_dense_with_reasons():
+    class Adapter(nn.Linear):
+        pass
+
+    model = nn.Sequential(nn.Linear(64, 64), Adapter(64, 64))
+    rep = sparsify(model, filter_fn=None)
+    assert rep.swapped == [] and rep.timings == []
+    assert "CUDA" in rep.reason("0")
+    assert "subclass of nn.Linear" in rep.reason("1")
+    assert type(model[0]) is nn.Linear
+
+
+def test_report_estimate_repr_and_tables():
+    rep = SparsifyReport(
+        swapped=[("a", (64, 64))],
+        timings=[
+            LayerTiming("a", (64, 64), 4096, 2.0, 1.0, "sparse cc alg 17"),
+            LayerTiming("b", (64, 64), 4096, 2.0, 1.0, "sparse cc alg 17"),
+            LayerTiming("a", (64, 64), 16, 1.0, 1.5, "dense"),
+        ],
+    )
+    assert rep.layer_estimate(4096) == (4.0, 2.0)
+    assert rep.layer_estimate(16) == (1.0, 1.0)  # a dense route costs the dense time
+    assert rep.layer_estimate(8) is None
+    assert "layers at 4096 tokens 2.00x (estimate)" in repr(rep)
+    table = rep.timing_table()
+    assert "a (+1 alike)" in table and table.count("\n") == 3
+    html = rep._repr_html_()
+    assert html.count("<table") == 2 and "(estimate)" in html and "rest of it is unchanged" in html
+    assert LayerTiming("x", (1, 1), 16, None, 1.0, "sparse cc default").speedup is None
