@@ -199,13 +199,13 @@ def environment() -> dict:
             from explorer.gpu.cusparselt import library_version
 
             env["cusparselt"] = library_version()
-        except Exception as exc:
-            env["cusparselt"] = f"unavailable ({exc})"
-    try:
-        import importlib.metadata as md
+        except Exception as exc:  # the header shows why the version is unknown; timing goes on
+            env["cusparselt"] = f"unavailable ({type(exc).__name__}: {exc})"
+    import importlib.metadata as md
 
+    try:
         env["nvmath-python"] = md.version("nvmath-python")
-    except Exception:
+    except md.PackageNotFoundError:
         env["nvmath-python"] = None
     return env
 

@@ -88,7 +88,7 @@ def _rows_for(
                 else:
                     r["ms"] = graph_ms(fn, iters=2, reps=3) if slow else graph_ms(fn)
                 r["status"] = "ok"
-            except Exception as exc:
+            except Exception as exc:  # a failed case is a row of the table, not the end of the run
                 r["status"] = "failed"
                 r["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 torch.cuda.synchronize()
@@ -285,7 +285,7 @@ def bench_unstructured(
                 r["ms"] = eager_ms(lambda sw=sw: torch.sparse.mm(sw, x), iters=5, reps=5, warmup=2)
                 r["speedup"] = t_dense / r["ms"]
                 r["status"] = "ok"
-            except Exception as exc:
+            except Exception as exc:  # a failed case is a row of the table, not the end of the run
                 r["status"] = "failed"
                 r["error"] = f"{type(exc).__name__}: {exc}"[:300]
             rows.append(r)
@@ -340,7 +340,7 @@ def safe(fn: Callable[[], list[dict]], base: dict, timeout: float | None = None)
         signal.setitimer(signal.ITIMER_REAL, float(timeout))
     try:
         return fn()
-    except Exception as exc:
+    except Exception as exc:  # one case failing (or timing out) becomes a row; the run goes on
         return [
             dict(
                 base,

@@ -13,6 +13,7 @@ import torch
 from explorer.gpu.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
+    CusparseltRefused,
     Plan,
     PlanKey,
     compress,
@@ -199,7 +200,7 @@ def _search_in_process(
         print(json.dumps({"try": alg}), flush=True)
         try:
             plan = Plan(PlanKey(**base, alg=alg))
-        except Exception:  # a config the library refuses for this shape
+        except CusparseltRefused:  # a config the library refuses for this shape
             report((alg, None, "refused"))
             continue
         try:
