@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.gpu.sparse_linear import SparseLinear
+from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
 
@@ -115,22 +115,7 @@ class SparseQKV(nn.Module):
             Inputs that differ, or any of the reasons of ``from_linear``.
         """
         parts = (q, k, v)
-        if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
-            raise ValueError(
-                "q, k and v must share in_features and bias presence to be stacked; got "
-                + ", ".join(f"{tuple(p.weight.shape)} bias={p.bias is not None}" for p in parts)
-            )
-        with torch.no_grad():
-            stacked = nn.Linear(
-                q.in_features,
-                sum(p.out_features for p in parts),
-                bias=q.bias is not None,
-                device=q.weight.device,
-                dtype=q.weight.dtype,
-            )
-            stacked.weight.copy_(torch.cat([p.weight for p in parts]))
-            if q.bias is not None:
-                stacked.bias.copy_(torch.cat([p.bias for p in parts]))
+        stacked = stack_linears(*parts)
         proj = SparseLinear.from_linear(
             stacked, dtype=dtype, backend=backend, tune_tokens=tune_tokens, keep_dense=keep_dense
         )

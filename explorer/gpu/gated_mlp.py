@@ -14,7 +14,7 @@ from torch import nn
 
 from explorer import _html
 from explorer.gpu import ops
-from explorer.gpu.sparse_linear import SparseLinear
+from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 
@@ -122,17 +122,7 @@ class SparseGatedMLP(nn.Module):
                 f"gate {tuple(gate.weight.shape)}, up {tuple(up.weight.shape)} and down "
                 f"{tuple(down.weight.shape)} do not form a gated MLP block"
             )
-        with torch.no_grad():
-            stacked = nn.Linear(
-                gate.in_features,
-                2 * gate.out_features,
-                bias=gate.bias is not None,
-                device=gate.weight.device,
-                dtype=gate.weight.dtype,
-            )
-            stacked.weight.copy_(torch.cat([gate.weight, up.weight]))
-            if gate.bias is not None:
-                stacked.bias.copy_(torch.cat([gate.bias, up.bias]))
+        stacked = stack_linears(gate, up)
         kw = dict(
             dtype=dtype,
             backend=backend,

@@ -19,7 +19,7 @@ from explorer.gpu import torch_backend as TB
 from explorer.gpu.dispatch import DENSE, Route, nearest_route, pick_route
 from explorer.gpu.timing import eager_ms, graph_ms
 
-__all__ = ["SparseLinear"]
+__all__ = ["SparseLinear", "stack_linears"]
 
 _ACTIVATIONS = ("none", "relu", "gelu")
 _NAMES = {
@@ -50,6 +50,37 @@ def _event_ms(fn) -> float:
     except RuntimeError:  # not capturable here: back-to-back eager calls instead
         torch.cuda.synchronize()
         return eager_ms(fn, iters=10, reps=3, warmup=2)
+
+
+def stack_linears(*parts: nn.Linear) -> nn.Linear:
+    """One ``nn.Linear`` whose outputs are those of ``parts`` in order (weights and biases
+    stacked), for layers that read the same input and run as one product.
+
+    Examples
+    --------
+    >>> a, b = nn.Linear(4, 2), nn.Linear(4, 3)
+    >>> x = torch.randn(5, 4)
+    >>> torch.allclose(stack_linears(a, b)(x), torch.cat([a(x), b(x)], dim=1))
+    True
+    """
+    first = parts[0]
+    if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
+        raise ValueError(
+            "layers to stack must share in_features and bias presence; got "
+            + ", ".join(f"{tuple(p.weight.shape)} bias={p.bias is not None}" for p in parts)
+        )
+    with torch.no_grad():
+        stacked = nn.Linear(
+            first.in_features,
+            sum(p.out_features for p in parts),
+            bias=first.bias is not None,
+            device=first.weight.device,
+            dtype=first.weight.dtype,
+        )
+        stacked.weight.copy_(torch.cat([p.weight for p in parts]))
+        if first.bias is not None:
+            stacked.bias.copy_(torch.cat([p.bias for p in parts]))
+    return stacked
 
 
 def _transpose(y: torch.Tensor, tokens: int) -> torch.Tensor:
