@@ -314,7 +314,7 @@ class Pattern:
         except (TypeError, json.JSONDecodeError) as exc:
             raise ValueError(
                 f"pattern JSON {text!r} cannot be read ({exc}); expected the text of "
-                "Pattern.to_json(), e.g. '{\"kind\": \"nm\", \"n\": 2, \"m\": 4}'"
+                'Pattern.to_json(), e.g. \'{"kind": "nm", "n": 2, "m": 4}\''
             ) from None
         known = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(data, dict) or "kind" not in data or set(data) - known:

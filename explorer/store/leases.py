@@ -116,9 +116,7 @@ def release(store: ResultStore, writer: str, sweep_id: str | None = None) -> Non
         if sweep_id is None:
             conn.execute("DELETE FROM leases WHERE writer = ?", (writer,))
         else:
-            conn.execute(
-                "DELETE FROM leases WHERE writer = ? AND sweep_id = ?", (writer, sweep_id)
-            )
+            conn.execute("DELETE FROM leases WHERE writer = ? AND sweep_id = ?", (writer, sweep_id))
 
 
 class LeaseKeeper:

@@ -205,8 +205,10 @@ def _result_row(rowid: int, raw: dict) -> tuple | None:
         parts = [json.loads(raw.get(k) or "{}") for k in ("config", "metrics", "provenance")]
     except (TypeError, ValueError):
         return None
-    if not isinstance(raw.get("kind"), str) or not raw["kind"] or not all(
-        isinstance(p, dict) for p in parts
+    if (
+        not isinstance(raw.get("kind"), str)
+        or not raw["kind"]
+        or not all(isinstance(p, dict) for p in parts)
     ):
         return None
     values = {**raw, "gpu": raw.get("gpu", parts[2].get("gpu"))}
@@ -231,7 +233,9 @@ def _walk(conn: sqlite3.Connection) -> tuple[list[tuple], list[tuple], int, int]
     if "sweeps" in _tables(conn):
         for _, raw in _scan(conn, "sweeps"):
             if raw is not None and isinstance(raw.get("sweep_id"), str):
-                sweeps.append((raw["sweep_id"], raw.get("created") or "", raw.get("config") or "{}"))
+                sweeps.append(
+                    (raw["sweep_id"], raw.get("created") or "", raw.get("config") or "{}")
+                )
     return rows, sweeps, unreadable, max(missing, 0)
 
 
@@ -295,8 +299,9 @@ def check_store(path: str | Path) -> StoreHealth:
             problems.append(f"the schema cannot be read: {exc}")
         if unreadable:
             problems.append(f"{unreadable} result rows cannot be decoded")
-        return StoreHealth(path, not problems, version, tuple(problems), len(rows), unreadable,
-                           missing)
+        return StoreHealth(
+            path, not problems, version, tuple(problems), len(rows), unreadable, missing
+        )
     finally:
         conn.close()
 

@@ -201,8 +201,10 @@ def sweep(
             f"executor={executor!r}: expected a concurrent.futures.Executor or a "
             "dask.distributed.Client (anything with submit(fn, arg) returning a future)"
         )
-    if isinstance(lease_timeout, bool) or not isinstance(lease_timeout, (int, float)) or not (
-        0 < lease_timeout < float("inf")
+    if (
+        isinstance(lease_timeout, bool)
+        or not isinstance(lease_timeout, (int, float))
+        or not (0 < lease_timeout < float("inf"))
     ):
         raise ValueError(f"lease_timeout={lease_timeout!r}: expected a positive number of seconds")
     sweep_id = name or config.sweep_id
