@@ -115,7 +115,7 @@ def test_damage_met_after_opening_stops_all_writes(tmp_path):
     damage(bad, offset=4096, size=4096 * 20)
     before = digest(bad)
     store = ResultStore(bad, check=False)  # as if the damage happened after opening
-    with pytest.raises(StoreError, match="malformed|damaged"):
+    with pytest.raises(StoreError, match=r"malformed|damaged"):
         store.query()
     with pytest.raises(StoreError, match="damaged"):
         store.record("dense", {"model": "m"}, {"accuracy": 1.0})
@@ -166,7 +166,7 @@ def test_report_without_db_reads_the_default_store(tmp_path, capsys, monkeypatch
     assert code == 2 and "no results database" in err and "cache" in err
     (tmp_path / "cache").mkdir()
     make_store(tmp_path / "cache" / "results.db", rows=2)
-    code, text, err = run(["report", "--out", str(out), "--no-reference"], capsys)
+    code, _, err = run(["report", "--out", str(out), "--no-reference"], capsys)
     assert code == 0, err
     assert out.read_text().startswith("<!DOCTYPE html>")
 
