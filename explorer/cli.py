@@ -244,8 +244,12 @@ def _sweep(args) -> int:
         import concurrent.futures
         import multiprocessing
 
+        from explorer.sweeps.cells import hide_training_bars
+
         executor = concurrent.futures.ProcessPoolExecutor(
-            args.workers, mp_context=multiprocessing.get_context("spawn")
+            args.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=hide_training_bars if args.no_progress else None,
         )
     store = ResultStore(args.db)
     try:

@@ -24,7 +24,7 @@ from torch import nn
 from explorer.store.provenance import provenance
 from explorer.sweeps.grid import SPEED_PATTERNS
 
-__all__ = ["layer_filter", "quiet_progress", "run_cell"]
+__all__ = ["hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
 
 _QUIET_LOCK = threading.Lock()
 _QUIET_DEPTH = [0, None]  # nesting depth, the original tqdm of the training loop
@@ -59,6 +59,20 @@ def quiet_progress(quiet: bool = True):
             _QUIET_DEPTH[0] -= 1
             if _QUIET_DEPTH[0] == 0:
                 _mlp.tqdm = _QUIET_DEPTH[1]
+
+
+def hide_training_bars() -> None:
+    """Hide model-training progress bars in this process for good (a sweep worker's initializer).
+
+    Examples
+    --------
+    >>> import concurrent.futures
+    >>> pool = concurrent.futures.ThreadPoolExecutor(1, initializer=hide_training_bars)
+    """
+    from explorer.models import _mlp
+
+    if not isinstance(_mlp.tqdm, functools.partial):
+        _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
 
 
 @functools.lru_cache(maxsize=2)
