@@ -141,7 +141,11 @@ def test_tiny_real_sweep_via_python_dash_m(tmp_path):
         (["store", "recover", "a.db"], "NEW.db"),
     ],
 )
-def test_numeric_and_exclusive_options_are_validated(argv, words, capsys, tmp_path):
+def test_numeric_and_exclusive_options_are_validated(argv, words, capsys, tmp_path, monkeypatch):
+    # Should a check go missing, nothing runs against the user's own store or serves a page.
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    if argv[0] == "dashboard":
+        argv = [*argv, "--notebook", str(tmp_path / "missing.ipynb")]
     code, _, err = run(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and words in err, err
 
