@@ -22,7 +22,7 @@ from urllib.parse import quote
 from explorer import _html
 from explorer.store import schema
 from explorer.store.canonical import canonical_json, to_jsonable
-from explorer.store.files import check_output
+from explorer.store.files import check_output, is_sqlite_file
 from explorer.store.location import StoreError, damaged, default_path, explain, reference_path
 from explorer.store.provenance import provenance as _provenance
 from explorer.store.table import ResultTable, Row
@@ -31,7 +31,25 @@ __all__ = ["ResultStore", "StoreError", "default_path", "reference_path"]
 
 _FILTERS = ("kind", "status", "sweep_id", "cell_key", *schema.INDEXED_COLUMNS)
 _TEXT_INDEXED = ("model", "method", "pattern", "dtype")
+_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 _COLUMNS = "id, kind, status, error, sweep_id, cell_key, created, config, metrics, provenance"
+
+
+def _refuse_side_files(path: Path) -> None:
+    # SQLite owns "<db>-wal" and "<db>-journal": a store under such a name would be replaced
+    # by the next write to <db>, and a store there makes <db> unsafe to open.
+    if path.name.endswith(_SIDE_SUFFIXES):
+        raise StoreError(
+            f"results database {path}: SQLite keeps a database's side files under names ending "
+            "in -wal, -shm and -journal and may overwrite them; pass a name such as results.db"
+        )
+    for suffix in _SIDE_SUFFIXES:
+        if is_sqlite_file(f"{path}{suffix}"):
+            raise StoreError(
+                f"results database {path}: {path}{suffix} is an SQLite database, which opening "
+                f"{path} would overwrite as its {suffix[1:]} file; move it to a name such as "
+                "rescued.db first"
+            )
 
 
 class ResultStore:
@@ -104,6 +122,8 @@ class ResultStore:
             )
         if readonly and not memory and not self.path.is_file():
             raise StoreError(f"results database {self.path} does not exist; check the path")
+        if not memory:
+            _refuse_side_files(self.path)
         self._conn = self._open(memory)
 
     # -- opening -------------------------------------------------------------------------------

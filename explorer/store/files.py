@@ -102,6 +102,14 @@ def check_output(
                     "destroy its rows; pass another path (e.g. results.csv), or --force "
                     "(force=True) to replace it"
                 )
+    for side in _SIDE_FILES[1:]:
+        base = Path(str(path).removesuffix(side))
+        if str(path).endswith(side) and is_sqlite_file(base):
+            raise StoreError(
+                f"refusing to write the {what} to {path}: SQLite keeps the {side[1:]} file of the "
+                f"database {base} there and would overwrite it; pass another path, or --force "
+                "(force=True)"
+            )
     if is_sqlite_file(path):
         raise StoreError(
             f"refusing to write the {what} to {path}: it is an SQLite database (a results "

@@ -344,6 +344,11 @@ def recover_store(path: str | Path, dest: str | Path) -> RecoveryResult:
     path, dest = Path(path).expanduser(), Path(dest).expanduser()
     if dest.exists() or Path(f"{dest}-wal").exists():
         raise StoreError(f"{dest} exists already; recover into a new file (pass a new path)")
+    if dest.name.endswith(("-wal", "-shm", "-journal")):
+        raise StoreError(
+            f"{dest}: SQLite keeps a database's side files under names ending in -wal, -shm "
+            "and -journal, and may replace such a file; recover into a name such as rescued.db"
+        )
     if not dest.parent.is_dir():
         raise StoreError(f"the folder {dest.parent} does not exist; create it or pass another path")
     conn = _connect(path)

@@ -69,6 +69,7 @@ def test_no_command_sequence_loses_a_committed_row(sequence):
                 store.record("dense", {"model": name}, {"accuracy": 1.0})
             committed[name] = _rows(folder / name)
         for command in sequence:
+            code = None
             if command[0] == "record":
                 with ResultStore(folder / command[1]) as store:
                     store.record("prune", {"model": command[1]}, {"accuracy": 0.5})
@@ -81,7 +82,10 @@ def test_no_command_sequence_loses_a_committed_row(sequence):
                 now = _rows(folder / name)
                 assert rows.items() <= now.items(), (command, name)
                 committed[name] = now  # rows added by a sweep or record are committed too
-            recovered = folder / "new.db"
-            if command[0] == "recover" and "new.db" not in committed and recovered.exists():
-                assert _rows(recovered).items() <= committed[command[1]].items()
-                committed["new.db"] = _rows(recovered)
+            if command[0] == "recover" and code == 0:
+                target = command[2]
+                assert target not in committed  # recover never replaces a file
+                assert _rows(folder / target).items() <= committed[command[1]].items()
+                committed[target] = _rows(folder / target)
+            if command[0] == "sweep" and code == 0:
+                committed.setdefault(command[1], _rows(folder / command[1]))

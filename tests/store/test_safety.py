@@ -207,3 +207,20 @@ def test_cache_variable_naming_a_db_file_keeps_weights_beside_it(tmp_path, monke
     assert cache_dir() == tmp_path / "folder"
     assert default_path() == tmp_path / "folder" / "results.db"
     assert not os.path.exists(store)
+
+
+def test_side_file_names_of_a_database_are_never_used_for_stores_or_exports(tmp_path):
+    db = make_store(tmp_path / "main.db", rows=2)
+    with pytest.raises(StoreError, match="side files"):
+        ResultStore(tmp_path / "main.db-wal")  # the next write to main.db would replace it
+    with pytest.raises(StoreError, match="side files"):
+        recover_store(db, tmp_path / "main.db-journal")
+    make_store(tmp_path / "elsewhere.db", rows=1)
+    os.replace(tmp_path / "elsewhere.db", tmp_path / "main.db-journal")
+    with pytest.raises(StoreError, match="would overwrite"):
+        ResultStore(db)  # opening main.db would treat that store as its journal
+    os.remove(tmp_path / "main.db-journal")
+    with ResultStore(tmp_path / "other.db") as other, pytest.raises(StoreError, match="wal file"):
+        other.export_json(tmp_path / "main.db-wal")
+    with ResultStore(db) as store:
+        assert len(store) == 2
