@@ -1,4 +1,4 @@
-"""The ``sparsity-explorer`` command: dashboard, doctor, bench, sweep and report.
+"""The ``sparsity-explorer`` command: dashboard, doctor, bench, sweep, report and store.
 
 Every verb has ``--help``. Errors print one line on stderr and exit with status 2; an
 interrupted sweep exits with 130 and resumes when the same command is run again.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,22 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _int_at_least(low: int, what: str, high: int | None = None):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            top = f" and at most {high}" if high is not None else ""
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a valid {what}: expected a whole number of at least {low}{top}"
+            )
+        return value
+
+    return parse
+
+
 def _parser() -> _Parser:
     from explorer.store import explorer_version
 
@@ -46,7 +64,11 @@ def _parser() -> _Parser:
         description="Serve the dashboard notebook (notebooks/dashboard.ipynb) with Voila.",
     )
     p.add_argument("--notebook", type=Path, help="another dashboard notebook to serve")
-    p.add_argument("--port", type=int, help="port to serve on (Voila's default otherwise)")
+    p.add_argument(
+        "--port",
+        type=_int_at_least(1, "port", 65535),
+        help="port to serve on (Voila's default otherwise)",
+    )
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")
 
     p = verbs.add_parser(
@@ -56,12 +78,18 @@ def _parser() -> _Parser:
     )
     p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
     p.add_argument("--dtype", default="float16", help="float16 (default), bfloat16, int8, ...")
-    p.add_argument("--tokens", type=int, default=1024, help="tokens per matmul (default 1024)")
     p.add_argument(
+        "--tokens",
+        type=_int_at_least(1, "token count"),
+        default=1024,
+        help="tokens per matmul (default 1024)",
+    )
+    target = p.add_mutually_exclusive_group()
+    target.add_argument(
         "--capability",
         help="target GPU compute capability, e.g. 9.0 (default: this GPU, or an H100)",
     )
-    p.add_argument("--device", help="target GPU by name, e.g. A100 (instead of --capability)")
+    target.add_argument("--device", help="target GPU by name, e.g. A100 (instead of --capability)")
     p.add_argument(
         "--backend",
         default="cusparselt",
@@ -105,12 +133,19 @@ def _parser() -> _Parser:
     p.add_argument("--tokens", type=_csv, default=["1024"], help="token counts for speed rows")
     p.add_argument("--db", type=Path, help="results database (default: the per-user cache)")
     p.add_argument("--name", help="sweep id, to grow one sweep over several runs")
-    p.add_argument("--calibration-samples", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--calibration-samples", type=_int_at_least(1, "calibration sample count"), default=128
+    )
+    p.add_argument("--seed", type=_int_at_least(0, "seed"), default=0)
     p.add_argument("--retry-failed", action="store_true", help="run failed cells again")
-    p.add_argument("--workers", type=int, default=0, help="run cells in N worker processes")
-    p.add_argument("--scheduler", help="a dask.distributed scheduler address to run cells on")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=_int_at_least(1, "worker count"),
+        help="run cells in N worker processes (default: in this process)",
+    )
+    where.add_argument("--scheduler", help="a dask.distributed scheduler address to run cells on")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = verbs.add_parser(
         "report",
@@ -124,6 +159,22 @@ def _parser() -> _Parser:
     p.add_argument("--json", type=Path, help="also export every row as JSON")
     p.add_argument("--no-reference", action="store_true", help="leave out the reference rows")
     p.add_argument("--title", default="sparsity-explorer report")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write over an SQLite file or the database being read (refused otherwise)",
+    )
+
+    p = verbs.add_parser(
+        "store",
+        help="check a results database, or recover the readable rows of a damaged one",
+        description="'store check DB' says whether a results database is healthy and what is "
+        "damaged; 'store recover DB NEW' copies every readable row into the new file NEW. "
+        "Neither writes to DB.",
+    )
+    p.add_argument("action", choices=("check", "recover"), help="check or recover")
+    p.add_argument("db", type=Path, help="the results database")
+    p.add_argument("new", type=Path, nargs="?", help="for recover: the new file to create")
     return parser
 
 
@@ -152,11 +203,12 @@ def _dashboard(args) -> int:
 
 
 def _doctor(args) -> int:
-    from explorer.doctor import doctor
+    from explorer.doctor import doctor, resolve_target
     from explorer.models import load
 
-    bundle = load(args.model)
     device = args.capability or args.device
+    resolve_target(device)  # a bad target is refused before the model loads
+    bundle = load(args.model)
     report = doctor(
         bundle.model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
     )
@@ -185,17 +237,26 @@ def _sweep(args) -> int:
     from explorer.store import ResultStore
     from explorer.sweeps import sweep
 
+    if args.db is not None and str(args.db) == ":memory:":
+        raise ValueError(
+            "--db :memory: keeps results in memory only: they would vanish when the sweep ends; "
+            "pass a file such as --db results.db (or leave --db out for the per-user store)"
+        )
     executor = None
     if args.scheduler:
         from explorer.errors import require
 
         executor = require("dask.distributed", "distributed").Client(args.scheduler)
-    elif args.workers and args.workers > 0:
+    elif args.workers is not None:
         import concurrent.futures
         import multiprocessing
 
+        from explorer.sweeps.cells import hide_training_bars
+
         executor = concurrent.futures.ProcessPoolExecutor(
-            args.workers, mp_context=multiprocessing.get_context("spawn")
+            args.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=hide_training_bars if args.no_progress else None,
         )
     store = ResultStore(args.db)
     try:
@@ -228,7 +289,7 @@ def _sweep(args) -> int:
                 shape = "x".join(map(str, row.config.get("shape") or []))
                 shown = f"{shape} speedup={row.metrics['speedup']:.2f}x"
             print(f"  {row.kind:<12} {row.status:<8} {what:<36} {shown} {row.error or ''}".rstrip())
-        print(f"report: {PROG} report --db {store.path} --out report.html")
+        print(f"report: {PROG} report --db {shlex.quote(str(store.path))} --out report.html")
     finally:
         store.close()
         if executor is not None:
@@ -246,8 +307,29 @@ def _report(args) -> int:
         json=args.json,
         include_reference=not args.no_reference,
         title=args.title,
+        force=args.force,
     )
     print(f"wrote {out}" + "".join(f", {p}" for p in (args.csv, args.json) if p))
+    return 0
+
+
+def _store(args) -> int:
+    from explorer.store.repair import check_store, recover_store
+
+    if args.action == "check":
+        if args.new is not None:
+            raise ValueError(f"store check takes one database, got a second path {args.new}")
+        health = check_store(args.db)
+        print(health)
+        for problem in health.problems:
+            print(f"  {problem}")
+        return 0 if health.ok else 1
+    if args.new is None:
+        raise ValueError(
+            f"store recover needs the new file to copy the rows into: {PROG} store recover "
+            f"{shlex.quote(str(args.db))} NEW.db"
+        )
+    print(recover_store(args.db, args.new))
     return 0
 
 
@@ -262,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status: 0 on success, 2 on an error (one line on stderr; set
+        The exit status: 0 on success, 1 when ``store check`` finds damage, 2 on an error
+        (one line on stderr; set
         ``SPARSITY_EXPLORER_DEBUG=1`` for the traceback), 130 when interrupted.
 
     Examples
@@ -285,7 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb is None:
             _parser().print_help()
             return 0
-        handler = {"dashboard": _dashboard, "doctor": _doctor, "sweep": _sweep, "report": _report}
+        handler = {
+            "dashboard": _dashboard,
+            "doctor": _doctor,
+            "sweep": _sweep,
+            "report": _report,
+            "store": _store,
+        }
         return handler[args.verb](args)
     except KeyboardInterrupt:
         print(
@@ -294,9 +383,22 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    except (StoreError, MissingExtraError, ValueError, TypeError, OSError, RuntimeError) as exc:
+    except (
+        StoreError,
+        MissingExtraError,
+        ValueError,
+        TypeError,
+        OSError,
+        RuntimeError,
+        sqlite3.DatabaseError,
+    ) as exc:
         if os.environ.get("SPARSITY_EXPLORER_DEBUG"):
             raise
         message = " ".join(str(exc).split())
+        if isinstance(exc, sqlite3.DatabaseError):
+            message = (
+                f"results database: {message}; see {PROG} store check DB and {PROG} store "
+                "recover DB NEW.db"
+            )
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2

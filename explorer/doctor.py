@@ -31,7 +31,7 @@ from .checks import check_pattern
 from .devices import DeviceTarget
 from .layers import layers, matrix_view
 
-__all__ = ["DoctorReport", "Finding", "LayerDiagnosis", "doctor", "parse_dtype"]
+__all__ = ["DoctorReport", "Finding", "LayerDiagnosis", "doctor", "parse_dtype", "resolve_target"]
 
 # Matrix products smaller than this (multiply-adds) ran no faster sparse than dense on an H100
 # with cached plans (4096 x 4096 weights: 0.6x at 128 tokens, 1.4x at 1024 tokens).
@@ -193,6 +193,35 @@ class DoctorReport:
         return (f"<ul>{notes}</ul>" if notes else "") + table
 
 
+def resolve_target(device: object = None) -> DeviceTarget:
+    """The doctor's target GPU: :meth:`DeviceTarget.resolve`, refusing impossible capabilities.
+
+    Raises
+    ------
+    ValueError
+        A device that cannot be understood, or a capability no NVIDIA GPU has (major version
+        outside 3 to 12).
+
+    Examples
+    --------
+    >>> resolve_target("9.0").capability
+    (9, 0)
+    >>> resolve_target((99, 0))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: device=(99, 0) means compute capability 99.0, which no NVIDIA GPU has: ...
+    """
+    target = DeviceTarget.resolve(device)
+    major, minor = target.capability
+    if target.name != "CPU" and not (3 <= major <= 12 and 0 <= minor <= 9):
+        raise ValueError(
+            f"device={device!r} means compute capability {major}.{minor}, which no NVIDIA GPU "
+            "has: expected a major version from 3 to 12 (8.0 for an A100, 9.0 for an H100, "
+            "10.0 for a B200); pass a GPU name or a real capability"
+        )
+    return target
+
+
 def doctor(
     model: nn.Module,
     dtype: torch.dtype | str = torch.float16,
@@ -241,7 +270,7 @@ def doctor(
         )
     if backend not in ("cusparselt", "torch", "cutlass"):
         raise ValueError(f"backend must be 'cusparselt', 'torch' or 'cutlass', got {backend!r}")
-    target = DeviceTarget.resolve(device)
+    target = resolve_target(device)
     table = layers(model)
     if filter_fn is not None:
         table = table.filter(filter_fn)

@@ -44,7 +44,8 @@ def make_mask(
     ------
     ValueError
         A weight that is not 2-D, is empty or meta, has NaN/Inf, or whose width the pattern cannot
-        divide; scores of another shape.
+        divide; scores of another shape; a sparsity that keeps nothing of this layer (see
+        :meth:`Pattern.keep_count`).
     TypeError
         Integer or bool weights without ``scores``, or scores that are not numbers.
 
@@ -87,21 +88,21 @@ def make_mask(
         return _nm_mask(scores, pattern.n, pattern.m)
     if pattern.kind == "unstructured":
         if pattern.per_row:
-            return top_k_mask(scores, round(pattern.density * cols), dim=1)
-        return top_k_mask(scores.reshape(1, -1), round(pattern.density * rows * cols), dim=1).view(
-            rows, cols
-        )
+            return top_k_mask(scores, pattern.keep_count(cols, "weights of a row"), dim=1)
+        kept = pattern.keep_count(rows * cols, "weights")
+        return top_k_mask(scores.reshape(1, -1), kept, dim=1).view(rows, cols)
     if pattern.kind == "block":
         b = pattern.block
         _check_divides(rows, b, "out_features (rows)", pattern)
         _check_divides(cols, b, "in_features (columns)", pattern)
         norms = _float(scores).square().view(rows // b, b, cols // b, b).sum(dim=(1, 3))
-        kept = top_k_mask(norms.reshape(1, -1), round(pattern.density * norms.numel()), dim=1)
+        count = pattern.keep_count(norms.numel(), "blocks")
+        kept = top_k_mask(norms.reshape(1, -1), count, dim=1)
         kept = kept.view(rows // b, cols // b)
         return kept.repeat_interleave(b, dim=0).repeat_interleave(b, dim=1)
     # rows
     norms = _float(scores).square().sum(dim=1).view(1, rows)
-    kept = top_k_mask(norms, round(pattern.density * rows), dim=1).view(rows, 1)
+    kept = top_k_mask(norms, pattern.keep_count(rows, "rows"), dim=1).view(rows, 1)
     return kept.expand(rows, cols).contiguous()
 
 

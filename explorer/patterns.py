@@ -16,10 +16,10 @@ along the input dimension (the last one), which is what sparse tensor cores acce
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 __all__ = ["KINDS", "Pattern", "as_pattern"]
 
@@ -35,15 +35,64 @@ _EXAMPLES = '"2:4", "4:8", "unstructured:0.5", "unstructured-row:0.5", "block16:
 
 def _sparsity(text: str, spec: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = math.nan
-    if not 0.0 <= value < 1.0:
         raise ValueError(
             f"pattern {spec!r}: sparsity {text!r} must be a fraction of zeros in [0, 1), "
             f'e.g. "unstructured:0.5" for half the weights zero'
+        ) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_fields(p: Pattern) -> None:
+    # The one validation path: parse, the constructor and from_json all end here.
+    if p.kind not in KINDS:
+        raise ValueError(f"kind={p.kind!r}: expected one of {', '.join(map(repr, KINDS))}")
+    if not isinstance(p.per_row, bool) or not isinstance(p.allow_empty, bool):
+        raise ValueError(
+            f"per_row={p.per_row!r}, allow_empty={p.allow_empty!r}: expected True or False"
         )
-    return value
+    if p.kind == "nm":
+        if not (_is_int(p.n) and _is_int(p.m)):
+            raise ValueError(f"N:M needs whole numbers N and M, got n={p.n!r}, m={p.m!r}")
+        if not 1 <= p.n < p.m:
+            raise ValueError(
+                f"N:M needs 1 <= N < M (keep N of every M weights), got N={p.n}, M={p.m}; "
+                'e.g. "2:4" or "4:8"'
+            )
+        if p.m > 32 or p.m & (p.m - 1):
+            raise ValueError(
+                f"group size M={p.m} must be a power of two up to 32 (2, 4, 8, 16 or 32), the "
+                'group sizes sparse kernels and the literature use; e.g. "2:4" or "4:8"'
+            )
+        extra = {"sparsity": p.sparsity, "block": p.block, "per_row": p.per_row or None}
+    else:
+        if isinstance(p.sparsity, bool) or not isinstance(p.sparsity, (int, float)):
+            raise ValueError(
+                f"sparsity={p.sparsity!r}: a {p.kind} pattern needs a fraction of zeros in "
+                "[0, 1), e.g. 0.5"
+            )
+        if not 0.0 <= p.sparsity < 1.0:
+            raise ValueError(
+                f"sparsity {p.sparsity!r} must be a fraction of zeros in [0, 1), "
+                'e.g. "unstructured:0.5" for half the weights zero'
+            )
+        if p.kind == "block" and (not _is_int(p.block) or p.block < 1):
+            raise ValueError(f"block side must be a whole number of at least 1, got {p.block!r}")
+        extra = {"n": p.n, "m": p.m}
+        if p.kind != "block":
+            extra["block"] = p.block
+        if p.kind != "unstructured":
+            extra["per_row"] = p.per_row or None
+    given = {k: v for k, v in extra.items() if v is not None}
+    if given:
+        raise ValueError(
+            f"a {p.kind!r} pattern takes no {', '.join(f'{k}={v!r}' for k, v in given.items())}; "
+            "build patterns with Pattern.parse, e.g. Pattern.parse('2:4')"
+        )
 
 
 @dataclass(frozen=True)
@@ -62,6 +111,15 @@ class Pattern:
         For ``kind="block"``: the side of the square block.
     per_row : bool
         For ``kind="unstructured"``: apply the sparsity to each output row separately.
+    allow_empty : bool
+        Let a sparsity so high that it keeps nothing of a small layer empty it. By default
+        :meth:`keep_count` refuses, because a layer pruned to nothing is almost always a typo.
+
+    Raises
+    ------
+    ValueError
+        Any field out of range: every way of building a pattern (:meth:`parse`, the constructor,
+        :meth:`from_json`) goes through the same checks.
 
     Examples
     --------
@@ -80,9 +138,15 @@ class Pattern:
     sparsity: float | None = None
     block: int | None = None
     per_row: bool = False
+    allow_empty: bool = False
+
+    def __post_init__(self) -> None:
+        _check_fields(self)
+        if self.kind != "nm":
+            object.__setattr__(self, "sparsity", float(self.sparsity))
 
     @classmethod
-    def parse(cls, spec: str | Pattern) -> Pattern:
+    def parse(cls, spec: str | Pattern, *, allow_empty: bool = False) -> Pattern:
         """Parse a pattern string (or return a :class:`Pattern` unchanged).
 
         Parameters
@@ -90,6 +154,8 @@ class Pattern:
         spec : str or Pattern
             One of ``"N:M"``, ``"unstructured:S"``, ``"unstructured-row:S"``, ``"blockB:S"``
             or ``"rows:S"`` with ``S`` the fraction of zeros.
+        allow_empty : bool, optional
+            See :class:`Pattern`; a Pattern passed in keeps its own setting unless this is True.
 
         Returns
         -------
@@ -108,39 +174,72 @@ class Pattern:
         'Keep at most 4 of every 8 consecutive weights along each row (50% zeros).'
         """
         if isinstance(spec, Pattern):
-            return spec
+            return replace(spec, allow_empty=True) if allow_empty else spec
         if not isinstance(spec, str):
             raise TypeError(
                 f"pattern must be a string or Pattern, got {type(spec).__name__} {spec!r}; "
                 f"use one of {_EXAMPLES}"
             )
+        fields: dict = {"allow_empty": allow_empty}
         if match := _NM.match(spec):
-            n, m = int(match.group(1)), int(match.group(2))
-            if not 1 <= n < m:
-                raise ValueError(
-                    f"pattern {spec!r}: N:M needs 1 <= N < M (keep N of every M weights), "
-                    f'got N={n}, M={m}; e.g. "2:4" or "4:8"'
-                )
-            if m > 32:
-                raise ValueError(f"pattern {spec!r}: group size M={m} is above the supported 32")
-            return cls(kind="nm", n=n, m=m)
-        if match := _UNSTRUCTURED.match(spec):
-            per_row = match.group(1) is not None
-            return cls(
-                kind="unstructured", sparsity=_sparsity(match.group(2), spec), per_row=per_row
-            )
-        if match := _BLOCK.match(spec):
+            fields.update(kind="nm", n=int(match.group(1)), m=int(match.group(2)))
+        elif match := _UNSTRUCTURED.match(spec):
+            sparsity = _sparsity(match.group(2), spec)
+            fields.update(kind="unstructured", sparsity=sparsity, per_row=bool(match.group(1)))
+        elif match := _BLOCK.match(spec):
             side, other = int(match.group(1)), match.group(2)
             if other is not None and int(other) != side:
                 raise ValueError(
                     f'pattern {spec!r}: only square blocks are supported, e.g. "block{side}:0.5"'
                 )
-            if side < 1:
-                raise ValueError(f"pattern {spec!r}: block side must be at least 1")
-            return cls(kind="block", block=side, sparsity=_sparsity(match.group(3), spec))
-        if match := _ROWS.match(spec):
-            return cls(kind="rows", sparsity=_sparsity(match.group(1), spec))
-        raise ValueError(f"unknown sparsity pattern {spec!r}; expected one of {_EXAMPLES}")
+            fields.update(kind="block", block=side, sparsity=_sparsity(match.group(3), spec))
+        elif match := _ROWS.match(spec):
+            fields.update(kind="rows", sparsity=_sparsity(match.group(1), spec))
+        else:
+            raise ValueError(f"unknown sparsity pattern {spec!r}; expected one of {_EXAMPLES}")
+        try:
+            return cls(**fields)
+        except ValueError as exc:
+            raise ValueError(f"pattern {spec!r}: {exc}") from None
+
+    def keep_count(self, total: int, what: str = "weights") -> int:
+        """How many of ``total`` weights (or rows, or blocks) a mask under this pattern keeps.
+
+        Parameters
+        ----------
+        total : int
+            The number of units the sparsity applies to.
+        what : str, optional
+            What they are, for the error message (``"weights"``, ``"rows"``, ``"blocks"``).
+
+        Returns
+        -------
+        int
+            ``round(density * total)``.
+
+        Raises
+        ------
+        ValueError
+            When that rounds to 0 of a non-empty layer (every weight would be zero) and the
+            pattern was not built with ``allow_empty=True``.
+
+        Examples
+        --------
+        >>> Pattern.parse("rows:0.25").keep_count(8, "rows")
+        6
+        >>> Pattern.parse("rows:0.99", allow_empty=True).keep_count(8, "rows")
+        0
+        """
+        kept = round(self.density * total)
+        if kept == 0 and total > 0 and not self.allow_empty:
+            most = 1.0 - 0.5 / total
+            raise ValueError(
+                f"pattern {self.name!r} keeps {self.density:.3g} x {total} {what} = 0 once "
+                f"rounded: it would zero the whole layer; use a sparsity below {most:.4g} for "
+                f"{total} {what}, skip the layer (filter_fn), or build the pattern with "
+                f"Pattern.parse({self.name!r}, allow_empty=True) to empty it on purpose"
+            )
+        return kept
 
     # ------------------------------------------------------------------ views
     @property
@@ -203,8 +302,32 @@ class Pattern:
 
     @classmethod
     def from_json(cls, text: str) -> Pattern:
-        """Inverse of :meth:`to_json`."""
-        return cls(**json.loads(text))
+        """Inverse of :meth:`to_json`; the fields are checked as :meth:`parse` checks them.
+
+        Examples
+        --------
+        >>> Pattern.from_json('{"kind": "nm", "n": 2, "m": 4}')
+        Pattern('2:4')
+        """
+        try:
+            data = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(
+                f"pattern JSON {text!r} cannot be read ({exc}); expected the text of "
+                'Pattern.to_json(), e.g. \'{"kind": "nm", "n": 2, "m": 4}\''
+            ) from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, dict) or "kind" not in data or set(data) - known:
+            extra = sorted(set(data) - known) if isinstance(data, dict) else []
+            raise ValueError(
+                f"pattern JSON {text!r}: expected an object with 'kind' and some of "
+                f"{', '.join(sorted(known - {'kind'}))}"
+                + (f"; unknown keys {', '.join(map(repr, extra))}" if extra else "")
+            )
+        try:
+            return cls(**data)
+        except ValueError as exc:
+            raise ValueError(f"pattern JSON {text!r}: {exc}") from None
 
     def __str__(self) -> str:
         return self.name

@@ -10,6 +10,7 @@ interactive (plotly.js embedded inline); without it the report is the tables alo
 from __future__ import annotations
 
 import math
+import shlex
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from explorer import _html
 from explorer.pareto import pareto_front as frontier
-from explorer.store import ResultStore, ResultTable, Row, StoreError
+from explorer.store import ResultStore, ResultTable, Row, StoreError, default_path, reference_path
+from explorer.store.files import atomic_output, check_output
 
 __all__ = ["TradeoffPoint", "pareto_front", "tradeoff_points", "write_report"]
 
@@ -399,23 +401,30 @@ def _provenance(rows: ResultTable) -> str:
 
 
 def write_report(
-    db: str | Path | ResultStore,
-    out: str | Path,
+    db: str | Path | ResultStore | None = None,
+    out: str | Path = "report.html",
     csv: str | Path | None = None,
     json: str | Path | None = None,
     include_reference: bool = True,
     title: str = "sparsity-explorer report",
+    *,
+    force: bool = False,
 ) -> Path:
     """Write a self-contained HTML report of a results database (and optional exports).
 
     Parameters
     ----------
-    db : path or ResultStore
-        The results database.
+    db : path or ResultStore, optional
+        The results database, opened read-only; defaults to the per-user one
+        (:func:`explorer.store.default_path`).
     out : path
-        The HTML file to write.
+        The HTML file to write (default ``report.html``).
     csv, json : path, optional
         Also export every row there (reference rows too, labeled by their ``source``).
+    force : bool, optional
+        Write over an SQLite file (or the database being read). Without it such an output
+        path is refused before anything is written. Every file is written beside its target
+        and renamed over it, so a crash never leaves half a file.
     include_reference : bool
         Use the shipped reference database's speed rows where this one has none.
     title : str
@@ -433,13 +442,39 @@ def write_report(
     >>> write_report(ResultStore(":memory:"), out).read_text().startswith("<!DOCTYPE html>")
     True
     """
+    if db is None:
+        db = default_path()
     if not isinstance(db, ResultStore) and str(db) != ":memory:" and not Path(db).is_file():
+        quoted = shlex.quote(str(db))
         raise StoreError(
-            f"no results database at {db}; run a sweep first (sparsity-explorer sweep --db {db}) "
-            "or pass the path of an existing one"
+            f"no results database at {db}; run a sweep first (sparsity-explorer sweep --db "
+            f"{quoted}) or pass the path of an existing one"
         )
-    store = db if isinstance(db, ResultStore) else ResultStore(db)
+    outputs = [
+        (p, what)
+        for p, what in ((out, "report"), (csv, "CSV export"), (json, "JSON export"))
+        if p is not None
+    ]
+    seen: dict[Path, str] = {}
+    for path, what in outputs:
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise ValueError(
+                f"the {seen[key]} and the {what} would both be written to {path}; pass "
+                "different paths"
+            )
+        seen[key] = what
+    if isinstance(db, ResultStore):
+        store = db
+    elif str(db) == ":memory:":
+        store = ResultStore(db)
+    else:
+        store = ResultStore(db, readonly=True, source="local")
     try:
+        protect = [store.path, *(r.path for r in store.references)]
+        protect += [p for p in (reference_path(),) if p is not None]
+        for path, what in outputs:
+            check_output(path, protect=protect, force=force, what=what)
         rows = store.query(include_reference=include_reference)
         reference = ResultStore.reference() if include_reference else None
         if reference is not None and reference.path not in {r.path for r in store.references}:
@@ -463,12 +498,13 @@ def write_report(
             f"{_figure_html(points)}<h2>Tables</h2>{_tables(rows, points)}"
             f"<h2>Versions</h2>{_provenance(rows)}</body></html>\n"
         )
-        out = Path(out)
-        out.write_text(page, encoding="utf-8")
+        out = Path(out).expanduser()
+        with atomic_output(out) as handle:
+            handle.write(page)
         if csv is not None:
-            rows.to_csv(csv)
+            rows.to_csv(csv, force=force, protect=protect)
         if json is not None:
-            rows.to_json(json)
+            rows.to_json(json, force=force, protect=protect)
         return out
     finally:
         if not isinstance(db, ResultStore):

@@ -24,7 +24,7 @@ def run(argv, capsys):
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("verb", ["dashboard", "doctor", "bench", "sweep", "report"])
+@pytest.mark.parametrize("verb", ["dashboard", "doctor", "bench", "sweep", "report", "store"])
 def test_every_verb_has_help(verb, capsys):
     code, out, _ = run([verb, "--help"], capsys)
     assert code == 0 and "usage:" in out and verb in out
@@ -123,3 +123,92 @@ def test_tiny_real_sweep_via_python_dash_m(tmp_path):
     with ResultStore(db) as store:
         assert len(store.query("prune", status="ok")) == 4
         assert len(store.query("dense")) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["sweep", "--workers", "0"], "'0' is not a valid worker count"),
+        (["sweep", "--workers", "-1"], "'-1' is not a valid worker count"),
+        (["sweep", "--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
+        (["sweep", "--calibration-samples", "0"], "calibration sample count"),
+        (["sweep", "--seed", "-3"], "'-3' is not a valid seed"),
+        (["doctor", "digits-mlp", "--capability", "99.9"], "99.9"),
+        (["doctor", "digits-mlp", "--capability", "9.0", "--device", "A100"], "not allowed with"),
+        (["doctor", "digits-mlp", "--tokens", "0"], "token count"),
+        (["dashboard", "--port", "70000"], "'70000' is not a valid port"),
+        (["sweep", "--db", ":memory:"], "would vanish"),
+        (["store", "recover", "a.db"], "NEW.db"),
+    ],
+)
+def test_numeric_and_exclusive_options_are_validated(argv, words, capsys, tmp_path, monkeypatch):
+    # Should a check go missing, nothing runs against the user's own store or serves a page.
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    if argv[0] == "dashboard":
+        argv = [*argv, "--notebook", str(tmp_path / "missing.ipynb")]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_doctor_refuses_an_impossible_capability_from_python():
+    from torch import nn
+
+    from explorer.doctor import doctor
+
+    with pytest.raises(ValueError, match=r"\(99, 0\).*no NVIDIA GPU"):
+        doctor(nn.Sequential(nn.Linear(8, 8)), device=(99, 0))
+
+
+def test_suggested_report_command_is_shell_quoted(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    from explorer.sweeps import cells
+
+    monkeypatch.setattr(
+        cells,
+        "run_cell",
+        lambda config, cancel=None: [
+            {
+                "kind": {"speed": "layer-speed"}.get(config["cell"], config["cell"]),
+                "config": config,
+                "metrics": {"accuracy": 0.5},
+            }
+        ],
+    )
+    db = tmp_path / "my results" / "it's.db"
+    db.parent.mkdir()
+    code, out, err = run(["sweep", "--db", str(db), "--no-progress"], capsys)
+    assert code == 0, err
+    line = next(t for t in out.splitlines() if t.startswith("report: "))
+    words = shlex.split(line.removeprefix("report: "))
+    assert words[:4] == ["sparsity-explorer", "report", "--db", str(db)]
+
+
+def test_no_progress_hides_the_training_bar_too(tmp_path, capsys, monkeypatch):
+    from torch import nn
+
+    from explorer.models import _mlp
+    from explorer.sweeps import cells
+
+    def training_cell(config, cancel=None):
+        import torch
+
+        x, y = torch.randn(64, 4), torch.randint(0, 2, (64,))
+        _mlp.train(
+            nn.Linear(4, 2),
+            x,
+            y,
+            epochs=1,
+            batch_size=8,
+            lr=0.01,
+            seed=0,
+            desc="training the bundled model",
+        )
+        kind = {"speed": "layer-speed"}.get(config["cell"], config["cell"])
+        return [{"kind": kind, "config": config, "metrics": {"accuracy": 0.5}}]
+
+    monkeypatch.setattr(cells, "run_cell", training_cell)
+    code, _, err = run(["sweep", "--db", str(tmp_path / "r.db"), "--no-progress"], capsys)
+    assert code == 0 and "training the bundled model" not in err and "sweep" not in err
+    code, _, err = run(["sweep", "--db", str(tmp_path / "s.db")], capsys)
+    assert code == 0 and "training the bundled model" in err  # shown without the flag

@@ -70,7 +70,7 @@ def test_any_nm_mask_passes_check(rows, groups, nm, dtype, seed, quantize):
 def test_unstructured_keeps_exactly_the_rounded_count(rows, cols, sparsity, per_row, seed):
     w = torch.randn(rows, cols, generator=torch.Generator().manual_seed(seed)).round()
     spec = f"unstructured{'-row' if per_row else ''}:{sparsity}"
-    mask = make_mask(w, spec)
+    mask = make_mask(w, Pattern.parse(spec, allow_empty=True))  # tiny layers may keep nothing
     density = Pattern.parse(spec).density
     if per_row:
         assert (mask.sum(1) == round(density * cols)).all()
@@ -149,3 +149,20 @@ def test_block_and_rows_shape_errors():
         make_mask(torch.randn(10, 16), "block4:0.5")
     with pytest.raises(ValueError, match="unknown sparsity pattern"):
         make_mask(torch.randn(4, 8), "2-4")
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "what"),
+    [
+        ("unstructured:0.99999", (8, 16), "128 weights"),
+        ("unstructured-row:0.97", (4, 16), "16 weights of a row"),
+        ("rows:0.99", (10, 8), "10 rows"),
+        ("block4:0.9", (8, 8), "4 blocks"),
+    ],
+)
+def test_a_sparsity_that_empties_the_layer_is_refused_unless_allowed(spec, shape, what):
+    w = torch.randn(*shape)
+    with pytest.raises(ValueError, match="allow_empty=True") as info:
+        make_mask(w, spec)
+    assert repr(spec) in str(info.value) and what in str(info.value)
+    assert not make_mask(w, Pattern.parse(spec, allow_empty=True)).any()

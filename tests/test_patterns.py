@@ -69,3 +69,63 @@ def test_bad_strings_name_the_value(spec, words):
 def test_non_string_is_a_type_error():
     with pytest.raises(TypeError, match="2:4"):
         Pattern.parse(0.5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"kind": "nm", "n": 0, "m": 4}, "1 <= N < M"),
+        ({"kind": "nm", "n": 5, "m": 4}, "1 <= N < M"),
+        ({"kind": "nm", "n": 2, "m": 5}, "power of two"),
+        ({"kind": "nm", "n": 2.0, "m": 4}, "whole numbers"),
+        ({"kind": "nm", "n": 2, "m": 4, "sparsity": 0.5}, "takes no sparsity=0.5"),
+        ({"kind": "unstructured", "sparsity": 1.0}, "[0, 1)"),
+        ({"kind": "unstructured", "sparsity": float("nan")}, "[0, 1)"),
+        ({"kind": "rows"}, "sparsity=None"),
+        ({"kind": "rows", "sparsity": 0.5, "per_row": True}, "takes no per_row=True"),
+        ({"kind": "block", "sparsity": 0.5, "block": 0}, "block side"),
+        ({"kind": "diagonal", "sparsity": 0.5}, "kind='diagonal'"),
+    ],
+)
+def test_constructor_and_json_check_like_parse(fields, words):
+    # Every way of building a Pattern goes through one validation path.
+    with pytest.raises(ValueError, match=None) as info:
+        Pattern(**fields)
+    assert words in str(info.value)
+    with pytest.raises(ValueError) as info:
+        Pattern.from_json(json.dumps(fields))
+    assert words in str(info.value) and "pattern JSON" in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["2:5", "3:6", "1:3", "unstructured:nan", "rows:1"])
+def test_parse_refuses_odd_group_sizes_and_full_sparsity(spec):
+    with pytest.raises(ValueError) as info:
+        Pattern.parse(spec)
+    assert repr(spec) in str(info.value)
+
+
+def test_from_json_names_unknown_keys_and_bad_text():
+    with pytest.raises(ValueError, match="unknown keys 'nn'"):
+        Pattern.from_json('{"kind": "nm", "nn": 2, "m": 4}')
+    with pytest.raises(ValueError, match="cannot be read"):
+        Pattern.from_json("2:4")
+    assert Pattern.from_json('{"kind": "rows", "sparsity": 0}').sparsity == 0.0
+
+
+def test_allow_empty_round_trips_and_is_explicit():
+    p = Pattern.parse("rows:0.99", allow_empty=True)
+    assert p.allow_empty and Pattern.from_json(p.to_json()) == p
+    assert Pattern.parse(Pattern.parse("rows:0.99"), allow_empty=True) == p
+    with pytest.raises(ValueError, match="allow_empty"):
+        Pattern.parse("rows:0.99").keep_count(10, "rows")
+    assert Pattern.parse("rows:0.9").keep_count(10, "rows") == 1
+
+
+def test_check_pattern_cannot_be_handed_an_impossible_pattern():
+    import torch
+
+    from explorer import check_pattern
+
+    assert not check_pattern(torch.ones(4, 8), "2:4").valid
+    with pytest.raises(ValueError):
+        check_pattern(torch.ones(4, 8), Pattern(kind="nm", n=5, m=4))

@@ -22,6 +22,9 @@ CACHE_ENV = "SPARSITY_EXPLORER_CACHE"
 def cache_dir() -> Path:
     """The per-user weight cache: ``$SPARSITY_EXPLORER_CACHE`` or ``~/.cache/sparsity-explorer``.
 
+    The variable names a folder, or (as for the results store) a file ending in ``.db``, whose
+    folder is then the cache.
+
     Examples
     --------
     >>> cache_dir().name in {"sparsity-explorer"} or "SPARSITY_EXPLORER_CACHE" in os.environ
@@ -29,7 +32,8 @@ def cache_dir() -> Path:
     """
     root = os.environ.get(CACHE_ENV)
     if root:
-        return Path(root).expanduser()
+        path = Path(root).expanduser()
+        return path.parent if path.suffix == ".db" else path
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "sparsity-explorer"

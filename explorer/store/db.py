@@ -2,8 +2,10 @@
 
 The file uses WAL mode and a busy timeout, so several processes may write at once; every write
 is one short ``BEGIN IMMEDIATE`` transaction. A file that is not one of ours, is corrupt, or
-was written by a newer explorer is never overwritten: opening it raises :class:`StoreError`
-naming the file and the way out.
+was written by a newer explorer is never overwritten: opening it runs SQLite's ``quick_check``
+and reads the schema version, and a failure raises :class:`StoreError` naming the file and the
+way out (``sparsity-explorer store check|recover``). Any SQLite error met later is a
+:class:`StoreError` too, and a store found damaged is not written to again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from urllib.parse import quote
 from explorer import _html
 from explorer.store import schema
 from explorer.store.canonical import canonical_json, to_jsonable
-from explorer.store.location import StoreError, default_path, explain, reference_path
+from explorer.store.files import check_output, is_sqlite_file
+from explorer.store.location import StoreError, damaged, default_path, explain, reference_path
 from explorer.store.provenance import provenance as _provenance
 from explorer.store.table import ResultTable, Row
 
@@ -28,7 +31,25 @@ __all__ = ["ResultStore", "StoreError", "default_path", "reference_path"]
 
 _FILTERS = ("kind", "status", "sweep_id", "cell_key", *schema.INDEXED_COLUMNS)
 _TEXT_INDEXED = ("model", "method", "pattern", "dtype")
+_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
 _COLUMNS = "id, kind, status, error, sweep_id, cell_key, created, config, metrics, provenance"
+
+
+def _refuse_side_files(path: Path) -> None:
+    # SQLite owns "<db>-wal" and "<db>-journal": a store under such a name would be replaced
+    # by the next write to <db>, and a store there makes <db> unsafe to open.
+    if path.name.endswith(_SIDE_SUFFIXES):
+        raise StoreError(
+            f"results database {path}: SQLite keeps a database's side files under names ending "
+            "in -wal, -shm and -journal and may overwrite them; pass a name such as results.db"
+        )
+    for suffix in _SIDE_SUFFIXES:
+        if is_sqlite_file(f"{path}{suffix}"):
+            raise StoreError(
+                f"results database {path}: {path}{suffix} is an SQLite database, which opening "
+                f"{path} would overwrite as its {suffix[1:]} file; move it to a name such as "
+                "rescued.db first"
+            )
 
 
 class ResultStore:
@@ -40,9 +61,15 @@ class ResultStore:
         The database file; created when missing. Defaults to :func:`default_path`.
         ``":memory:"`` gives a private in-memory store.
     readonly : bool, optional
-        Open without ever writing (used for the shipped reference database).
+        Open without ever writing (SQLite's ``mode=ro``; ``immutable=1`` on read-only media).
     timeout : float, optional
         Seconds to wait for another writer before giving up.
+    source : str, optional
+        The label of this store's rows (``row.source``); ``"reference"`` for a read-only
+        store and ``"local"`` otherwise, unless given.
+    check : bool, optional
+        Run SQLite's ``quick_check`` on opening a file (a full read of it; skip it only for a
+        file just checked).
 
     Raises
     ------
@@ -61,7 +88,13 @@ class ResultStore:
     """
 
     def __init__(
-        self, path: str | Path | None = None, *, readonly: bool = False, timeout: float = 30.0
+        self,
+        path: str | Path | None = None,
+        *,
+        readonly: bool = False,
+        timeout: float = 30.0,
+        source: str | None = None,
+        check: bool = True,
     ):
         memory = str(path) == ":memory:"
         if path is None:
@@ -77,7 +110,9 @@ class ResultStore:
         self.path = Path(path) if memory else Path(path).expanduser()
         self.readonly = readonly
         self.timeout = float(timeout)
-        self.source = "reference" if readonly else "local"
+        self.source = source or ("reference" if readonly else "local")
+        self._check = bool(check)
+        self._damaged: str | None = None
         self._lock = threading.RLock()
         self._references: list[ResultStore] = []
         if not memory and self.path.is_dir():
@@ -87,27 +122,39 @@ class ResultStore:
             )
         if readonly and not memory and not self.path.is_file():
             raise StoreError(f"results database {self.path} does not exist; check the path")
+        if not memory:
+            _refuse_side_files(self.path)
         self._conn = self._open(memory)
 
     # -- opening -------------------------------------------------------------------------------
     def _open(self, memory: bool) -> sqlite3.Connection:
-        target = ":memory:" if memory else str(self.path)
-        uri = False
         if self.readonly and not memory:
-            target, uri = f"file:{quote(str(self.path.resolve()))}?mode=ro", True
+            try:
+                return self._open_target(f"file:{quote(str(self.path.resolve()))}?mode=ro")
+            except StoreError as exc:
+                if "unable to open" not in str(exc) and "readonly" not in str(exc):
+                    raise
+            # Read-only media: the WAL index cannot be created; nobody can write there either.
+            return self._open_target(f"file:{quote(str(self.path.resolve()))}?immutable=1")
+        return self._open_target(":memory:" if memory else str(self.path))
+
+    def _open_target(self, target: str) -> sqlite3.Connection:
+        memory = target == ":memory:"
         try:
             conn = sqlite3.connect(
                 target,
                 timeout=self.timeout,
                 isolation_level=None,
                 check_same_thread=False,
-                uri=uri,
+                uri=target.startswith("file:"),
             )
         except sqlite3.Error as exc:
             raise explain(exc, self.path, self.timeout) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             self._check_identity(conn)
+            if self._check and not memory:
+                self._quick_check(conn)
             if self.readonly:
                 return self._readonly_upgrade(conn)
             if not memory:
@@ -120,6 +167,13 @@ class ResultStore:
             conn.close()
             raise explain(exc, self.path, self.timeout) from exc
         return conn
+
+    def _quick_check(self, conn: sqlite3.Connection) -> None:
+        # SQLite's quick_check reads every page: a store damaged in the middle is caught here,
+        # before anything is written to it.
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check(5)").fetchall()]
+        if problems != ["ok"]:
+            raise damaged(self.path, "; ".join(map(str, problems)))
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # Switching a new file to WAL needs a moment alone with it and does not wait on the busy
@@ -236,7 +290,11 @@ class ResultStore:
         return self.record_many([entry], sweep_id=sweep_id)[0]
 
     def record_many(
-        self, entries: Iterable[Mapping], sweep_id: str | None = None, replace: bool = False
+        self,
+        entries: Iterable[Mapping],
+        sweep_id: str | None = None,
+        replace: bool = False,
+        writer: str | None = None,
     ) -> list[int]:
         """Write several rows in one transaction: all of them are committed, or none.
 
@@ -249,6 +307,9 @@ class ResultStore:
         replace : bool, optional
             First delete this sweep's rows with the same cell keys (and their ``key#n`` rows),
             to redo a skipped or failed cell.
+        writer : str, optional
+            A sweep writer's id: its leases on these cells are released in the same
+            transaction (see :mod:`explorer.store.leases`).
 
         Returns
         -------
@@ -261,8 +322,6 @@ class ResultStore:
             A (sweep_id, cell_key) pair is already present (the cell was counted already).
         """
         values = [self._values(dict(e), sweep_id) for e in entries]
-        if self.readonly:
-            raise StoreError(f"results database {self.path} was opened read-only; cannot write")
         sql = (
             "INSERT INTO results (kind, status, error, sweep_id, cell_key, created, model, "
             "method, pattern, dtype, tokens, gpu, config, metrics, provenance) "
@@ -276,7 +335,13 @@ class ResultStore:
                         "(cell_key = ? OR cell_key LIKE ? ESCAPE '\\')",
                         (sweep_id, key, key.replace("%", "\\%").replace("_", "\\_") + "#%"),
                     )
-            return [conn.execute(sql, v).lastrowid for v in values]
+            ids = [conn.execute(sql, v).lastrowid for v in values]
+            if writer is not None and sweep_id is not None:
+                conn.executemany(
+                    "DELETE FROM leases WHERE sweep_id = ? AND cell_key = ? AND writer = ?",
+                    [(sweep_id, v[4], writer) for v in values if v[4]],
+                )
+            return ids
 
     def _values(self, entry: dict, sweep_id: str | None) -> tuple:
         kind = entry.get("kind")
@@ -310,20 +375,40 @@ class ResultStore:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         # One BEGIN IMMEDIATE transaction: committed on success, rolled back on any error.
+        if self.readonly:
+            raise StoreError(f"results database {self.path} was opened read-only; cannot write")
         with self._lock:
+            if self._damaged:
+                raise damaged(self.path, self._damaged)
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise explain(exc, self.path, self.timeout) from exc
+                raise self._explain(exc) from exc
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException as exc:
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise explain(exc, self.path, self.timeout) from exc
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                    exc, sqlite3.IntegrityError
+                ):
+                    raise self._explain(exc) from exc
                 raise
+
+    def _explain(self, exc: sqlite3.Error) -> StoreError:
+        # Corruption found while working marks the store damaged: it is not written to again.
+        if not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc):
+            self._damaged = str(exc)
+        return explain(exc, self.path, self.timeout)
+
+    def _read(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._explain(exc) from exc
 
     def add_sweep(self, sweep_id: str, config: Mapping) -> None:
         """Remember a sweep's grid (kept from its first run)."""
@@ -336,22 +421,20 @@ class ResultStore:
     # -- reading -------------------------------------------------------------------------------
     def done_cells(self, sweep_id: str) -> dict[str, str]:
         """``{cell_key: status}`` of a sweep's cells (their first rows) already in the store."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT cell_key, status FROM results WHERE sweep_id = ? AND cell_key IS NOT NULL "
-                "AND cell_key NOT LIKE '%#%'",
-                (sweep_id,),
-            ).fetchall()
+        rows = self._read(
+            "SELECT cell_key, status FROM results WHERE sweep_id = ? AND cell_key IS NOT NULL "
+            "AND cell_key NOT LIKE '%#%'",
+            (sweep_id,),
+        )
         return dict(rows)
 
     def sweeps(self) -> list[dict]:
         """Every sweep in the store: ``sweep_id``, ``created``, ``config`` and row counts."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT s.sweep_id, s.created, s.config, count(r.id), "
-                "sum(r.status = 'failed') FROM sweeps s LEFT JOIN results r "
-                "ON r.sweep_id = s.sweep_id GROUP BY s.sweep_id ORDER BY s.created"
-            ).fetchall()
+        rows = self._read(
+            "SELECT s.sweep_id, s.created, s.config, count(r.id), "
+            "sum(r.status = 'failed') FROM sweeps s LEFT JOIN results r "
+            "ON r.sweep_id = s.sweep_id GROUP BY s.sweep_id ORDER BY s.created"
+        )
         return [
             {"sweep_id": s, "created": c, "config": json.loads(g), "rows": n, "failed": f or 0}
             for s, c, g, n, f in rows
@@ -398,10 +481,7 @@ class ResultStore:
                 clauses.append(f"{name} = ?")
                 params.append(value if name == "tokens" else str(to_jsonable(value)))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM results{where} ORDER BY id", params
-            ).fetchall()
+        rows = self._read(f"SELECT {_COLUMNS} FROM results{where} ORDER BY id", params)
         table = ResultTable(
             Row(*r[:7], json.loads(r[7]), json.loads(r[8]), json.loads(r[9]), self.source)
             for r in rows
@@ -412,22 +492,37 @@ class ResultStore:
         return table
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._conn.execute("SELECT count(*) FROM results").fetchone()[0]
+        return self._read("SELECT count(*) FROM results")[0][0]
 
     @property
     def schema_version(self) -> int:
         """The database's schema version (``PRAGMA user_version``)."""
-        with self._lock:
-            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+        return self._read("PRAGMA user_version")[0][0]
 
-    def export_csv(self, path: str | Path, **filters) -> Path:
-        """Write the rows (see :meth:`query` for filters) to a flat CSV file."""
-        return self.query(**filters).to_csv(path)
+    def export_csv(self, path: str | Path, *, force: bool = False, **filters) -> Path:
+        """Write the rows (see :meth:`query` for filters) to a flat CSV file.
 
-    def export_json(self, path: str | Path, **filters) -> Path:
-        """Write the rows (see :meth:`query` for filters) to a JSON file."""
-        return self.query(**filters).to_json(path)
+        The file is written whole or not at all; this store, or any SQLite file, at ``path``
+        is refused unless ``force=True``.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> db = pathlib.Path(tempfile.mkdtemp()) / "results.db"
+        >>> ResultStore(db).export_csv(db)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        explorer.store.location.StoreError: refusing to write the CSV export to ...
+        """
+        protect = [self.path, *(r.path for r in self._references)]
+        check_output(path, protect=protect, force=force, what="CSV export")
+        return self.query(**filters).to_csv(path, force=force, protect=protect)
+
+    def export_json(self, path: str | Path, *, force: bool = False, **filters) -> Path:
+        """Write the rows (see :meth:`query` for filters) to a JSON file (as :meth:`export_csv`)."""
+        protect = [self.path, *(r.path for r in self._references)]
+        check_output(path, protect=protect, force=force, what="JSON export")
+        return self.query(**filters).to_json(path, force=force, protect=protect)
 
     # -- reference -----------------------------------------------------------------------------
     @classmethod
@@ -496,8 +591,7 @@ class ResultStore:
         return f"ResultStore({str(self.path)!r}, {len(self)} rows{mode}{refs})"
 
     def _repr_html_(self) -> str:
-        with self._lock:
-            counts = self._conn.execute(
-                "SELECT kind, status, count(*) FROM results GROUP BY kind, status ORDER BY kind"
-            ).fetchall()
+        counts = self._read(
+            "SELECT kind, status, count(*) FROM results GROUP BY kind, status ORDER BY kind"
+        )
         return _html.table(["kind", "status", "rows"], counts, caption=repr(self))

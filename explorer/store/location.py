@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sqlite3
 from pathlib import Path
 
-__all__ = ["StoreError", "default_path", "explain", "reference_path"]
+__all__ = ["StoreError", "damaged", "default_path", "explain", "reference_path"]
 
 
 class StoreError(ValueError):
@@ -46,6 +47,33 @@ def reference_path() -> Path | None:
     return path if path.is_file() else None
 
 
+def _recover_hint(path: Path) -> str:
+    quoted = shlex.quote(str(path))
+    rescued = shlex.quote(f"{Path(path).with_suffix('')}-recovered.db")
+    return (
+        f"see what is damaged with: sparsity-explorer store check {quoted}; copy every "
+        f"readable row to a new file with: sparsity-explorer store recover {quoted} {rescued}; "
+        "or pass a new path"
+    )
+
+
+def damaged(path: Path, problem: str) -> StoreError:
+    """The error for a results database that SQLite finds damaged; it names the way out.
+
+    Examples
+    --------
+    >>> str(damaged(Path("r.db"), "page 7 is never used")).split(";")[0]
+    'results database r.db is damaged (page 7 is never used) and was left untouched'
+    """
+    problem = " ".join(problem.split())
+    if len(problem) > 300:
+        problem = problem[:297] + "..."
+    return StoreError(
+        f"results database {path} is damaged ({problem}) and was left untouched; "
+        f"{_recover_hint(path)}"
+    )
+
+
 def explain(exc: sqlite3.Error, path: Path, timeout: float) -> StoreError:
     """Turn an SQLite error into a :class:`StoreError` naming ``path`` and what to do."""
     text = str(exc)
@@ -67,7 +95,9 @@ def explain(exc: sqlite3.Error, path: Path, timeout: float) -> StoreError:
             f"another process held it locked for more than {timeout:g} s; wait for it to "
             "finish or pass a longer timeout"
         )
-    elif "not a database" in low or "malformed" in low or "corrupt" in low:
+    elif "malformed" in low or "corrupt" in low:
+        hint = f"it is damaged and was not written to; {_recover_hint(path)}"
+    elif "not a database" in low:
         hint = (
             "it is corrupt or not an SQLite database; pass a new path, or move the file aside "
             f"(mv '{path}' '{path}.bak') and run again"

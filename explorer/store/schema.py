@@ -68,8 +68,24 @@ def _v2(conn: sqlite3.Connection) -> None:
     )
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # 1. A lease per sweep cell being computed: which writer claimed it and when (Unix time,
+    #    refreshed while it runs), so concurrent sweeps on one store split the work.
+    conn.execute(
+        """
+        CREATE TABLE leases (
+            sweep_id TEXT NOT NULL,
+            cell_key TEXT NOT NULL,
+            writer TEXT NOT NULL,
+            claimed REAL NOT NULL,
+            PRIMARY KEY (sweep_id, cell_key)
+        )
+        """
+    )
+
+
 #: ``MIGRATIONS[i]`` moves a database from schema version ``i`` to ``i + 1``.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 
 #: The schema version this explorer writes and reads.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -96,9 +112,9 @@ def migrate(conn: sqlite3.Connection, current: int, target: int = SCHEMA_VERSION
     --------
     >>> conn = sqlite3.connect(":memory:")
     >>> migrate(conn, 0)
-    2
+    3
     >>> conn.execute("PRAGMA user_version").fetchone()[0]
-    2
+    3
     """
     if not 0 <= current <= target <= SCHEMA_VERSION:
         raise ValueError(

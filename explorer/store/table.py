@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer import _html
+from explorer.store.files import atomic_output, check_output
 
 __all__ = ["ResultTable", "Row"]
 
@@ -178,11 +179,24 @@ class ResultTable(Sequence):
             ) from exc
         return pandas.DataFrame(self.records(), columns=self.columns)
 
-    def to_csv(self, path: str | Path) -> Path:
-        """Write the flat rows to ``path`` as CSV (dicts and lists as JSON text)."""
-        path = Path(path)
+    def to_csv(
+        self, path: str | Path, *, force: bool = False, protect: Iterable[str | Path] = ()
+    ) -> Path:
+        """Write the flat rows to ``path`` as CSV (dicts and lists as JSON text).
+
+        The file is written beside ``path`` and renamed over it, so a crash never leaves half
+        a file. An SQLite file (or a store in ``protect``) there is refused unless ``force``.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "rows.csv"
+        >>> ResultTable([]).to_csv(out).exists()
+        True
+        """
+        path = check_output(path, protect=protect, force=force, what="CSV export")
         columns = self.columns
-        with path.open("w", newline="", encoding="utf-8") as handle:
+        with atomic_output(path) as handle:
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             for record in self.records():
@@ -194,11 +208,22 @@ class ResultTable(Sequence):
                 )
         return path
 
-    def to_json(self, path: str | Path) -> Path:
-        """Write the rows to ``path`` as a JSON list of nested objects."""
-        path = Path(path)
+    def to_json(
+        self, path: str | Path, *, force: bool = False, protect: Iterable[str | Path] = ()
+    ) -> Path:
+        """Write the rows to ``path`` as a JSON list of nested objects (safely, as :meth:`to_csv`).
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> out = pathlib.Path(tempfile.mkdtemp()) / "rows.json"
+        >>> ResultTable([]).to_json(out).read_text()
+        '[]'
+        """
+        path = check_output(path, protect=protect, force=force, what="JSON export")
         rows = [{**{name: getattr(r, name) for name in _BASE}, **_parts(r)} for r in self._rows]
-        path.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        with atomic_output(path) as handle:
+            handle.write(json.dumps(rows, indent=1, default=str))
         return path
 
     def __repr__(self) -> str:

@@ -8,10 +8,12 @@ row with ``status="failed"`` and the reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import fnmatch
 import functools
 import importlib.util
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,55 @@ from torch import nn
 from explorer.store.provenance import provenance
 from explorer.sweeps.grid import SPEED_PATTERNS
 
-__all__ = ["layer_filter", "run_cell"]
+__all__ = ["hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
+
+_QUIET_LOCK = threading.Lock()
+_QUIET_DEPTH = [0, None]  # nesting depth, the original tqdm of the training loop
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool = True):
+    """Hide the progress bar of training a bundled model on its first load while this runs.
+
+    A sweep run with ``progress=False`` (``--no-progress``) shows no bar at all, the model's
+    one-off training included.
+
+    Examples
+    --------
+    >>> with quiet_progress():
+    ...     pass
+    """
+    if not quiet:
+        yield
+        return
+    from explorer.models import _mlp
+
+    with _QUIET_LOCK:
+        if _QUIET_DEPTH[0] == 0:
+            _QUIET_DEPTH[1] = _mlp.tqdm
+            _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
+        _QUIET_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _QUIET_DEPTH[0] -= 1
+            if _QUIET_DEPTH[0] == 0:
+                _mlp.tqdm = _QUIET_DEPTH[1]
+
+
+def hide_training_bars() -> None:
+    """Hide model-training progress bars in this process for good (a sweep worker's initializer).
+
+    Examples
+    --------
+    >>> import concurrent.futures
+    >>> pool = concurrent.futures.ThreadPoolExecutor(1, initializer=hide_training_bars)
+    """
+    from explorer.models import _mlp
+
+    if not isinstance(_mlp.tqdm, functools.partial):
+        _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,4 +1,10 @@
-"""``sweep``: run a grid of cells, commit each as it finishes, and resume where a run stopped."""
+"""``sweep``: run a grid of cells, commit each as it finishes, and resume where a run stopped.
+
+Each cell is claimed in the store before it is computed (:mod:`explorer.store.leases`), so
+several sweeps of one grid on one store split the cells between them instead of computing each
+twice; a sweep that finishes first waits for the cells others still hold, and takes over those
+whose writer died.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from explorer import _html
-from explorer.store import ResultStore
+from explorer.store import ResultStore, StoreError
+from explorer.store import leases as _leases
 from explorer.sweeps import cells as _cells
 from explorer.sweeps.grid import Cell, SweepConfig
 
@@ -32,13 +39,16 @@ class SweepResult:
     total : int
         Cells in the grid.
     already_done : int
-        Cells found finished (ok or failed) in the store and not run again.
+        Cells found finished (ok or failed) in the store when the run started, not run again.
     ran, failed, skipped : int
-        Cells run now; of these, how many failed and how many were skipped (speed without a GPU).
+        Cells run now by this sweep; of these, how many failed and how many were skipped
+        (speed without a GPU).
     cancelled : bool
         Whether the run stopped early (``cancel`` set); the finished cells are kept.
     seconds : float
         Wall time of this run.
+    by_other_writer : int
+        Cells another sweep on the same store computed while this one ran.
     """
 
     sweep_id: str
@@ -50,6 +60,7 @@ class SweepResult:
     skipped: int
     cancelled: bool
     seconds: float
+    by_other_writer: int = 0
 
     def rows(self, store: ResultStore | None = None):
         """This sweep's rows, as a :class:`~explorer.store.ResultTable`.
@@ -65,7 +76,8 @@ class SweepResult:
         state = " cancelled" if self.cancelled else ""
         return (
             f"SweepResult({self.sweep_id!r}, {self.total} cells: {self.already_done} already done, "
-            f"{self.ran} ran, {self.failed} failed, {self.skipped} skipped, "
+            f"{self.ran} ran, {self.by_other_writer} done by another writer, "
+            f"{self.failed} failed, {self.skipped} skipped, "
             f"{self.seconds:.1f} s{state})"
         )
 
@@ -76,6 +88,7 @@ class SweepResult:
             ("cells", self.total),
             ("already done", self.already_done),
             ("ran now", self.ran),
+            ("done by another writer", self.by_other_writer),
             ("failed", _html.badge(str(self.failed), "error" if self.failed else "ok")),
             ("skipped", self.skipped),
             ("cancelled", "yes" if self.cancelled else "no"),
@@ -83,6 +96,9 @@ class SweepResult:
         ]
         rows = [(k, v if k == "failed" else _html.escape(v)) for k, v in rows]
         return _html.table(["", ""], rows, caption="Sweep", raw_columns=[1])
+
+
+_POLL_SECONDS = 0.5
 
 
 def _entries(cell: Cell, rows: list[dict]) -> list[dict]:
@@ -123,6 +139,7 @@ def sweep(
     calibration_samples: int = 128,
     seed: int = 0,
     retry_failed: bool = False,
+    lease_timeout: float = 120.0,
 ) -> SweepResult:
     """Run a resumable grid of pruning and speed measurements, committing each cell at once.
 
@@ -156,6 +173,10 @@ def sweep(
         Seed of calibration draws and of the random method.
     retry_failed : bool
         Run cells that failed before again (their old rows are replaced).
+    lease_timeout : float
+        Seconds after which a cell claimed by another sweep that stopped refreshing its claim
+        (a crashed machine) is taken over. A claim of a dead process on this host is taken
+        over at once.
 
     Returns
     -------
@@ -180,17 +201,24 @@ def sweep(
             f"executor={executor!r}: expected a concurrent.futures.Executor or a "
             "dask.distributed.Client (anything with submit(fn, arg) returning a future)"
         )
+    if (
+        isinstance(lease_timeout, bool)
+        or not isinstance(lease_timeout, (int, float))
+        or not (0 < lease_timeout < float("inf"))
+    ):
+        raise ValueError(f"lease_timeout={lease_timeout!r}: expected a positive number of seconds")
     sweep_id = name or config.sweep_id
     own = not isinstance(db, ResultStore)
     store = ResultStore(db) if own else db
+    writer = _leases.new_writer_id()
     start = time.perf_counter()
-    counts = {"ran": 0, "failed": 0, "skipped": 0}
+    counts = {"ran": 0, "failed": 0, "skipped": 0, "by_other_writer": 0}
     cancelled = False
     try:
         store.add_sweep(sweep_id, asdict(config))
         grid = config.cells()
         done = store.done_cells(sweep_id)
-        finished = {"ok", "failed"} if not retry_failed else {"ok"}
+        finished = ("ok", "failed") if not retry_failed else ("ok",)
         pending = [c for c in grid if done.get(c.key) not in finished]
         bar = tqdm(
             total=len(grid),
@@ -200,47 +228,117 @@ def sweep(
             disable=not progress,
         )
 
+        def claim(cell: Cell) -> str:
+            state = _leases.claim_cell(
+                store, sweep_id, cell.key, writer, finished=finished, stale_after=lease_timeout
+            )
+            if state == _leases.DONE:
+                other()
+            return state
+
+        def other() -> None:
+            counts["by_other_writer"] += 1
+            bar.update(1)
+
         def commit(cell: Cell, rows: list[dict]) -> None:
+            entries = _entries(cell, rows)
             try:
-                store.record_many(_entries(cell, rows), sweep_id=sweep_id, replace=cell.key in done)
-            except sqlite3.IntegrityError:
-                pass  # another process finished this cell first: it is counted once, there
+                store.record_many(
+                    entries, sweep_id=sweep_id, replace=cell.key in done, writer=writer
+                )
+            except sqlite3.IntegrityError as exc:
+                # Only UNIQUE(sweep_id, cell_key) is expected: another writer took this cell
+                # over (our claim had gone stale) and committed it first; it counts there.
+                if "UNIQUE" not in str(exc) or "cell_key" not in str(exc):
+                    raise
+                other()
+                return
             counts["ran"] += 1
             counts["failed"] += any(r.get("status") == "failed" for r in rows)
             counts["skipped"] += all(r.get("status") == "skipped" for r in rows)
             bar.set_postfix(failed=counts["failed"], refresh=False)
             bar.update(1)
 
-        try:
-            if executor is None:
-                for cell in pending:
-                    if cancel is not None and cancel.is_set():
-                        cancelled = True
-                        break
-                    try:
-                        rows = _cells.run_cell(cell.config, cancel=cancel)
-                    except Exception as exc:
-                        if type(exc).__name__ != "PruningCancelled":
-                            raise
-                        cancelled = True
-                        break
-                    commit(cell, rows)
-            else:
-                futures = {executor.submit(_cells.run_cell, c.config): c for c in pending}
-                for future in _as_completed(futures):
-                    cell = futures[future]
-                    try:
-                        rows = future.result()
-                    except Exception as exc:  # the worker died or could not run the cell
-                        rows = _failure(cell, exc)
-                    commit(cell, rows)  # a finished cell is kept, even when cancelling
-                    if cancel is not None and cancel.is_set():
-                        cancelled = True
-                        for other in futures:
-                            other.cancel()
-                        break
-        finally:
-            bar.close()
+        def stopping() -> bool:
+            return cancel is not None and cancel.is_set()
+
+        def run_here(cell: Cell) -> list[dict] | None:
+            # None when the pruning step was cancelled.
+            try:
+                with _cells.quiet_progress(not progress):
+                    if executor is not None:
+                        return executor.submit(_cells.run_cell, cell.config).result()
+                    return _cells.run_cell(cell.config, cancel=cancel)
+            except Exception as exc:
+                if type(exc).__name__ == "PruningCancelled":
+                    return None
+                if executor is None:
+                    raise
+                return _failure(cell, exc)  # the worker died or could not run the cell
+
+        held: list[Cell] = []
+        with _leases.LeaseKeeper(store, writer, every=lease_timeout / 4):
+            try:
+                if executor is None:
+                    for cell in pending:
+                        if stopping():
+                            cancelled = True
+                            break
+                        state = claim(cell)
+                        if state == _leases.HELD:
+                            held.append(cell)
+                        elif state == _leases.CLAIMED:
+                            rows = run_here(cell)
+                            if rows is None:
+                                cancelled = True
+                                break
+                            commit(cell, rows)
+                else:
+                    mine = []
+                    for cell in pending:
+                        state = claim(cell)
+                        if state == _leases.HELD:
+                            held.append(cell)
+                        elif state == _leases.CLAIMED:
+                            mine.append(cell)
+                    futures = {executor.submit(_cells.run_cell, c.config): c for c in mine}
+                    for future in _as_completed(futures):
+                        cell = futures[future]
+                        try:
+                            rows = future.result()
+                        except Exception as exc:  # the worker died or could not run the cell
+                            rows = _failure(cell, exc)
+                        commit(cell, rows)  # a finished cell is kept, even when cancelling
+                        if stopping():
+                            cancelled = True
+                            for other_future in futures:
+                                other_future.cancel()
+                            break
+                # Cells other writers hold: wait for their rows, or take over a dead claim.
+                while held and not cancelled:
+                    waiting = []
+                    for cell in held:
+                        if stopping():
+                            cancelled = True
+                            break
+                        state = claim(cell)
+                        if state == _leases.HELD:
+                            waiting.append(cell)
+                        elif state == _leases.CLAIMED:
+                            rows = run_here(cell)
+                            if rows is None:
+                                cancelled = True
+                                break
+                            commit(cell, rows)
+                    held = waiting
+                    if held and not cancelled:
+                        (cancel.wait if cancel is not None else time.sleep)(_POLL_SECONDS)
+            finally:
+                bar.close()
+                try:
+                    _leases.release(store, writer, sweep_id)
+                except StoreError:
+                    pass  # a busy or damaged store: our claims go stale and are taken over
         return SweepResult(
             sweep_id=sweep_id,
             db=store.path,
