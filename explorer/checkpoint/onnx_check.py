@@ -213,17 +213,13 @@ def check_onnx(
     if not path.is_file():
         raise FileNotFoundError(f"ONNX file {path} does not exist (or is not a file)")
     try:
-        model = onnx.load(str(path), load_external_data=True)
-    except FileNotFoundError as exc:
-        raise CheckpointError(
-            f"{path} keeps its weights in an external data file that is missing ({exc}); copy "
-            "the .data file(s) next to it"
-        ) from None
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise CheckpointError(
             f"{path} cannot be read as an ONNX model ({type(exc).__name__}: {exc}); the file is "
             "truncated, damaged or not ONNX"
         ) from None
+    _load_external_data(onnx, model, path)
     graph = model.graph
     if not graph.node:
         raise CheckpointError(f"{path} has an empty graph (no nodes); it is not a usable model")
@@ -278,6 +274,28 @@ def check_onnx(
         if found is not None:
             checks.append(_check_weight(node, *found, dtype, tokens))
     return OnnxReport(path, dtype, tokens, tuple(checks))
+
+
+def _load_external_data(onnx, model, path: Path) -> None:
+    """Read the weights kept in data files beside the model, or say which file is missing."""
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return
+    locations = {
+        entry.value for t in external for entry in t.external_data if entry.key == "location"
+    }
+    missing = sorted(loc for loc in locations if not (path.parent / loc).is_file())
+    if missing:
+        raise CheckpointError(
+            f"{path} keeps its weights in an external data file that is missing: "
+            f"{', '.join(missing)}; copy it next to {path.name}"
+        )
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except Exception as exc:
+        raise CheckpointError(
+            f"the external weights of {path} cannot be read ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _attr(node, name: str, default: int = 0) -> int:
