@@ -158,7 +158,9 @@ def _checkpoint_verbs(verbs) -> None:
         "dimension TensorRT needs and whether its shape can take sparse tactics. For a "
         "checkpoint from 'save': verify its manifest, checksums and 2:4 layers.",
     )
-    p.add_argument("file", type=Path, help="an .onnx file or a .safetensors checkpoint")
+    p.add_argument(
+        "file", type=Path, help="an .onnx file, a .safetensors checkpoint or an exported folder"
+    )
     p.add_argument("--dtype", default="float16", help="TensorRT build precision (default float16)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per call (default 1024)")
     p.add_argument(
@@ -364,8 +366,11 @@ def _export(args) -> int:
 
 
 def _check(args) -> int:
-    from explorer.checkpoint import check_onnx, verify_checkpoint
+    from explorer.checkpoint import check_onnx, verify_checkpoint, verify_pretrained
 
+    if args.file.is_dir():
+        print(verify_pretrained(args.file))
+        return 0
     if args.file.suffix.lower() == ".onnx":
         report = check_onnx(args.file, dtype=args.dtype, tokens=args.tokens)
         print(report)

@@ -19,7 +19,13 @@ Examples
 0.5625
 """
 
-from .export import MANIFEST_NAME, export_onnx, export_pretrained, sparse_layers
+from .export import (
+    MANIFEST_NAME,
+    export_onnx,
+    export_pretrained,
+    sparse_layers,
+    verify_pretrained,
+)
 from .load import load_sparse, read_checkpoint, verify_checkpoint
 from .manifest import CheckpointCancelled, CheckpointError
 from .onnx_check import OnnxReport, OnnxWeight, check_onnx
@@ -42,4 +48,5 @@ __all__ = [
     "save_sparse",
     "sparse_layers",
     "verify_checkpoint",
+    "verify_pretrained",
 ]

@@ -22,11 +22,27 @@ from explorer.checks import check_pattern
 from explorer.errors import require
 from explorer.store import explorer_version
 
-from .manifest import FORMAT, VERSION, CheckpointError, dtype_name, dumps, now, tensor_sha256
+from .manifest import (
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    dtype_name,
+    dumps,
+    now,
+    parse_json_manifest,
+    tensor_sha256,
+)
 from .onnx_check import OnnxReport, check_onnx
-from .save import model_description
+from .report import CheckpointReport, LayerRecord
+from .save import _dedupe, model_description
 
-__all__ = ["MANIFEST_NAME", "export_onnx", "export_pretrained", "sparse_layers"]
+__all__ = [
+    "MANIFEST_NAME",
+    "export_onnx",
+    "export_pretrained",
+    "sparse_layers",
+    "verify_pretrained",
+]
 
 #: The manifest written beside a Hugging Face export.
 MANIFEST_NAME = "sparsity_manifest.json"
@@ -95,11 +111,13 @@ def export_pretrained(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(directory), safe_serialization=True)
+    aliases, _ = _dedupe(model.state_dict())
     layers = {}
     for fqn, module in sparse_layers(model).items():
         w = module.weight.detach()
         layers[fqn] = {
             "param": f"{fqn}.weight",
+            "tied_to": aliases.get(f"{fqn}.weight"),
             "shape": list(w.shape),
             "dtype": dtype_name(w.dtype),
             "pattern": "2:4",
@@ -209,3 +227,68 @@ def export_onnx(
             "changed on the way (an exporter optimisation?); the file is at " + str(path)
         )
     return report
+
+
+def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
+    """Check a folder written by :func:`export_pretrained`: every 2:4 layer and its checksum.
+
+    Parameters
+    ----------
+    directory : str or path-like
+
+    Returns
+    -------
+    CheckpointReport
+        Every listed layer was found in the folder's safetensors files, is still 2:4 and
+        matches its checksum.
+
+    Raises
+    ------
+    CheckpointError
+        No manifest, a layer missing from the weights, no longer 2:4, or changed.
+
+    Examples
+    --------
+    >>> verify_pretrained("llama-24")  # doctest: +SKIP
+    CheckpointReport(llama-24: 14 of 14 layers 2:4, ...)
+    """
+    safetensors = require("safetensors", "deploy")
+    directory = Path(directory)
+    manifest_path = directory / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise CheckpointError(
+            f"{directory} has no {MANIFEST_NAME}; it was not written by export_pretrained"
+        )
+    manifest = parse_json_manifest(manifest_path.read_text(), str(manifest_path))
+    files = sorted(directory.glob("*.safetensors"))
+    where: dict[str, Path] = {}
+    for file in files:
+        try:
+            with safetensors.safe_open(str(file), framework="pt") as f:
+                where.update(dict.fromkeys(f.keys(), file))
+        except Exception as exc:
+            raise CheckpointError(f"{file} cannot be read as safetensors ({exc})") from None
+    records = []
+    for fqn, layer in manifest["layers"].items():
+        param = layer["param"]
+        if param not in where and layer.get("tied_to") in where:
+            param = layer["tied_to"]
+        if param not in where:
+            raise CheckpointError(
+                f"layer {fqn!r} is listed in {MANIFEST_NAME} but {param!r} is in none of "
+                f"{[f.name for f in files]}; the folder is incomplete"
+            )
+        with safetensors.safe_open(str(where[param]), framework="pt") as f:
+            weight = f.get_tensor(param)
+        if list(weight.shape) != layer["shape"] or tensor_sha256(weight) != layer["sha256"]:
+            report = check_pattern(weight, "2:4") if weight.dim() == 2 else None
+            state = "" if report is None or report.valid else " and is no longer 2:4"
+            raise CheckpointError(
+                f"layer {fqn!r} in {where[param].name} does not match its checksum{state}; the "
+                "weights changed after export"
+            )
+        size = weight.numel() * weight.element_size()
+        shape = (layer["shape"][0], layer["shape"][1])
+        records.append(LayerRecord(fqn, shape, layer["dtype"], "2:4", size, size))
+    total = sum(f.stat().st_size for f in files)
+    return CheckpointReport(directory, total, total, tuple(records), manifest)

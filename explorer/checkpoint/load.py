@@ -9,6 +9,7 @@ weight must match the checksum taken when it was saved, and every tensor must fi
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +251,11 @@ def load_sparse(
     manifest, state = read_checkpoint(path, progress=progress, cancel=cancel)
     if model is None:
         model = _rebuild_model(manifest, str(path))
-        floating = {t.dtype for t in state.values() if t.is_floating_point()}
-        if len(floating) == 1:  # a rebuilt model takes the checkpoint's dtype
-            model.to(floating.pop())
+        # a rebuilt model takes the checkpoint's dtypes (non-persistent buffers stay as built)
+        for name, target in model.state_dict(keep_vars=True).items():
+            source = state.get(name)
+            if source is not None and target.is_floating_point() and source.is_floating_point():
+                target.data = target.data.to(source.dtype)
     _check_fits(model, state, str(path))
     if cancel is not None and cancel.is_set():
         raise CheckpointCancelled(
@@ -332,9 +335,20 @@ def _to_sparse_linear(model: nn.Module, manifest: dict[str, Any], dtype) -> None
     from explorer.gpu.sparse_linear import SparseLinear
 
     built: dict[str, nn.Module] = {}
+    kept: dict[str, str] = {}
     for fqn, layer in manifest["layers"].items():
         if layer.get("stored") == "2:4" and fqn:
-            built[fqn] = SparseLinear.from_linear(model.get_submodule(fqn), dtype=dtype)
+            try:
+                built[fqn] = SparseLinear.from_linear(model.get_submodule(fqn), dtype=dtype)
+            except (ValueError, TypeError) as exc:  # shapes cuSPARSELt cannot take stay dense
+                kept[fqn] = str(exc)
+    if kept:
+        first = next(iter(kept.items()))
+        warnings.warn(
+            f"{len(kept)} 2:4 layer(s) stay dense nn.Linear because SparseLinear cannot take "
+            f"them, e.g. {first[0]!r}: {first[1]}",
+            stacklevel=3,
+        )
     for fqn, new in built.items():
         parent, _, child = fqn.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, new)

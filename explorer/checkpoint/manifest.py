@@ -182,6 +182,28 @@ def parse_manifest(text: str | None, where: str) -> dict[str, Any]:
     return manifest
 
 
+def parse_json_manifest(text: str, where: str) -> dict[str, Any]:
+    """Parse the ``sparsity_manifest.json`` of a Hugging Face export.
+
+    Examples
+    --------
+    >>> parse_json_manifest('{"format": "%s.pretrained", "version": 1, "layers": {}}' % FORMAT, "m")
+    {'format': 'sparsity-explorer.sparse-checkpoint.pretrained', 'version': 1, 'layers': {}}
+    """
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{where} is not valid JSON ({exc}); it was altered") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT + ".pretrained":
+        raise CheckpointError(f"{where} is not a sparsity-explorer export manifest")
+    if manifest.get("version") != VERSION or not isinstance(manifest.get("layers"), dict):
+        raise CheckpointError(
+            f"{where} has version {manifest.get('version')!r} or no layers; this explorer reads "
+            f"version {VERSION}"
+        )
+    return manifest
+
+
 def dumps(manifest: dict[str, Any]) -> str:
     """The manifest as compact, sorted JSON (NaN becomes null)."""
     return json.dumps(_finite(manifest), sort_keys=True, separators=(",", ":"), allow_nan=False)

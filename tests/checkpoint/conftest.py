@@ -55,7 +55,8 @@ def tiny_llama():
     """LlamaForCausalLM with random weights in bfloat16, tied embeddings, eval mode."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(llama_config()).to(torch.bfloat16).eval()
+    model = transformers.AutoModelForCausalLM.from_config(llama_config(), dtype=torch.bfloat16)
+    return model.eval()
 
 
 @pytest.fixture

@@ -110,7 +110,8 @@ def test_llama_round_trip_into_from_config(tmp_path, tiny_llama, token_ids):
     }
     assert len(report.sparse_layers) == 14
     assert all(r.ratio < 0.60 for r in report.sparse_layers)
-    fresh = transformers.AutoModelForCausalLM.from_config(llama_config()).to(torch.bfloat16).eval()
+    fresh = transformers.AutoModelForCausalLM.from_config(llama_config(), dtype=torch.bfloat16)
+    fresh.eval()
     load_sparse(path, fresh, progress=False)
     _same_state(tiny_llama, fresh)
     assert fresh.lm_head.weight.data_ptr() == fresh.model.embed_tokens.weight.data_ptr()
