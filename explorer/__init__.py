@@ -39,6 +39,11 @@ _LAZY = {
     "sweep": "explorer.sweeps",
     "ResultStore": "explorer.store",
     "load_model": ("explorer.models", "load"),
+    "save_sparse": "explorer.checkpoint",
+    "load_sparse": "explorer.checkpoint",
+    "export_onnx": "explorer.checkpoint",
+    "export_pretrained": "explorer.checkpoint",
+    "check_onnx": "explorer.checkpoint",
 }
 
 __all__ = [

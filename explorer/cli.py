@@ -1,4 +1,5 @@
-"""The ``sparsity-explorer`` command: dashboard, doctor, bench, sweep, report and store.
+"""The ``sparsity-explorer`` command: dashboard, doctor, bench, tune, sweep, report, store,
+save, export and check.
 
 Every verb has ``--help``. Errors print one line on stderr and exit with status 2; an
 interrupted sweep exits with 130 and resumes when the same command is run again.
@@ -175,7 +176,55 @@ def _parser() -> _Parser:
     p.add_argument("action", choices=("check", "recover"), help="check or recover")
     p.add_argument("db", type=Path, help="the results database")
     p.add_argument("new", type=Path, nargs="?", help="for recover: the new file to create")
+    _checkpoint_verbs(verbs)
     return parser
+
+
+def _checkpoint_verbs(verbs) -> None:
+    p = verbs.add_parser(
+        "save",
+        help="prune a bundled model and save it as a compressed 2:4 checkpoint",
+        description="Prune a bundled model and write one safetensors file with its 2:4 layers "
+        "stored compressed (kept values plus 2-bit positions) and a manifest of every layer.",
+    )
+    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
+    p.add_argument("--method", default="magnitude", help="pruning method (default magnitude)")
+    p.add_argument("--pattern", default="2:4", help="sparsity pattern (default 2:4)")
+    p.add_argument("--dtype", default="float16", help="dtype to store (default float16)")
+    p.add_argument("--calibration-samples", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = verbs.add_parser(
+        "export",
+        help="export a saved checkpoint to ONNX or a Hugging Face folder",
+        description="Load a checkpoint written by 'save' (verifying it) and export the dense "
+        "masked model: ONNX via torch.onnx.export, checked for TensorRT's sparse tactics, or a "
+        "Hugging Face save_pretrained folder with the manifest beside it.",
+    )
+    p.add_argument("checkpoint", type=Path, help="a .safetensors checkpoint from 'save'")
+    p.add_argument("--onnx", type=Path, help="write this .onnx file")
+    p.add_argument("--pretrained", type=Path, help="write this Hugging Face folder")
+    p.add_argument("--batch", type=int, default=8, help="rows of the example input (ONNX)")
+    p.add_argument("--dtype", default="float16", help="TensorRT build precision for the check")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per call for the check")
+
+    p = verbs.add_parser(
+        "check",
+        help="check an ONNX file for TensorRT's 2:4 sparse tactics, or verify a checkpoint",
+        description="For an .onnx file: report, weight by weight, whether it is 2:4 along the "
+        "dimension TensorRT needs and whether its shape can take sparse tactics. For a "
+        "checkpoint from 'save': verify its manifest, checksums and 2:4 layers.",
+    )
+    p.add_argument(
+        "file", type=Path, help="an .onnx file, a .safetensors checkpoint or an exported folder"
+    )
+    p.add_argument("--dtype", default="float16", help="TensorRT build precision (default float16)")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per call (default 1024)")
+    p.add_argument(
+        "--strict", action="store_true", help="exit with 1 when any weight falls back to dense"
+    )
 
 
 def _dashboard(args) -> int:
@@ -333,6 +382,94 @@ def _store(args) -> int:
     return 0
 
 
+def _save(args) -> int:
+    from explorer.checkpoint import save_sparse
+    from explorer.doctor import parse_dtype
+    from explorer.models import load
+    from explorer.pruning import METHODS, prune
+
+    dtype = parse_dtype(args.dtype)
+    bundle = load(args.model)
+    calibration = None
+    if args.method in METHODS and METHODS[args.method].needs_calibration:
+        calibration = bundle.calibration(args.calibration_samples, seed=args.seed)
+    result = prune(
+        bundle.model,
+        args.method,
+        args.pattern,
+        calibration=calibration,
+        filter_fn=bundle.filter_fn,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    bundle.model.to(dtype)  # zeros stay zeros: the pattern survives the cast
+    provenance = {
+        "command": f"{PROG} save {args.model} --method {args.method} --pattern {args.pattern}",
+        "calibration_samples": args.calibration_samples if calibration is not None else 0,
+    }
+    report = save_sparse(
+        bundle, args.out, result, provenance=provenance, progress=not args.no_progress
+    )
+    print(report)
+    return 0
+
+
+def _example_input(model, manifest, batch: int):
+    import torch
+
+    described = manifest.get("model") or {}
+    config = described.get("hf_config") or {}
+    if described.get("bundle"):
+        from explorer.models import load
+
+        first = load(described["bundle"]).calibration(batch)[0]
+    elif config.get("vocab_size"):
+        first = {"input_ids": torch.randint(0, int(config["vocab_size"]), (1, 16))}
+    else:
+        raise ValueError("cannot make an example input for this model; use explorer.export_onnx")
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+    def cast(x):
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    if isinstance(first, dict):
+        return {k: cast(v)[:batch] for k, v in first.items()}
+    return cast(first)[:batch]
+
+
+def _export(args) -> int:
+    from explorer.checkpoint import export_onnx, export_pretrained, load_sparse, read_checkpoint
+
+    if not args.onnx and not args.pretrained:
+        raise ValueError("say what to write: --onnx FILE and/or --pretrained DIR")
+    manifest, _ = read_checkpoint(args.checkpoint)
+    model = load_sparse(args.checkpoint, progress=False).eval()
+    if args.pretrained:
+        print(
+            f"wrote {export_pretrained(model, args.pretrained, provenance=manifest['provenance'])}"
+        )
+    if args.onnx:
+        example = _example_input(model, manifest, args.batch)
+        print(export_onnx(model, args.onnx, example, dtype=args.dtype, tokens=args.tokens))
+        print(f"wrote {args.onnx}")
+    return 0
+
+
+def _check(args) -> int:
+    from explorer.checkpoint import check_onnx, verify_checkpoint, verify_pretrained
+
+    if args.file.is_dir():
+        print(verify_pretrained(args.file))
+        return 0
+    if args.file.suffix.lower() == ".onnx":
+        report = check_onnx(args.file, dtype=args.dtype, tokens=args.tokens)
+        print(report)
+        return 1 if args.strict and report.fallbacks else 0
+    report = verify_checkpoint(args.file)
+    print(report)
+    return 1 if args.strict and report.skipped else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``sparsity-explorer`` command line.
 
@@ -375,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             "report": _report,
             "store": _store,
         }
+        handler.update(save=_save, export=_export, check=_check)
         return handler[args.verb](args)
     except KeyboardInterrupt:
         print(

@@ -53,6 +53,7 @@ class _Run:
     config: MethodConfig
     masks: dict
     score: float
+    result: object = None
 
 
 def _bundle(model):
@@ -124,6 +125,7 @@ class Dashboard:
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[str], None]] = []
+        self.last_file = None  # what Save or Export wrote last (a WrittenFile)
         self.load(model)
 
     # -- events ---------------------------------------------------------------------------
@@ -328,7 +330,7 @@ class Dashboard:
                 {r.name: r.verdict for r in self.layer_picker.rows},
                 self.store,
             )
-            run = _Run(config, masks, score)
+            run = _Run(config, masks, score, result)
             self.runs[config.label] = run
             self.current = run
             details = {
@@ -402,6 +404,65 @@ class Dashboard:
             )
         )
         self._say("ok", f"loaded {point.label}{note}")
+
+    # -- files ----------------------------------------------------------------------------
+    def save(self, path=None, wait: bool = False) -> threading.Thread | None:
+        """Save the current model as a compressed 2:4 checkpoint (in a thread).
+
+        The status line then says where, and the file's size against the dense size;
+        :attr:`last_file` holds the :class:`~explorer.widgets.checkpoint_files.WrittenFile`.
+        """
+        return self._file_job("save", path, wait)
+
+    def export(self, path=None, wait: bool = False) -> threading.Thread | None:
+        """Export the current model to ONNX and check it for TensorRT (in a thread)."""
+        return self._file_job("export", path, wait)
+
+    def _file_job(self, kind: str, path, wait: bool) -> threading.Thread | None:
+        if self.busy:
+            self._say("warn", "a run is in progress; wait for it before writing files")
+            return None
+        if self.bundle is None:
+            self._say("warn", "there is no model loaded")
+            return None
+        self.busy = True
+        self._cancel.clear()
+        self._emit("busy")
+        self._thread = threading.Thread(
+            target=self._write_file, args=(kind, path), daemon=True, name=f"explorer-{kind}"
+        )
+        self._thread.start()
+        if wait:
+            self._thread.join()
+        return self._thread
+
+    def _write_file(self, kind: str, path) -> None:
+        from explorer.widgets.checkpoint_files import write_file
+
+        run = self.current
+        label = run.config.label if run else "dense"
+        try:
+            self._progress(0.3, "saving" if kind == "save" else "exporting to ONNX")
+            with hidden_displays():
+                written = write_file(
+                    self.bundle,
+                    kind,
+                    path,
+                    result=run.result if run else None,
+                    label=label,
+                    cancel=self._cancel,
+                    dtype=self.dtype,
+                    tokens=self.tokens,
+                )
+            self.last_file = written
+            self._progress(1.0, "done")
+            self._say("ok", written.message)
+        except Exception as exc:  # the page shows every failure as a message, never a traceback
+            self._progress(0.0, "failed")
+            self._say("error", f"{kind} failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.busy = False
+            self._emit("busy")
 
     # -- display --------------------------------------------------------------------------
     def view(self):

@@ -188,6 +188,8 @@ class DashboardView:
         self.cancel = w.Button(description="Cancel", icon="stop", disabled=True).add_class(
             "explorer-cancel"
         )
+        self.save = w.Button(description="Save", icon="save").add_class("explorer-save")
+        self.export = w.Button(description="Export", icon="download").add_class("explorer-export")
         self.bar = w.FloatProgress(
             value=0.0, min=0.0, max=1.0, description="", layout={"width": "200px"}
         )
@@ -207,6 +209,7 @@ class DashboardView:
                 self.dtype,
                 self.tokens,
                 w.HBox([self.run, self.cancel]),
+                w.HBox([self.save, self.export]),
                 w.HBox([self.bar, self.bar_text]),
                 w.HTML("<b>kernel</b>"),
                 self.kernel,
@@ -239,6 +242,8 @@ class DashboardView:
             control.observe(self._on_config, names="value")
         self.run.on_click(self._on_run)
         self.cancel.on_click(lambda _: dash.cancel())
+        self.save.on_click(lambda _: dash.save())
+        self.export.on_click(lambda _: dash.export())
         self.kernel.on_click(self._on_kernel)
         dash.on_change(on_main_thread(self._on_event))
         dash.tradeoff.on_change(on_main_thread(self._on_tradeoff))
@@ -267,6 +272,7 @@ class DashboardView:
             self.bar.value, self.bar_text.value = fraction, text
         elif event == "busy":
             self.run.disabled = dash.busy
+            self.save.disabled = self.export.disabled = dash.busy
             self.cancel.disabled = not dash.busy
             self.model.disabled = dash.busy
         elif event == "model":

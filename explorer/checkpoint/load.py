@@ -1,0 +1,354 @@
+"""``load_sparse`` and ``verify_checkpoint``: read a sparse checkpoint back, checking everything.
+
+Reading goes through safetensors only (never pickle). Before a single weight of the model is
+touched: the manifest must describe exactly the tensors in the file, every tensor's checksum
+must match, every 2:4 layer's positions must be a valid 2:4 encoding and its rebuilt dense
+weight must match the checksum taken when it was saved, and every tensor must fit the model.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from explorer.compression import CompressedWeight
+from explorer.errors import require
+
+from .manifest import (
+    METADATA_KEY,
+    POSITIONS,
+    VALUES,
+    CheckpointCancelled,
+    CheckpointError,
+    dtype_name,
+    parse_manifest,
+    tensor_sha256,
+)
+from .report import CheckpointReport
+from .save import build_report
+
+__all__ = ["load_sparse", "read_checkpoint", "verify_checkpoint"]
+
+
+def read_checkpoint(
+    path: str | os.PathLike, progress: bool = False, cancel: Any = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Read and verify a sparse checkpoint: its manifest and the dense masked ``state_dict``.
+
+    Parameters
+    ----------
+    path : str or path-like
+    progress : bool
+        Show a tqdm progress bar over the tensors.
+    cancel : threading.Event, optional
+        Checked between tensors.
+
+    Returns
+    -------
+    manifest : dict
+    state_dict : dict of str to torch.Tensor
+        On the CPU, 2:4 weights rebuilt dense with zeros in place, tied weights restored.
+
+    Raises
+    ------
+    CheckpointError
+        Unreadable, truncated or altered file, a manifest that does not match the tensors,
+        a checksum that does not match, or a layer that is no longer 2:4.
+
+    Examples
+    --------
+    >>> manifest, state = read_checkpoint("model.safetensors")  # doctest: +SKIP
+    """
+    safetensors = require("safetensors", "deploy")
+    from tqdm.auto import tqdm
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist (or is not a file)")
+    where = str(path)
+    try:
+        handle = safetensors.safe_open(str(path), framework="pt", device="cpu")
+    except Exception as exc:  # SafetensorError has no stable import path across versions
+        raise CheckpointError(
+            f"{where} cannot be read as safetensors ({exc}); the file is truncated, damaged or "
+            "not a checkpoint. Save it again with explorer.save_sparse"
+        ) from None
+    with handle as f:
+        manifest = parse_manifest((f.metadata() or {}).get(METADATA_KEY), where)
+        described = manifest["tensors"]
+        present = set(f.keys())
+        missing = sorted(set(described) - present)
+        extra = sorted(present - set(described))
+        if missing or extra:
+            raise CheckpointError(
+                f"the manifest of {where} does not match its tensors: described but absent "
+                f"{missing[:5]}, present but not described {extra[:5]}; the file was altered"
+            )
+        raw: dict[str, torch.Tensor] = {}
+        for name in tqdm(sorted(described), desc="verifying", disable=not progress, leave=False):
+            if cancel is not None and cancel.is_set():
+                raise CheckpointCancelled(f"loading {path.name} was cancelled")
+            tensor = _get(f, name, where)
+            entry = described[name]
+            if list(tensor.shape) != entry["shape"] or dtype_name(tensor.dtype) != entry["dtype"]:
+                raise CheckpointError(
+                    f"tensor {name!r} in {where} is {dtype_name(tensor.dtype)} "
+                    f"{list(tensor.shape)} but the manifest says {entry['dtype']} "
+                    f"{entry['shape']}; the file was altered"
+                )
+            if tensor_sha256(tensor) != entry["sha256"]:
+                raise CheckpointError(
+                    f"tensor {name!r} in {where} does not match its checksum: its bytes changed "
+                    "after saving (corruption or an edit). Use a good copy of the file"
+                )
+            raw[name] = tensor
+    state = _rebuild(manifest, raw, where)
+    return manifest, state
+
+
+def _get(handle, name: str, where: str) -> torch.Tensor:
+    try:
+        return handle.get_tensor(name)
+    except Exception as exc:
+        raise CheckpointError(f"tensor {name!r} in {where} cannot be read ({exc})") from None
+
+
+def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {
+        k: v for k, v in raw.items() if not k.endswith((VALUES, POSITIONS))
+    }
+    for fqn, layer in manifest["layers"].items():
+        param = layer["param"]
+        if layer.get("stored") != "2:4":
+            if param not in state and param not in manifest["aliases"]:
+                raise CheckpointError(
+                    f"layer {fqn!r} is listed as dense in {where} but {param!r} is not in the file"
+                )
+            continue
+        values, positions = raw.get(param + VALUES), raw.get(param + POSITIONS)
+        if values is None or positions is None:
+            raise CheckpointError(
+                f"layer {fqn!r} is listed as 2:4 in {where} but its values or positions are "
+                "missing; the file was altered"
+            )
+        rows, k = layer["shape"]
+        if (
+            k % 4
+            or tuple(values.shape) != (rows, k // 2)
+            or tuple(positions.shape) != (rows, (k + 7) // 8)
+            or positions.dtype != torch.uint8
+        ):
+            raise CheckpointError(
+                f"layer {fqn!r} in {where}: values {list(values.shape)} and positions "
+                f"{list(positions.shape)} do not fit a {rows}x{k} 2:4 weight (expected "
+                f"[{rows}, {k // 2}] and [{rows}, {(k + 7) // 8}] uint8); the manifest does not "
+                "match the tensors"
+            )
+        packed = CompressedWeight(values, positions, (rows, k))
+        if rows and k:
+            pos = packed.positions()
+            bad = pos[..., 0] >= pos[..., 1]
+            if bool(bad.any()):
+                r, g = (int(i) for i in bad.nonzero()[0])
+                raise CheckpointError(
+                    f"layer {fqn!r} in {where} is no longer 2:4: {int(bad.sum()):,} groups hold "
+                    f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
+                    "the positions were altered. Use a good copy of the file"
+                )
+        dense = packed.decompress()
+        if dtype_name(dense.dtype) != layer["dtype"] or tensor_sha256(dense) != layer["sha256"]:
+            raise CheckpointError(
+                f"layer {fqn!r} in {where} rebuilds to a weight that does not match the "
+                "checksum taken when it was saved; the file was altered"
+            )
+        state[param] = dense
+    for alias, original in manifest["aliases"].items():
+        if original not in state:
+            raise CheckpointError(
+                f"{alias!r} is stored as a copy of {original!r}, which is not in {where}"
+            )
+        state[alias] = state[original]
+    return state
+
+
+def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> CheckpointReport:
+    """Check a sparse checkpoint completely without building a model.
+
+    Examples
+    --------
+    >>> verify_checkpoint("model.safetensors")  # doctest: +SKIP
+    CheckpointReport(model.safetensors: 2 of 3 layers 2:4, ...)
+    """
+    manifest, _ = read_checkpoint(path, progress=progress)
+    return build_report(Path(path), manifest)
+
+
+def load_sparse(
+    path: str | os.PathLike,
+    model: nn.Module | None = None,
+    device: str | torch.device | None = None,
+    *,
+    sparse_linear: bool = False,
+    dtype: torch.dtype | None = None,
+    progress: bool = True,
+    cancel: Any = None,
+) -> nn.Module:
+    """Load a checkpoint written by :func:`save_sparse` into a model, verifying it first.
+
+    Parameters
+    ----------
+    path : str or path-like
+    model : nn.Module, optional
+        A model of the same architecture to load into (e.g.
+        ``AutoModel.from_config(config)``), changed in place. Without it the model is rebuilt
+        from the manifest: a Hugging Face model from its recorded class and config, a bundled
+        model by its name.
+    device : str or torch.device, optional
+        Where to put the model afterwards (default: where it is; the CPU for a rebuilt one).
+    sparse_linear : bool
+        Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt);
+        needs a CUDA ``device``.
+    dtype : torch.dtype, optional
+        ``SparseLinear``'s dtype (default: the weight's if 16-bit, else float16).
+    progress : bool
+    cancel : threading.Event, optional
+
+    Returns
+    -------
+    nn.Module
+        The model with the checkpoint's weights, bit for bit.
+
+    Raises
+    ------
+    CheckpointError
+        Any problem :func:`read_checkpoint` finds, or tensors that do not fit ``model``
+        (names, shapes, or a dtype that would lose precision); the model is left untouched.
+
+    Examples
+    --------
+    >>> import torch, tempfile, os, explorer
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 32)).half()
+    >>> _ = explorer.prune(net, "magnitude", "2:4", progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
+    >>> _ = explorer.save_sparse(net, path, progress=False)
+    >>> fresh = explorer.load_sparse(path, nn.Sequential(nn.Linear(64, 32)).half(), progress=False)
+    >>> torch.equal(fresh[0].weight, net[0].weight)
+    True
+    """
+    if model is not None and not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
+    if sparse_linear and (device is None or torch.device(device).type != "cuda"):
+        raise ValueError(
+            f"sparse_linear=True builds cuSPARSELt layers and needs device='cuda', got "
+            f"device={device!r}; pass device='cuda' or load the dense masked model"
+        )
+    manifest, state = read_checkpoint(path, progress=progress, cancel=cancel)
+    if model is None:
+        model = _rebuild_model(manifest, str(path))
+        # a rebuilt model takes the checkpoint's dtypes (non-persistent buffers stay as built)
+        for name, target in model.state_dict(keep_vars=True).items():
+            source = state.get(name)
+            if source is not None and target.is_floating_point() and source.is_floating_point():
+                target.data = target.data.to(source.dtype)
+    _check_fits(model, state, str(path))
+    if cancel is not None and cancel.is_set():
+        raise CheckpointCancelled(
+            f"loading {Path(path).name} was cancelled; the model is unchanged"
+        )
+    # every check passed: now copy
+    targets = model.state_dict(keep_vars=True)
+    with torch.no_grad():
+        for name, tensor in state.items():
+            targets[name].copy_(tensor)
+    if device is not None:
+        model.to(device)
+    if sparse_linear:
+        _to_sparse_linear(model, manifest, dtype)
+    return model
+
+
+def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{where} does not fit {type(model).__name__}: the model has tensors the file lacks "
+            f"{missing[:5]}{' ...' if len(missing) > 5 else ''} and the file has tensors the model "
+            f"lacks {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}. Load it into the "
+            "architecture it was saved from"
+        )
+    for name, tensor in state.items():
+        target = expected[name]
+        if target.shape != tensor.shape:
+            raise CheckpointError(
+                f"{name!r} is {list(tensor.shape)} in {where} but {list(target.shape)} in the "
+                "model; load it into the configuration it was saved from"
+            )
+        if target.dtype != tensor.dtype and not _widens(tensor.dtype, target.dtype):
+            raise CheckpointError(
+                f"{name!r} is {dtype_name(tensor.dtype)} in {where} but the model holds "
+                f"{dtype_name(target.dtype)}, which would change its values. Convert the model "
+                f"first, e.g. model.to({tensor.dtype})"
+            )
+
+
+def _widens(source: torch.dtype, target: torch.dtype) -> bool:
+    if source.is_floating_point and target.is_floating_point:
+        return target == torch.float64 or (target == torch.float32 and source.itemsize <= 2)
+    return False
+
+
+def _rebuild_model(manifest: dict[str, Any], where: str) -> nn.Module:
+    described = manifest.get("model") or {}
+    bundle = described.get("bundle")
+    if described.get("hf_class"):
+        transformers = require("transformers", "models")
+        name = described["hf_class"]
+        cls = getattr(transformers, name, None) if str(name).isidentifier() else None
+        if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+            raise CheckpointError(
+                f"{where} names the Hugging Face class {name!r}, which this transformers does not "
+                "have; build the model yourself and pass model="
+            )
+        config = cls.config_class.from_dict(dict(described.get("hf_config") or {}))
+        return cls(config).eval()
+    if bundle:
+        from explorer.models import MODELS, load
+
+        if bundle not in MODELS:
+            raise CheckpointError(f"{where} was saved from bundle {bundle!r}, which is not bundled")
+        return load(bundle).model
+    raise CheckpointError(
+        f"{where} holds a plain torch model ({described.get('class', 'unknown class')}); the file "
+        "stores weights, not code. Build the same architecture and pass it as model="
+    )
+
+
+def _to_sparse_linear(model: nn.Module, manifest: dict[str, Any], dtype) -> None:
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    built: dict[str, nn.Module] = {}
+    kept: dict[str, str] = {}
+    for fqn, layer in manifest["layers"].items():
+        if layer.get("stored") == "2:4" and fqn:
+            try:
+                built[fqn] = SparseLinear.from_linear(model.get_submodule(fqn), dtype=dtype)
+            except (ValueError, TypeError) as exc:  # shapes cuSPARSELt cannot take stay dense
+                kept[fqn] = str(exc)
+    if kept:
+        first = next(iter(kept.items()))
+        warnings.warn(
+            f"{len(kept)} 2:4 layer(s) stay dense nn.Linear because SparseLinear cannot take "
+            f"them, e.g. {first[0]!r}: {first[1]}",
+            stacklevel=3,
+        )
+    for fqn, new in built.items():
+        parent, _, child = fqn.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)

@@ -1,0 +1,343 @@
+"""``save_sparse``: write a model to one safetensors file with its 2:4 layers compressed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from explorer.checks import check_pattern
+from explorer.compression import compress
+from explorer.errors import require
+from explorer.store import explorer_version
+
+from .manifest import (
+    FORMAT,
+    METADATA_KEY,
+    POSITIONS,
+    VALUES,
+    VERSION,
+    CheckpointCancelled,
+    CheckpointError,
+    dtype_from_name,
+    dtype_name,
+    dumps,
+    now,
+    tensor_sha256,
+)
+from .report import CheckpointReport, LayerRecord
+
+__all__ = ["model_description", "save_sparse"]
+
+
+def save_sparse(
+    model: Any,
+    path: str | os.PathLike,
+    result: Any = None,
+    *,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    provenance: dict[str, Any] | None = None,
+    progress: bool = True,
+    cancel: Any = None,
+) -> CheckpointReport:
+    """Save a model with its 2:4 Linear weights compressed, plus a manifest, to one file.
+
+    Every ``nn.Linear`` whose weight is 2:4 along ``in_features`` is stored as kept values
+    plus 2-bit positions (the layout of :mod:`explorer.compression`: 9/16 of the dense bytes
+    for 16-bit weights); everything else is stored as it is. The manifest records each
+    layer's pattern, validity, method, calibration, error and checksum, which layers were kept
+    dense and why, and a checksum of every tensor. The file is written to a temporary name
+    and renamed, so a failure or cancellation leaves no partial file. No pickle is involved.
+
+    Parameters
+    ----------
+    model : nn.Module or ModelBundle
+        The model (weights with zeros in place, as :func:`explorer.prune` leaves them). A
+        bundle from :func:`explorer.load_model` also records its name, so
+        :func:`load_sparse` can rebuild it without ``model=``.
+    path : str or path-like
+        The file to write (``.safetensors`` by convention); replaced if it exists.
+    result : PruneResult, optional
+        The pruning run: its method, pattern, calibration and per-layer errors go into the
+        manifest, and a layer it pruned to 2:4 that is no longer 2:4 is an error.
+    filter_fn : callable, optional
+        ``filter_fn(module, fqn) -> bool``: only these Linears may be compressed; the others
+        are stored dense and listed as skipped.
+    provenance : dict, optional
+        JSON-serialisable notes kept in the manifest (data set, commit, who ran it ...).
+    progress : bool
+        Show a tqdm progress bar.
+    cancel : threading.Event, optional
+        Checked between layers; when set, nothing is written and
+        :class:`~explorer.checkpoint.CheckpointCancelled` is raised.
+
+    Returns
+    -------
+    CheckpointReport
+        Sizes and per-layer storage of the written file.
+
+    Raises
+    ------
+    CheckpointError
+        A layer ``result`` pruned to 2:4 is no longer 2:4, a weight on the meta device,
+        or provenance that is not JSON.
+    MissingExtraError
+        ``safetensors`` is not installed (``pip install "sparsity-explorer[deploy]"``).
+
+    Examples
+    --------
+    >>> import torch, tempfile, os, explorer
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).half()
+    >>> result = explorer.prune(net, "magnitude", "2:4", progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
+    >>> report = explorer.save_sparse(net, path, result, progress=False)
+    >>> report.sparse_ratio
+    0.5625
+    """
+    st = require("safetensors.torch", "deploy")
+    from tqdm.auto import tqdm
+
+    bundle_name = None
+    if not isinstance(model, nn.Module) and isinstance(getattr(model, "model", None), nn.Module):
+        bundle_name, model = getattr(model, "name", None), model.model
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module or a ModelBundle, got {type(model).__name__}"
+        )
+    if result is not None and not hasattr(result, "masks"):
+        raise TypeError(
+            f"result must be the PruneResult that explorer.prune returned, got {type(result).__name__}"
+        )
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise TypeError(f"cancel must be a threading.Event, got {type(cancel).__name__}")
+    try:
+        json.dumps(provenance or {})
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"provenance must be JSON-serialisable (str, numbers, lists, dicts): {exc}"
+        ) from None
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
+
+    # 1. the state dict, each shared tensor stored once (aliases rebuild the others)
+    state = model.state_dict()
+    aliases, unique = _dedupe(state)
+    pruned = set(getattr(result, "layers", ()) or ())
+    pattern_24 = result is not None and getattr(result.pattern, "name", "") == "2:4"
+    layers: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    compressed: set[str] = set()
+    linears = [(f, m) for f, m in model.named_modules() if isinstance(m, nn.Linear)]
+    # 2. decide layer by layer, compressing the 2:4 ones
+    for fqn, module in tqdm(linears, desc="saving 2:4 layers", disable=not progress, leave=False):
+        if cancel is not None and cancel.is_set():
+            raise CheckpointCancelled(f"saving {path.name} was cancelled; nothing was written")
+        param = f"{fqn}.weight" if fqn else "weight"
+        weight = state.get(param)
+        if weight is None:
+            continue
+        if weight.is_meta:
+            raise CheckpointError(f"{param} is on the meta device; load the model's weights first")
+        entry = _layer_entry(param, weight, fqn, result)
+        entry["index"] = len(layers)
+        reason = _why_dense(param, weight, module, fqn, aliases, filter_fn)
+        if not reason:
+            report = check_pattern(weight.detach(), "2:4")
+            entry["valid_24"] = report.valid
+            entry["density"] = report.density
+            if not report.valid:
+                if fqn in pruned and pattern_24:
+                    raise CheckpointError(
+                        f"layer {fqn!r} was pruned to 2:4 but is no longer 2:4: "
+                        f"{report.violations:,} of {report.groups:,} groups of 4 have more than 2 "
+                        f"nonzeros (first at {list(report.first_violations[:3])}). Its weights "
+                        "changed after pruning (fine-tuning without masks?); prune it again, or "
+                        "save without result= to store it dense"
+                    )
+                reason = (
+                    f"not 2:4 ({report.violations:,} of {report.groups:,} groups of 4 have more "
+                    "than 2 nonzeros)"
+                )
+        if reason:
+            entry["stored"], entry["reason"] = "dense", reason
+            skipped[fqn] = reason
+        else:
+            packed = compress(weight.detach(), "2:4")
+            tensors[param + VALUES] = packed.values
+            tensors[param + POSITIONS] = packed.metadata
+            compressed.add(param)
+        layers[fqn] = entry
+    # 3. everything else as it is
+    for name, tensor in unique.items():
+        if name not in compressed:
+            tensors[name] = tensor.detach().to("cpu").contiguous()
+    tensors = _unshare(tensors)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "explorer_version": explorer_version(),
+        "torch_version": torch.__version__,
+        "created": now(),
+        "model": model_description(model, bundle_name),
+        "pruning": _pruning(result),
+        "provenance": provenance or {},
+        "layers": layers,
+        "skipped": skipped,
+        "aliases": aliases,
+        "tensors": {
+            k: {"sha256": tensor_sha256(t), "shape": list(t.shape), "dtype": dtype_name(t.dtype)}
+            for k, t in tensors.items()
+        },
+    }
+    # 4. write to a temporary name, then rename over the target
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        st.save_file(tensors, str(tmp), metadata={METADATA_KEY: dumps(manifest), "format": "pt"})
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return build_report(path, json.loads(dumps(manifest)))
+
+
+def _layer_entry(param: str, weight: torch.Tensor, fqn: str, result: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "param": param,
+        "shape": [int(s) for s in weight.shape],
+        "dtype": dtype_name(weight.dtype),
+        "sha256": tensor_sha256(weight),
+        "stored": "2:4",
+        "reason": "",
+    }
+    if result is not None and fqn in getattr(result, "layers", ()):
+        error = result.errors.get(fqn, math.nan)
+        entry["pruning"] = {
+            "method": result.method,
+            "pattern": result.pattern.name,
+            "calibration_batches": result.calibration_batches,
+            "error": error if math.isfinite(error) else None,
+        }
+    return entry
+
+
+def _why_dense(param, weight, module, fqn, aliases, filter_fn) -> str:
+    if param in aliases:
+        return f"weight shared with {aliases[param]} (stored once, dense)"
+    if filter_fn is not None and not filter_fn(module, fqn):
+        return "left out by filter_fn"
+    if weight.dim() != 2 or weight.numel() == 0:
+        return f"weight of shape {tuple(weight.shape)} is not a non-empty matrix"
+    if weight.shape[1] % 4:
+        return f"in_features={weight.shape[1]} is not a multiple of 4"
+    return ""
+
+
+def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Tensors that are the same memory (tied weights) are kept once; the rest become aliases."""
+    seen: dict[tuple, str] = {}
+    aliases: dict[str, str] = {}
+    unique: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        key = (
+            tensor.device,
+            tensor.data_ptr() if tensor.numel() else id(tensor),
+            tuple(tensor.shape),
+            tensor.stride(),
+            tensor.dtype,
+        )
+        if key in seen and tensor.numel():
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            unique[name] = tensor
+    return aliases, unique
+
+
+def _unshare(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Copy tensors that overlap another one's memory (safetensors refuses shared memory)."""
+    storages: set[tuple] = set()
+    out = {}
+    for name, t in tensors.items():
+        key = (t.untyped_storage().data_ptr(), t.device)
+        if t.numel() and key in storages:
+            t = t.clone()
+        elif t.numel():
+            storages.add(key)
+        out[name] = t
+    return out
+
+
+def _pruning(result: Any) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    summary = dict(result.to_dict())
+    summary.pop("layers", None)
+    summary["layers"] = list(result.layers)
+    return summary
+
+
+def model_description(model: nn.Module, bundle: str | None = None) -> dict[str, Any]:
+    """How to rebuild the model: its class, a Hugging Face config if it has one, a bundle name.
+
+    Examples
+    --------
+    >>> model_description(nn.Linear(4, 4))["class"]
+    'torch.nn.modules.linear.Linear'
+    """
+    cls = type(model)
+    description: dict[str, Any] = {
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "bundle": bundle,
+        "hf_class": None,
+        "hf_config": None,
+    }
+    config = getattr(model, "config", None)
+    if cls.__module__.startswith("transformers.") and hasattr(config, "to_json_string"):
+        description["hf_class"] = cls.__name__
+        description["hf_config"] = json.loads(config.to_json_string(use_diff=False))
+    return description
+
+
+def build_report(path: Path, manifest: dict[str, Any]) -> CheckpointReport:
+    """A :class:`CheckpointReport` from a (checked) manifest and the file's size."""
+    tensors = manifest["tensors"]
+
+    def nbytes(entry: dict[str, Any]) -> int:
+        return math.prod(entry["shape"]) * dtype_from_name(entry["dtype"]).itemsize
+
+    records, dense_total = [], 0
+    for name, entry in tensors.items():
+        if not name.endswith((VALUES, POSITIONS)):
+            dense_total += nbytes(entry)
+    ordered = sorted(manifest["layers"].items(), key=lambda kv: kv[1].get("index", 0))
+    for fqn, layer in ordered:
+        itemsize = dtype_from_name(layer["dtype"]).itemsize
+        dense = math.prod(layer["shape"]) * itemsize
+        if layer.get("stored") == "2:4":
+            stored = nbytes(tensors[layer["param"] + VALUES]) + nbytes(
+                tensors[layer["param"] + POSITIONS]
+            )
+            dense_total += dense
+        else:
+            stored = dense
+        records.append(
+            LayerRecord(
+                fqn,
+                (layer["shape"][0], layer["shape"][1]),
+                layer["dtype"],
+                "2:4" if layer.get("stored") == "2:4" else "dense",
+                stored,
+                dense,
+                str(layer.get("reason") or ""),
+            )
+        )
+    return CheckpointReport(Path(path), path.stat().st_size, dense_total, tuple(records), manifest)
