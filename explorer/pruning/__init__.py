@@ -14,20 +14,28 @@ Examples
 0.5
 """
 
-from .api import METHODS, MethodInfo, prune
+from .admm import admm_update
+from .api import METHODS, UPDATES, MethodInfo, prune
 from .calibration import PruningCancelled
 from .finetune import FinetuneResult, finetune
+from .permute import PermutationResult, PermutedLayer, permute_channels, undo_permutation
 from .result import PruneResult
 from .sensitivity import SensitivityResult, sensitivity
 
 __all__ = [
     "METHODS",
+    "UPDATES",
     "FinetuneResult",
     "MethodInfo",
+    "PermutationResult",
+    "PermutedLayer",
     "PruneResult",
     "PruningCancelled",
     "SensitivityResult",
+    "admm_update",
     "finetune",
+    "permute_channels",
     "prune",
     "sensitivity",
+    "undo_permutation",
 ]
