@@ -248,3 +248,26 @@ def test_prune_permute_failure_restores_exactly(make_mlp, make_inputs, monkeypat
 def test_prune_permute_rejects_unstructured(make_mlp):
     with pytest.raises(ValueError, match="permute=True"):
         prune(make_mlp((16, 32)), "magnitude", "unstructured:0.5", permute=True, progress=False)
+
+
+# ----------------------------------------------------------------------------- the view
+def test_permutation_view_from_result(make_mlp):
+    from explorer.widgets.mask_view import PermutationView
+
+    net = make_mlp((16, 64, 8))
+    original = net[2].weight.detach().clone()
+    result = permute_channels(net, "2:4", progress=False)
+    view = PermutationView.from_result(net, result, "2")
+    layer = result.permuted["2"]
+    assert view.kept_before == pytest.approx(layer.kept_before, rel=1e-5)
+    assert view.kept_after == pytest.approx(layer.kept_after, rel=1e-5)
+    assert view.gain > 0 and "gain +" in repr(view)
+    # the left panel is the mask of the original weights, in their original order
+    from explorer.patterns import Pattern
+    from explorer.pruning.magnitude import magnitude_mask
+
+    assert torch.equal(view.panels[0].mask, magnitude_mask(original, Pattern.parse("2:4")))
+    with pytest.raises(ValueError, match="was not reordered"):
+        PermutationView.from_result(net, result, "0")
+    with pytest.raises(ValueError, match="permutation of the 4"):
+        PermutationView(torch.ones(2, 4), torch.tensor([0, 0, 1, 2]))
