@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from ..errors import require
+
 __all__ = ["kept_score", "search_permutation"]
 
 #: Elements per chunk when the (group x channel x row) comparisons are evaluated.
@@ -104,8 +106,7 @@ def search_permutation(
     >>> after >= before, sorted(order.tolist()) == list(range(32))
     (True, True)
     """
-    from scipy.optimize import linear_sum_assignment
-
+    linear_sum_assignment = require("scipy.optimize", "models").linear_sum_assignment
     cols = scores.shape[1]
     if cols % m:
         raise ValueError(f"{cols} channels are not a multiple of M={m}; pad or skip the layer")

@@ -285,6 +285,7 @@ def permute_channels(
     seconds: float = 60.0,
     progress: bool = True,
     cancel: Any = None,
+    max_rounds: int = 50,
 ) -> PermutationResult:
     """Reorder input channels (and their producers' outputs) so an N:M mask keeps more score.
 
@@ -307,12 +308,16 @@ def permute_channels(
         ``filter_fn(module, fqn) -> bool``: which Linears are candidates (as in ``prune``).
     seconds : float
         Time budget of the search over all layers (must be positive); a layer whose turn comes
-        after it is spent is left as it is and listed as skipped.
+        after it is spent is left as it is and listed as skipped. The search stops at the
+        budget, so on a slower or busier machine it may do fewer rounds and find a slightly
+        different order; pass ``max_rounds`` with a generous budget for a reproducible result.
     progress : bool
         Show tqdm progress bars.
     cancel : threading.Event or object with ``is_set()``, optional
         Checked between layers; when set, every reordering is undone and
         :class:`PruningCancelled` is raised.
+    max_rounds : int
+        At most this many assignment rounds (over the M slots) per layer (positive).
 
     Returns
     -------
@@ -348,6 +353,8 @@ def permute_channels(
             f"seconds (the time budget) must be a positive number, got {seconds!r}; "
             "e.g. seconds=60 (skip the step instead of passing 0)"
         )
+    if not isinstance(max_rounds, int) or max_rounds < 1:
+        raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}; e.g. 50")
     validate_cancel(cancel)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -382,7 +389,16 @@ def permute_channels(
     model.eval()
     try:
         return _run(
-            model, pattern, batches, chosen, todo, skipped, seconds, progress, cancel, start
+            model,
+            pattern,
+            batches,
+            chosen,
+            todo,
+            skipped,
+            (seconds, max_rounds),
+            progress,
+            cancel,
+            start,
         )
     finally:
         for mod, training in modes.items():
@@ -396,7 +412,7 @@ def _run(
     chosen: dict[str, nn.Linear],
     todo: dict[str, ChannelGroup],
     skipped: dict[str, str],
-    seconds: float,
+    budget: tuple[float, int],
     progress: bool,
     cancel: Any,
     start: float,
@@ -409,6 +425,7 @@ def _run(
     )
     done: dict[str, PermutedLayer] = {}
     applied: list[tuple[ChannelGroup, list[torch.Tensor]]] = []
+    seconds, max_rounds = budget
     deadline = time.perf_counter() + seconds
     try:
         with (
@@ -429,7 +446,9 @@ def _run(
                 # 2. search each segment's order on the stacked columns that share it.
                 for length, offsets, _ in group.segments:
                     stacked = torch.cat([scores[:, o : o + length] for o in offsets])
-                    order, b, a, _ = search_permutation(stacked, pattern.n, pattern.m, share)
+                    order, b, a, _ = search_permutation(
+                        stacked, pattern.n, pattern.m, share, max_rounds
+                    )
                     orders.append(order)
                     before, after = before + b, after + a
                 # 3. reorder the consumer's columns and its producers' rows.

@@ -75,6 +75,14 @@ def test_sequential_mlp_same_outputs_and_gain(make_mlp):
     assert "mean gain" in result._repr_html_()
 
 
+def test_round_limit_is_reproducible(make_mlp):
+    first, second = make_mlp((16, 64, 8)), make_mlp((16, 64, 8))
+    a = permute_channels(first, "2:4", seconds=600, max_rounds=2, progress=False)
+    b = permute_channels(second, "2:4", seconds=600, max_rounds=2, progress=False)
+    assert a.permuted["2"].kept_after == b.permuted["2"].kept_after
+    assert all(torch.equal(x, y) for x, y in zip(a.orders["2"][1], b.orders["2"][1], strict=True))
+
+
 def test_undo_is_exact(make_mlp):
     net = make_mlp((16, 64, 8))
     saved = _state(net)
@@ -192,6 +200,8 @@ def test_bad_input(make_mlp):
         permute_channels(net, "unstructured:0.5", progress=False)
     with pytest.raises(ValueError, match="positive number, got 0"):
         permute_channels(net, "2:4", seconds=0, progress=False)
+    with pytest.raises(ValueError, match="max_rounds must be a positive int"):
+        permute_channels(net, "2:4", max_rounds=0, progress=False)
     with pytest.raises(TypeError, match=r"nn\.Module"):
         permute_channels("net", "2:4", progress=False)
 
