@@ -127,11 +127,17 @@ class Results:
         meta["models"] = {}
         meta["total_seconds"] = 0.0
         for part in parts:
-            meta["models"].update(part.meta.get("models", {}))
+            for model, info in part.meta.get("models", {}).items():
+                # a later run's settings add to an earlier one's (e.g. its recovery settings)
+                known = meta["models"].setdefault(model, {})
+                known.update({k: v for k, v in info.items() if v is not None or k not in known})
             meta["total_seconds"] += float(part.meta.get("total_seconds", 0.0))
         meta["total_seconds"] = round(meta["total_seconds"], 1)
         meta["runs"] = [
-            {k: part.meta.get(k) for k in ("date", "command", "total_seconds")} for part in parts
+            run
+            for part in parts
+            for run in part.meta.get("runs")
+            or [{k: part.meta.get(k) for k in ("date", "command", "total_seconds")}]
         ]
         meta["variants"] = list(
             dict.fromkeys(v for part in parts for v in part.meta.get("variants", [""]))

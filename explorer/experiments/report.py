@@ -158,9 +158,9 @@ def render(results: Any) -> str:
         metric = rows[0].metric
         better = "higher" if _higher(rows, metric) else "lower"
         dense = next((r for r in rows if r.method == "dense"), None)
-        methods = _labels(
-            rows, ["dense", *meta.get("methods", [])], list(meta.get("variants", [""]))
-        )
+        canonical = ["", "permute", "admm", "permute+admm"]
+        variants = canonical + [v for v in meta.get("variants", []) if v not in canonical]
+        methods = _labels(rows, ["dense", *meta.get("methods", [])], variants)
         out += [
             f"### {model}: {metric} ({better} is better)",
             "",

@@ -49,6 +49,7 @@ def test_variant_rows(variants):
 def test_variant_report(variants, tmp_path):
     text = report.render(variants)
     assert "| wanda + permute + admm |" in text and "| magnitude + admm |" in text
+    assert text.index("| wanda + permute |") < text.index("| wanda + admm |")
     assert "Of which (seconds)" in text and "perm " in text and "admm " in text
     # the literature's orderings are checked on the plain methods only
     assert "wanda + admm" not in text.split("Expected orderings")[1]
@@ -58,6 +59,9 @@ def test_variant_report(variants, tmp_path):
     merged = Results.merge([back, back])
     assert len(merged.rows) == len(variants.rows)
     assert merged.meta["variants"] == ["", "permute", "admm", "permute+admm"]
+    # merging a merged result keeps the list of original runs flat
+    again = Results.merge([merged, back])
+    assert len(again.meta["runs"]) == 3 and all("date" in run for run in again.meta["runs"])
 
 
 def test_unknown_variant():
