@@ -222,8 +222,9 @@ def finetune(
         The dense model (a copy made before pruning, sharing no parameters); switches to
         masked distillation. It is run in eval mode without gradients.
     max_minutes : float, optional
-        Stop after this many minutes even if fewer than ``steps`` steps were taken (checked
-        between steps; positive). ``result.stopped_by`` says which limit ended the run.
+        Time budget in minutes (positive): before each step after the first, the run stops if
+        that step, taking the mean time of the steps so far, would end past the budget.
+        ``result.stopped_by`` says which limit ended the run.
     train : {"all", "masked"}
         Train every trainable parameter (default), or only the masked layers' weights and
         biases (cheaper; embeddings and norms stay as they are).
@@ -281,19 +282,24 @@ def finetune(
     if teacher is not None:
         teacher_modes = {mod: mod.training for mod in teacher.modules()}
         teacher.eval()
-    deadline = None if max_minutes is None else time.perf_counter() + 60.0 * max_minutes
     stopped_by = "steps"
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     modes = {mod: mod.training for mod in model.modules()}
     batches = _cycle(data)
     losses: list[float] = []
     start = time.perf_counter()
+    deadline = None if max_minutes is None else start + 60.0 * max_minutes
     model.train()
     try:
-        with progress_bar(steps, "masked fine-tuning", progress) as bar:
+        title = "masked distillation" if teacher is not None else "masked fine-tuning"
+        if max_minutes is not None:
+            title += f" (at most {max_minutes:g} min)"
+        with progress_bar(steps if max_minutes is None else None, title, progress) as bar:
             for step in range(steps):
                 check_cancel(cancel, f"at step {step}")
-                if deadline is not None and step and time.perf_counter() >= deadline:
+                # 1. the budget: stop when the next step (at the mean pace) would overrun it.
+                now = time.perf_counter()
+                if deadline is not None and step and now + (now - start) / step > deadline:
                     stopped_by = "time"
                     break
                 batch = next(batches)
@@ -314,12 +320,12 @@ def finetune(
                     loss = loss_fn(_logits(out), target)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                # 1. pruned weights get no gradient ...
+                # 2. pruned weights get no gradient ...
                 for weight, mask in pairs:
                     if weight.grad is not None:
                         weight.grad.masked_fill_(~mask, 0)
                 optimizer.step()
-                # 2. ... and are put back to zero after the step.
+                # 3. ... and are put back to zero after the step.
                 with torch.no_grad():
                     for weight, mask in pairs:
                         weight.masked_fill_(~mask, 0)
