@@ -1,8 +1,11 @@
 """Pruning methods: magnitude, random, weightnorm, Wanda and SparseGPT behind one ``prune``.
 
 Every method leaves each pruned weight dense with zeros in place and returns bool keep-masks
-(the contract the kernels are tested against). ``finetune`` retrains with the masks held
-fixed; ``sensitivity`` prunes one layer at a time and records the metric drop.
+(the contract the kernels are tested against). ``permute_channels`` reorders input channels
+where that is free so an N:M mask keeps more (``prune(permute=True)``); ``prune(update="admm")``
+re-optimises the kept weights once the mask is fixed. ``finetune`` retrains with the masks held
+fixed, from labels or by distillation from the dense model; ``sensitivity`` prunes one layer at
+a time and records the metric drop.
 
 Examples
 --------

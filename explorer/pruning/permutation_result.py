@@ -67,6 +67,8 @@ class PermutationResult:
         What was applied, by consumer (used to undo it).
     scored_by : str
         ``"|W|"`` or ``"|W| * ||X||"`` (with calibration).
+    model : nn.Module or None
+        The reordered model (the input model itself unless ``inplace=False``).
 
     Examples
     --------
@@ -81,6 +83,7 @@ class PermutationResult:
     seconds: float
     orders: dict[str, Any] = field(default_factory=dict, repr=False)
     scored_by: str = "|W|"
+    model: Any = field(default=None, repr=False)
 
     @property
     def mean_gain(self) -> float:

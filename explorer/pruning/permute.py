@@ -286,6 +286,7 @@ def permute_channels(
     progress: bool = True,
     cancel: Any = None,
     max_rounds: int = 50,
+    inplace: bool = True,
 ) -> PermutationResult:
     """Reorder input channels (and their producers' outputs) so an N:M mask keeps more score.
 
@@ -318,6 +319,8 @@ def permute_channels(
         :class:`PruningCancelled` is raised.
     max_rounds : int
         At most this many assignment rounds (over the M slots) per layer (positive).
+    inplace : bool
+        If False, reorder a deep copy (``result.model``) and leave ``model`` untouched.
 
     Returns
     -------
@@ -359,6 +362,10 @@ def permute_channels(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     batches = as_batches(calibration)
+    if not inplace:
+        import copy
+
+        model = copy.deepcopy(model)
     chosen, _ = selected_linears(model, filter_fn)
     groups, notes = find_producers(model)
     skipped: dict[str, str] = {}
@@ -482,6 +489,7 @@ def _run(
         seconds=time.perf_counter() - start,
         orders={g.consumer: (g, o) for g, o in applied},
         scored_by="|W| * ||X||" if norms else "|W|",
+        model=model,
     )
 
 

@@ -83,6 +83,14 @@ def test_round_limit_is_reproducible(make_mlp):
     assert all(torch.equal(x, y) for x, y in zip(a.orders["2"][1], b.orders["2"][1], strict=True))
 
 
+def test_inplace_false_leaves_the_model(make_mlp):
+    net = make_mlp((16, 64, 8))
+    saved = _state(net)
+    result = permute_channels(net, "2:4", inplace=False, progress=False)
+    assert _same(saved, _state(net)) and result.model is not net
+    assert not _same(saved, _state(result.model))
+
+
 def test_undo_is_exact(make_mlp):
     net = make_mlp((16, 64, 8))
     saved = _state(net)
