@@ -289,3 +289,11 @@ def test_permutation_view_from_result(make_mlp):
         PermutationView.from_result(net, result, "0")
     with pytest.raises(ValueError, match="permutation of the 4"):
         PermutationView(torch.ones(2, 4), torch.tensor([0, 0, 1, 2]))
+
+
+def test_prune_zero_permutation_budget_is_an_error(make_mlp):
+    net = make_mlp((16, 64, 32))
+    saved = _state(net)
+    with pytest.raises(ValueError, match="time budget"):
+        prune(net, "magnitude", "2:4", permute=True, permute_seconds=0, progress=False)
+    assert _same(saved, _state(net))
