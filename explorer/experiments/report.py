@@ -198,7 +198,8 @@ def render(results: Any) -> str:
         out += _grid(grid_rows, patterns, methods, cell)
         extra = sorted(k for r in rows for k in r.metrics if k not in (metric, "eval_tokens"))
         for name in dict.fromkeys(extra):
-            out += ["", f"{name}:", ""]
+            when = " (after pruning, before fine-tuning or recovery)" if finetuned else ""
+            out += ["", f"{name}{when}:", ""]
             out += _grid(
                 grid_rows, patterns, methods, lambda r, name=name: _fmt(r.metrics.get(name), name)
             )
