@@ -30,6 +30,7 @@ _LAZY = {
     "PruneResult": "explorer.pruning",
     "PruningCancelled": "explorer.pruning",
     "finetune": "explorer.pruning",
+    "permute_channels": "explorer.pruning",
     "sensitivity": "explorer.pruning",
     "METHODS": "explorer.pruning",
     "compress": "explorer.compression",

@@ -3,9 +3,15 @@
 Run it with ``python -m explorer.experiments.accuracy``. For each model it evaluates the dense
 model, then for every pattern and method prunes the bundle's ``filter_fn`` layers (calibrated
 methods get the same seeded calibration batches), evaluates, records the pruning time, and
-restores the dense weights. ``fashion-mlp`` is also evaluated after masked fine-tuning. The
-results go to a markdown table (between markers, so the prose around it survives a rerun) and a
-JSON file next to it.
+restores the dense weights. ``fashion-mlp`` is also evaluated after masked fine-tuning.
+
+Variants add the newer steps to any method: ``permute`` reorders input channels before the mask
+is chosen (N:M patterns only), ``admm`` re-optimises the kept weights after it, and
+``permute+admm`` does both (``--variants``). ``--recovery-minutes`` follows each pruned run of a
+transformer with masked distillation from the dense model for at most that many minutes, on
+training text (stdlib docstrings, seed 1) kept apart from the evaluation text. The results go to
+a markdown table (between markers, so the prose around it survives a rerun) and a JSON file next
+to it.
 
 Examples
 --------
@@ -39,6 +45,15 @@ __all__ = ["DEFAULTS", "Results", "Row", "main", "run"]
 METHODS = ("random", "magnitude", "weightnorm", "wanda", "sparsegpt")
 PATTERNS = ("2:4", "4:8", "unstructured:0.5")
 DEFAULT_MODELS = ("minilm", "smollm2", "fashion-mlp")
+#: Variants: "" (the method alone), "permute", "admm", "permute+admm".
+VARIANTS = ("",)
+ALL_VARIANTS = ("", "permute", "admm", "permute+admm")
+
+#: Masked distillation after pruning (``--recovery-minutes``): training inputs and optimiser.
+RECOVERY: dict[str, dict[str, Any]] = {
+    "minilm": {"samples": 1024, "seed": 1, "lr": 1e-4, "train": "masked"},
+    "smollm2": {"samples": 512, "seed": 1, "lr": 1e-4, "train": "masked"},
+}
 
 #: Per-model settings of the full run: loader options, calibration samples, fine-tuning.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -66,6 +81,18 @@ class Row:
     finetune_seconds: float | None = None
     error: str | None = None
     higher_is_better: bool = True
+    variant: str = ""
+    permute_seconds: float | None = None
+    update_seconds: float | None = None
+    permute_gain: float | None = None
+    finetune_steps: int | None = None
+    recovered: bool = False
+
+    @property
+    def label(self) -> str:
+        """The method with its variant, e.g. ``"sparsegpt + permute + admm"``."""
+        parts = [self.method, *filter(None, self.variant.split("+"))]
+        return " + ".join(parts + (["recovery"] if self.recovered else []))
 
 
 _FLOATS = {"value", "prune_seconds", "eval_seconds", "density"}
@@ -100,17 +127,33 @@ class Results:
         meta["models"] = {}
         meta["total_seconds"] = 0.0
         for part in parts:
-            meta["models"].update(part.meta.get("models", {}))
+            for model, info in part.meta.get("models", {}).items():
+                # a later run's settings add to an earlier one's (e.g. its recovery settings)
+                known = meta["models"].setdefault(model, {})
+                known.update({k: v for k, v in info.items() if v is not None or k not in known})
             meta["total_seconds"] += float(part.meta.get("total_seconds", 0.0))
         meta["total_seconds"] = round(meta["total_seconds"], 1)
         meta["runs"] = [
-            {k: part.meta.get(k) for k in ("date", "command", "total_seconds")} for part in parts
+            run
+            for part in parts
+            for run in part.meta.get("runs")
+            or [{k: part.meta.get(k) for k in ("date", "command", "total_seconds")}]
         ]
-        rows: dict[tuple[str, str, str], Row] = {}
+        meta["variants"] = list(
+            dict.fromkeys(v for part in parts for v in part.meta.get("variants", [""]))
+        )
+        meta["methods"] = list(
+            dict.fromkeys(m for part in parts for m in part.meta.get("methods", []))
+        )
+        meta["patterns"] = list(
+            dict.fromkeys(p for part in parts for p in part.meta.get("patterns", []))
+        )
+        rows: dict[tuple[str, str, str, str, bool], Row] = {}
         for part in parts:
             for r in part.rows:
                 # 1. A row measured twice (e.g. dense in two partial runs) keeps its first value.
-                rows.setdefault((r.model, r.method, r.pattern), r)
+                key = (r.model, r.method, r.pattern, r.variant, r.recovered)
+                rows.setdefault(key, r)
         return cls(rows=list(rows.values()), meta=meta)
 
     def __repr__(self) -> str:
@@ -164,6 +207,29 @@ def _evaluate(bundle: Any) -> tuple[dict[str, float], float]:
     return numbers, time.perf_counter() - start
 
 
+def _recover(
+    bundle: Any, teacher: Any, masks: Any, settings: dict[str, Any], progress: bool
+) -> tuple[float, float, int]:
+    """Masked distillation from the dense teacher; the metric after it, seconds and steps."""
+    from explorer.pruning import finetune
+
+    rec = settings["recovery"]
+    data = bundle.calibration(rec["samples"], seed=rec["seed"])
+    torch.manual_seed(0)
+    curve = finetune(
+        bundle.model,
+        masks,
+        data,
+        steps=10**9,
+        lr=rec["lr"],
+        teacher=teacher,
+        max_minutes=rec["minutes"],
+        train=rec["train"],
+        progress=progress,
+    )
+    return float(bundle.evaluate()[bundle.metric]), curve.seconds, curve.steps
+
+
 def _run_model(
     name: str,
     methods: Sequence[str],
@@ -172,8 +238,12 @@ def _run_model(
     results: Results,
     progress: bool,
     on_row: Any,
+    variants: Sequence[str] = VARIANTS,
 ) -> None:
+    import copy
+
     from explorer.models import load
+    from explorer.patterns import Pattern
     from explorer.pruning import METHODS as INFO
     from explorer.pruning import finetune, prune
 
@@ -181,12 +251,14 @@ def _run_model(
     model = bundle.model
     dense_state = _snapshot(model)
     ft = settings.get("finetune")
+    teacher = copy.deepcopy(model).eval() if settings.get("recovery") else None
     metrics, secs = _evaluate(bundle)
     results.meta.setdefault("models", {})[name] = {
         "description": bundle.description,
         "options": bundle.options,
         "calibration_samples": settings["calibration"],
         "finetune": ft,
+        "recovery": settings.get("recovery"),
         "prunable_layers": len(bundle.prunable),
     }
     hib = bundle.higher_is_better
@@ -208,9 +280,18 @@ def _run_model(
     # 1. One fixed list of fine-tuning batches, so every method is fine-tuned on the same data
     #    in the same order (an epoch object would reshuffle on every pass).
     ft_data = list(bundle.train_data) if ft and bundle.train_data is not None else None
-    runs = [(p, m) for p in patterns for m in methods]
-    for pattern, method in tqdm(runs, desc=name, disable=not progress):
-        cal = calibration if INFO[method].needs_calibration else None
+    runs = [
+        (p, m, v)
+        for p in patterns
+        for m in methods
+        for v in variants
+        if "permute" not in v or Pattern.parse(p).kind == "nm"
+    ]
+    for pattern, method, variant in tqdm(runs, desc=name, disable=not progress):
+        steps = set(variant.split("+")) - {""}
+        update = "admm" if "admm" in steps else None
+        needs = INFO[method].needs_calibration or update is not None
+        cal = calibration if needs else None
         try:
             result = prune(
                 model,
@@ -220,6 +301,8 @@ def _run_model(
                 filter_fn=bundle.filter_fn,
                 progress=progress,
                 seed=0,
+                permute="permute" in steps,
+                update=update,
             )
         except (ValueError, RuntimeError) as exc:
             row = Row(
@@ -234,18 +317,24 @@ def _run_model(
                 math.nan,
                 error=f"{type(exc).__name__}: {exc}",
                 higher_is_better=hib,
+                variant=variant,
             )
             results.rows.append(row)
             on_row(row)
             model.load_state_dict(dense_state)
             continue
         metrics, secs = _evaluate(bundle)
-        tuned = tuned_secs = None
+        tuned = tuned_secs = tuned_steps = None
         if ft_data is not None:
             torch.manual_seed(0)
             curve = finetune(model, result.masks, ft_data, progress=progress, **ft)
             tuned = float(bundle.evaluate()[bundle.metric])
-            tuned_secs = curve.seconds
+            tuned_secs, tuned_steps = curve.seconds, curve.steps
+        elif teacher is not None:
+            tuned, tuned_secs, tuned_steps = _recover(
+                bundle, teacher, result.masks, settings, progress
+            )
+        perm = result.permutation
         row = Row(
             name,
             method,
@@ -259,10 +348,20 @@ def _run_model(
             tuned,
             tuned_secs,
             higher_is_better=hib,
+            variant=variant,
+            permute_seconds=None if perm is None else perm.seconds,
+            update_seconds=result.update_seconds if update else None,
+            permute_gain=None if perm is None else _finite(perm.mean_gain),
+            finetune_steps=tuned_steps,
+            recovered=teacher is not None and ft_data is None,
         )
         results.rows.append(row)
         on_row(row)
         model.load_state_dict(dense_state)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def run(
@@ -273,6 +372,8 @@ def run(
     progress: bool = True,
     on_row: Any = None,
     results: Results | None = None,
+    variants: Sequence[str] = VARIANTS,
+    recovery_minutes: float | None = None,
 ) -> Results:
     """Run the experiment and return its rows.
 
@@ -285,13 +386,20 @@ def run(
     patterns : sequence of str
         Sparsity patterns.
     settings : dict, optional
-        Per-model overrides of :data:`DEFAULTS` (keys ``load``, ``calibration``, ``finetune``).
+        Per-model overrides of :data:`DEFAULTS` (keys ``load``, ``calibration``, ``finetune``,
+        ``recovery``).
     progress : bool
         Show progress bars.
     on_row : callable, optional
         Called with each :class:`Row` as it is measured (e.g. to save partial results).
     results : Results, optional
         Filled in place as the run goes (rows and settings), e.g. for ``on_row`` to save.
+    variants : sequence of str
+        Any of ``""`` (the method alone), ``"permute"``, ``"admm"``, ``"permute+admm"``;
+        permutation variants run only for N:M patterns.
+    recovery_minutes : float, optional
+        Follow every pruned run of a model listed in :data:`RECOVERY` with masked distillation
+        from the dense model for at most this many minutes.
 
     Returns
     -------
@@ -302,14 +410,30 @@ def run(
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise ValueError(f"unknown models {unknown}; expected names from {', '.join(MODELS)}")
+    bad = [v for v in variants if v not in ALL_VARIANTS]
+    if bad:
+        raise ValueError(f"unknown variants {bad}; expected some of {ALL_VARIANTS}")
     results = Results() if results is None else results
     results.meta.update(machine())
-    results.meta.update(methods=list(methods), patterns=list(patterns), seed=0)
+    results.meta.update(
+        methods=list(methods), patterns=list(patterns), variants=list(variants), seed=0
+    )
     start = time.perf_counter()
     for name in models:
         merged = {**DEFAULTS.get(name, {"load": {}, "calibration": 128, "finetune": None})}
+        if recovery_minutes and name in RECOVERY:
+            merged["recovery"] = {**RECOVERY[name], "minutes": recovery_minutes}
         merged.update((settings or {}).get(name, {}))
-        _run_model(name, methods, patterns, merged, results, progress, on_row or (lambda row: None))
+        _run_model(
+            name,
+            methods,
+            patterns,
+            merged,
+            results,
+            progress,
+            on_row or (lambda row: None),
+            variants,
+        )
     results.meta["total_seconds"] = round(time.perf_counter() - start, 1)
     return results
 
@@ -328,6 +452,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     parser.add_argument("--patterns", default=",".join(PATTERNS), help="comma-separated")
     parser.add_argument("--out", default="docs/accuracy.md", help="markdown file to write")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help='comma-separated: "", permute, admm, permute+admm (e.g. ",admm,permute+admm")',
+    )
+    parser.add_argument(
+        "--recovery-minutes",
+        type=float,
+        default=None,
+        help="masked distillation after pruning (transformers), at most this many minutes",
+    )
     parser.add_argument("--smollm2-eval", type=int, default=None, help="evaluation windows")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
@@ -359,10 +494,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def save(row: Row) -> None:
         write_json(partial, out.with_suffix(".partial.json"))
+        tuned = "" if row.finetuned is None else f" -> {row.finetuned:.4g}"
         print(
-            f"{row.model:12s} {row.pattern:17s} {row.method:10s} {row.metric}={row.value:.4g} "
-            f"prune {row.prune_seconds:.1f}s",
+            f"{row.model:12s} {row.pattern:17s} {row.label:28s} {row.metric}={row.value:.4g}"
+            f"{tuned} prune {row.prune_seconds:.1f}s",
             file=sys.stderr,
+            flush=True,
         )
 
     results = run(
@@ -373,6 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress,
         on_row=save,
         results=partial,
+        variants=[v.strip() for v in args.variants.split(",")],
+        recovery_minutes=args.recovery_minutes,
     )
     write_markdown(results, out)
     write_json(results, out.with_suffix(".json"))

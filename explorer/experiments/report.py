@@ -33,13 +33,32 @@ def _seconds(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.0f}"
 
 
+def _label(row: Any) -> str:
+    return getattr(row, "label", row.method)
+
+
+def _labels(rows: list[Any], methods: list[str], variants: list[str]) -> list[str]:
+    """Row labels in table order: methods, then their variants, then recovered runs."""
+    order = {m: i for i, m in enumerate(methods)}
+    vorder = {v: i for i, v in enumerate(variants)}
+    keyed = sorted(
+        rows,
+        key=lambda r: (
+            order.get(r.method, len(order)),
+            bool(getattr(r, "recovered", False)),
+            vorder.get(getattr(r, "variant", ""), len(vorder)),
+        ),
+    )
+    return list(dict.fromkeys(_label(r) for r in keyed))
+
+
 def _grid(rows: list[Any], patterns: list[str], methods: list[str], cell) -> list[str]:
     header = "| method | " + " | ".join(patterns) + " |"
     lines = [header, "|---|" + "---:|" * len(patterns)]
     for method in methods:
         cells = []
         for pattern in patterns:
-            match = [r for r in rows if r.method == method and r.pattern == pattern]
+            match = [r for r in rows if _label(r) == method and r.pattern == pattern]
             cells.append(cell(match[0]) if match else "")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return lines
@@ -63,7 +82,15 @@ def ordering_checks(rows: list[Any], model: str) -> list[tuple[bool, str]]:
     At 2:4: SparseGPT and Wanda beat magnitude, random is worst. Per method: 50% unstructured
     is at least as good as 4:8, which is at least as good as 2:4.
     """
-    mine = [r for r in rows if r.model == model and r.method != "dense" and not r.error]
+    mine = [
+        r
+        for r in rows
+        if r.model == model
+        and r.method != "dense"
+        and not r.error
+        and not getattr(r, "variant", "")
+        and not getattr(r, "recovered", False)
+    ]
     value = {(r.method, r.pattern): r.value for r in mine}
     if not mine:
         return []
@@ -123,7 +150,6 @@ def render(results: Any) -> str:
             for run in meta["runs"]
         ]
         out.append("")
-    methods = ["dense", *meta.get("methods", [])]
     patterns = list(meta.get("patterns", []))
     for model, info in meta.get("models", {}).items():
         rows = [r for r in results.rows if r.model == model]
@@ -132,6 +158,9 @@ def render(results: Any) -> str:
         metric = rows[0].metric
         better = "higher" if _higher(rows, metric) else "lower"
         dense = next((r for r in rows if r.method == "dense"), None)
+        canonical = ["", "permute", "admm", "permute+admm"]
+        variants = canonical + [v for v in meta.get("variants", []) if v not in canonical]
+        methods = _labels(rows, ["dense", *meta.get("methods", [])], variants)
         out += [
             f"### {model}: {metric} ({better} is better)",
             "",
@@ -143,7 +172,17 @@ def render(results: Any) -> str:
         if dense is not None:
             grid_rows += [dataclasses.replace(dense, pattern=p) for p in patterns]
         finetuned = any(r.finetuned is not None for r in rows)
-        if finetuned:
+        recovery = info.get("recovery")
+        if finetuned and recovery:
+            out.append(
+                "Rows ending in `+ recovery`: after pruning → after at most "
+                f"{recovery.get('minutes', '?')} minutes of masked distillation from the dense "
+                f"model (Adam, lr {recovery.get('lr', '?')}, {recovery.get('train', '?')} layers "
+                f"trained, {recovery.get('samples', '?')} training samples of stdlib docstrings, "
+                f"seed {recovery.get('seed', '?')}, never the evaluation text)."
+            )
+            out.append("")
+        elif finetuned:
             steps = (info.get("finetune") or {}).get("steps", "?")
             out.append(f"Cells: after pruning → after {steps} steps of masked fine-tuning.")
             out.append("")
@@ -159,7 +198,8 @@ def render(results: Any) -> str:
         out += _grid(grid_rows, patterns, methods, cell)
         extra = sorted(k for r in rows for k in r.metrics if k not in (metric, "eval_tokens"))
         for name in dict.fromkeys(extra):
-            out += ["", f"{name}:", ""]
+            when = " (after pruning, before fine-tuning or recovery)" if finetuned else ""
+            out += ["", f"{name}{when}:", ""]
             out += _grid(
                 grid_rows, patterns, methods, lambda r, name=name: _fmt(r.metrics.get(name), name)
             )
@@ -170,6 +210,20 @@ def render(results: Any) -> str:
             methods[1:],
             lambda r: "error" if r.error else _seconds(r.prune_seconds),
         )
+        timed = [
+            r
+            for r in rows
+            if getattr(r, "variant", "") or getattr(r, "recovered", False)
+            if not r.error
+        ]
+        if timed:
+            out += [
+                "",
+                "Of which (seconds): channel permutation / ADMM update; mean gain in kept "
+                "2:4 score from the permutation; recovery seconds (steps):",
+                "",
+            ]
+            out += _grid(timed, patterns, [m for m in methods if " + " in m], _parts)
         errors = [r for r in rows if r.error]
         for r in errors:
             out += ["", f"- {r.method} {r.pattern} failed: {r.error}"]
@@ -179,6 +233,18 @@ def render(results: Any) -> str:
             out += [f"- {'holds' if ok else '**does not hold**'}: {text}" for ok, text in checks]
         out.append("")
     return "\n".join(out)
+
+
+def _parts(r: Any) -> str:
+    bits = []
+    if r.permute_seconds is not None:
+        gain = "" if r.permute_gain is None else f" (gain {r.permute_gain:+.2%})"
+        bits.append(f"perm {_seconds(r.permute_seconds)}{gain}")
+    if r.update_seconds is not None:
+        bits.append(f"admm {_seconds(r.update_seconds)}")
+    if getattr(r, "recovered", False) and r.finetune_seconds is not None:
+        bits.append(f"recovery {_seconds(r.finetune_seconds)} ({r.finetune_steps} steps)")
+    return "; ".join(bits) or "-"
 
 
 def write_markdown(results: Any, path: str | Path) -> Path:

@@ -1,8 +1,11 @@
 """Pruning methods: magnitude, random, weightnorm, Wanda and SparseGPT behind one ``prune``.
 
 Every method leaves each pruned weight dense with zeros in place and returns bool keep-masks
-(the contract the kernels are tested against). ``finetune`` retrains with the masks held
-fixed; ``sensitivity`` prunes one layer at a time and records the metric drop.
+(the contract the kernels are tested against). ``permute_channels`` reorders input channels
+where that is free so an N:M mask keeps more (``prune(permute=True)``); ``prune(update="admm")``
+re-optimises the kept weights once the mask is fixed. ``finetune`` retrains with the masks held
+fixed, from labels or by distillation from the dense model; ``sensitivity`` prunes one layer at
+a time and records the metric drop.
 
 Examples
 --------
@@ -14,20 +17,28 @@ Examples
 0.5
 """
 
-from .api import METHODS, MethodInfo, prune
+from .admm import admm_update
+from .api import METHODS, UPDATES, MethodInfo, prune
 from .calibration import PruningCancelled
 from .finetune import FinetuneResult, finetune
+from .permute import PermutationResult, PermutedLayer, permute_channels, undo_permutation
 from .result import PruneResult
 from .sensitivity import SensitivityResult, sensitivity
 
 __all__ = [
     "METHODS",
+    "UPDATES",
     "FinetuneResult",
     "MethodInfo",
+    "PermutationResult",
+    "PermutedLayer",
     "PruneResult",
     "PruningCancelled",
     "SensitivityResult",
+    "admm_update",
     "finetune",
+    "permute_channels",
     "prune",
     "sensitivity",
+    "undo_permutation",
 ]

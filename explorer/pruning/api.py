@@ -16,6 +16,7 @@ from torch import nn
 
 from ..checks import check_pattern
 from ..patterns import Pattern
+from .admm import admm_update
 from .calibration import (
     InputStats,
     PruningCancelled,
@@ -27,6 +28,7 @@ from .calibration import (
     validate_cancel,
 )
 from .magnitude import magnitude_mask
+from .permute import permute_channels, undo_permutation
 from .random import random_mask
 from .result import PruneResult
 from .sequential import run_sequential
@@ -34,7 +36,10 @@ from .sparsegpt import sparsegpt_prune
 from .wanda import wanda_mask
 from .weightnorm import weightnorm_masks
 
-__all__ = ["METHODS", "MethodInfo", "prune"]
+__all__ = ["METHODS", "UPDATES", "MethodInfo", "prune"]
+
+#: Weight updates that can follow any method once its mask is chosen (``prune(update=...)``).
+UPDATES = ("admm",)
 
 _ALL_KINDS = ("nm", "unstructured", "block", "rows")
 
@@ -207,6 +212,40 @@ def _layer_fn(
     return sparsegpt
 
 
+def _with_update(
+    layer_fn: Callable[[str, nn.Linear, InputStats], torch.Tensor] | None,
+    masks: dict[str, torch.Tensor],
+    snapshot: dict[str, torch.Tensor],
+    clock: dict[str, float],
+) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
+    """Choose the mask (``layer_fn``, or the precomputed one), then run the ADMM update."""
+
+    def update(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
+        mask = layer_fn(fqn, mod, stats) if layer_fn is not None else masks[fqn]
+        started = time.perf_counter()
+        dense = snapshot[fqn].to(mod.weight.device)
+        mod.weight.data.copy_(admm_update(dense, mask, stats.hessian, start=mod.weight))
+        clock["update"] += time.perf_counter() - started
+        return mask
+
+    return update
+
+
+def _check_update(update: Any, batches: Any, method: str) -> None:
+    if update is None:
+        return
+    if update not in UPDATES:
+        raise ValueError(
+            f"unknown weight update {update!r}; choose one of {', '.join(map(repr, UPDATES))} "
+            "or None"
+        )
+    if batches is None:
+        raise ValueError(
+            f"update={update!r} re-optimises the kept weights on calibration data: pass "
+            f"calibration= (the same batches {method!r} would use), or update=None"
+        )
+
+
 def _data_free(
     model: nn.Module,
     chosen: dict[str, nn.Linear],
@@ -251,6 +290,9 @@ def prune(
     seed: int = 0,
     progress: bool = True,
     cancel: Any = None,
+    permute: bool = False,
+    update: str | None = None,
+    permute_seconds: float = 60.0,
 ) -> PruneResult:
     """Prune the model's Linear layers to a sparsity pattern.
 
@@ -285,11 +327,21 @@ def prune(
     cancel : threading.Event or object with ``is_set()``, optional
         Checked between batches and layers; when set, the model is restored and
         :class:`PruningCancelled` is raised.
+    permute : bool
+        N:M patterns only: first reorder input channels where that is free
+        (:func:`permute_channels`), so the mask keeps more; the model's function is unchanged
+        by the reordering. ``result.permutation`` says which layers were reordered.
+    update : {None, "admm"}
+        After the mask is chosen, re-optimise the kept weights of each layer on the
+        calibration inputs (ADMM, Boža 2024); needs ``calibration``. Works after every method.
+    permute_seconds : float
+        Time budget of the channel search (positive).
 
     Returns
     -------
     PruneResult
-        Masks, method, pattern, time taken, per-layer reconstruction errors and layer names.
+        Masks, method, pattern, time taken (with the permutation and update times apart),
+        per-layer reconstruction errors and layer names.
 
     Raises
     ------
@@ -327,24 +379,40 @@ def prune(
             f"batches (e.g. calibration=[x[:64], x[64:128]], or tokenized dicts for a language "
             f"model); magnitude, random and weightnorm work without it"
         )
+    _check_update(update, batches, method)
+    if permute and pattern.kind != "nm":
+        raise ValueError(
+            f"permute=True reorders channels for N:M patterns; {pattern.name!r} does not depend "
+            "on the channel order. Use permute=False"
+        )
     target = model if inplace else copy.deepcopy(model)
     chosen, names = selected_linears(target, filter_fn)
     _check_selection(target, chosen, names, pattern)
     _warn_tied(target, chosen)
+    permutation = None
+    if permute:
+        # 0. reorder channels first (undone below if anything later fails).
+        permutation = permute_channels(
+            target, pattern, batches, filter_fn, permute_seconds, progress, cancel
+        )
     # 1. snapshot the selected weights so a failure can restore them bit for bit.
     snapshot = {fqn: mod.weight.detach().to("cpu", copy=True) for fqn, mod in chosen.items()}
     device = model_device(target)
+    clock = {"update": 0.0}
     try:
         with torch.no_grad(), _eval_mode(target):
             if info.needs_calibration:
+                layer_fn = _layer_fn(info.name, pattern)
+                if update is not None:
+                    layer_fn = _with_update(layer_fn, {}, snapshot, clock)
                 # 2a. gather statistics (block by block where possible), prune, measure.
                 driven = run_sequential(
                     target,
                     chosen,
                     batches,
-                    _layer_fn(info.name, pattern),
+                    layer_fn,
                     snapshot,
-                    full=True if info.name == "sparsegpt" else None,
+                    full=True if info.name == "sparsegpt" or update else None,
                     device=device,
                     cancel=cancel,
                     progress=progress,
@@ -356,26 +424,28 @@ def prune(
                 masks = _data_free(target, chosen, info, pattern, seed, cancel, progress)
                 errors, blocks = {}, None
                 if batches is not None:
+                    measure = None if update is None else _with_update(None, masks, snapshot, clock)
                     driven = run_sequential(
                         target,
                         chosen,
                         batches,
-                        None,
+                        measure,
                         snapshot,
                         masks,
+                        full=True if update else None,
                         device=device,
                         cancel=cancel,
                         progress=progress,
-                        desc="reconstruction error",
+                        desc="reconstruction error" if update is None else f"{update} update",
                     )
                     errors, blocks = driven.errors, driven.blocks
     except PruningCancelled as exc:
-        _restore(target, snapshot)
+        _restore(target, snapshot, permutation)
         raise PruningCancelled(
             f"pruning with {method!r} was cancelled ({exc}); the model's weights were restored"
         ) from None
     except BaseException:
-        _restore(target, snapshot)
+        _restore(target, snapshot, permutation)
         raise
     return PruneResult(
         masks={fqn: masks[fqn] for fqn in chosen},
@@ -388,10 +458,15 @@ def prune(
         blocks=blocks,
         calibration_batches=0 if batches is None else len(batches),
         seed=seed,
+        update=update,
+        update_seconds=clock["update"],
+        permutation=permutation,
     )
 
 
-def _restore(model: nn.Module, snapshot: dict[str, torch.Tensor]) -> None:
+def _restore(model: nn.Module, snapshot: dict[str, torch.Tensor], permutation: Any = None) -> None:
     with torch.no_grad():
         for fqn, saved in snapshot.items():
             model.get_submodule(fqn).weight.data.copy_(saved)
+    if permutation is not None:
+        undo_permutation(model, permutation)

@@ -27,6 +27,7 @@ from .calibration import (
     progress_bar,
     validate_cancel,
 )
+from .distill import check_teacher, distillation_loss, forward
 
 __all__ = ["FinetuneResult", "finetune"]
 
@@ -45,12 +46,18 @@ class FinetuneResult:
         Learning rate.
     seconds : float
         Wall-clock time.
+    stopped_by : str
+        ``"steps"`` (all steps done) or ``"time"`` (``max_minutes`` reached first).
+    distilled : bool
+        Whether the loss was distillation from a teacher.
     """
 
     losses: tuple[float, ...]
     steps: int
     lr: float
     seconds: float
+    stopped_by: str = "steps"
+    distilled: bool = False
 
     @property
     def first_loss(self) -> float:
@@ -71,6 +78,8 @@ class FinetuneResult:
             "steps": self.steps,
             "lr": self.lr,
             "seconds": round(self.seconds, 4),
+            "stopped_by": self.stopped_by,
+            "distilled": self.distilled,
             "losses": list(self.losses),
         }
 
@@ -79,9 +88,11 @@ class FinetuneResult:
         return json.dumps(self.to_dict())
 
     def __repr__(self) -> str:
+        how = ", distilled" if self.distilled else ""
+        stop = ", stopped by time" if self.stopped_by == "time" else ""
         return (
-            f"FinetuneResult(steps={self.steps}, lr={self.lr:g}, "
-            f"loss {self.first_loss:.4f} -> {self.final_loss:.4f}, seconds={self.seconds:.2f})"
+            f"FinetuneResult(steps={self.steps}, lr={self.lr:g}{how}, "
+            f"loss {self.first_loss:.4f} -> {self.final_loss:.4f}, seconds={self.seconds:.2f}{stop})"
         )
 
     def _repr_html_(self) -> str:
@@ -91,8 +102,10 @@ class FinetuneResult:
             ("first loss", f"{self.first_loss:.4f}"),
             ("final loss (last 10%)", f"{self.final_loss:.4f}"),
             ("seconds", f"{self.seconds:.2f}"),
+            ("stopped by", self.stopped_by),
         ]
-        return _html.table(("", "value"), rows, "masked fine-tuning")
+        title = "masked distillation" if self.distilled else "masked fine-tuning"
+        return _html.table(("", "value"), rows, title)
 
 
 def _cycle(data: Any) -> Iterator[Any]:
@@ -170,8 +183,17 @@ def finetune(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     progress: bool = True,
     cancel: Any = None,
+    teacher: nn.Module | None = None,
+    max_minutes: float | None = None,
+    train: str = "all",
+    temperature: float = 1.0,
 ) -> FinetuneResult:
     """Fine-tune ``model`` in place with Adam while keeping pruned weights at zero.
+
+    Two losses: with ``(input, target)`` batches, ``loss_fn`` (cross-entropy by default); with a
+    ``teacher`` (the dense model), masked distillation: each batch is an input only, and the
+    pruned model learns to reproduce the teacher's logits (KL divergence) or other outputs
+    (normalised mean squared error), as in prune, retrain, recover with the mask held fixed.
 
     Parameters
     ----------
@@ -179,9 +201,11 @@ def finetune(
         The pruned model; all its trainable parameters are trained.
     masks : dict of str to torch.Tensor, or PruneResult
         Bool keep-masks by layer name, as :func:`explorer.pruning.prune` returns them.
-    data : iterable of (input, target)
+    data : iterable of (input, target), or of inputs with a teacher
         Training batches, cycled for ``steps`` steps; a dict input is passed as
-        ``model(**input)``.
+        ``model(**input)``. With a teacher, batches are inputs as for calibration (a tensor,
+        a dict such as tokenized text, or a tuple passed as ``model(*batch)``). Keep them
+        apart from the evaluation data.
     steps : int
         Optimizer steps.
     lr : float
@@ -194,11 +218,23 @@ def finetune(
     cancel : threading.Event or object with ``is_set()``, optional
         Checked before each step; when set, every parameter is restored and
         :class:`PruningCancelled` is raised.
+    teacher : nn.Module, optional
+        The dense model (a copy made before pruning, sharing no parameters); switches to
+        masked distillation. It is run in eval mode without gradients.
+    max_minutes : float, optional
+        Time budget in minutes (positive): before each step after the first, the run stops if
+        that step, taking the mean time of the steps so far, would end past the budget.
+        ``result.stopped_by`` says which limit ended the run.
+    train : {"all", "masked"}
+        Train every trainable parameter (default), or only the masked layers' weights and
+        biases (cheaper; embeddings and norms stay as they are).
+    temperature : float
+        Softmax temperature of the distillation loss on logits.
 
     Returns
     -------
     FinetuneResult
-        The loss curve.
+        The loss curve, how many steps were taken and what stopped the run.
 
     Examples
     --------
@@ -216,39 +252,80 @@ def finetune(
         raise ValueError(f"steps must be a non-negative int, got {steps!r}; e.g. steps=200")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}; e.g. lr=1e-3")
+    if max_minutes is not None and not (isinstance(max_minutes, int | float) and max_minutes > 0):
+        raise ValueError(
+            f"max_minutes must be a positive number of minutes or None, got {max_minutes!r}; "
+            "e.g. max_minutes=15"
+        )
+    if train not in ("all", "masked"):
+        raise ValueError(f'train must be "all" or "masked", got {train!r}')
     validate_cancel(cancel)
+    if teacher is not None:
+        teacher = check_teacher(model, teacher)
+        if data is None:
+            raise ValueError(
+                "masked distillation needs training text or inputs (data=None); pass batches of "
+                "inputs kept apart from the evaluation data, e.g. bundle.calibration(64, seed=1)"
+            )
     pairs = _pairs(model, masks)
     loss_fn = loss_fn or _default_loss
     device = model_device(model)
-    params = [p for p in model.parameters() if p.requires_grad]
+    if train == "masked":
+        names = getattr(masks, "masks", masks)
+        params = [
+            p for fqn in names for p in model.get_submodule(fqn).parameters() if p.requires_grad
+        ]
+    else:
+        params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=lr)
+    teacher_modes = None
+    if teacher is not None:
+        teacher_modes = {mod: mod.training for mod in teacher.modules()}
+        teacher.eval()
+    stopped_by = "steps"
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     modes = {mod: mod.training for mod in model.modules()}
     batches = _cycle(data)
     losses: list[float] = []
     start = time.perf_counter()
+    deadline = None if max_minutes is None else start + 60.0 * max_minutes
     model.train()
     try:
-        with progress_bar(steps, "masked fine-tuning", progress) as bar:
+        title = "masked distillation" if teacher is not None else "masked fine-tuning"
+        if max_minutes is not None:
+            title += f" (at most {max_minutes:g} min)"
+        with progress_bar(steps if max_minutes is None else None, title, progress) as bar:
             for step in range(steps):
                 check_cancel(cancel, f"at step {step}")
+                # 1. the budget: stop when the next step (at the mean pace) would overrun it.
+                now = time.perf_counter()
+                if deadline is not None and step and now + (now - start) / step > deadline:
+                    stopped_by = "time"
+                    break
                 batch = next(batches)
-                if not (isinstance(batch, tuple | list) and len(batch) == 2):
-                    raise TypeError(
-                        f"each data batch must be an (input, target) pair, got "
-                        f"{type(batch).__name__}; e.g. data=[(x, y)]"
-                    )
-                inputs, target = _to_device(tuple(batch), device)
-                out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-                loss = loss_fn(_logits(out), target)
+                if teacher is not None:
+                    inputs = _to_device(batch, device)
+                    with torch.no_grad():
+                        target_out = forward(teacher, inputs)
+                    loss = distillation_loss(forward(model, inputs), target_out, temperature)
+                else:
+                    if not (isinstance(batch, tuple | list) and len(batch) == 2):
+                        raise TypeError(
+                            f"each data batch must be an (input, target) pair, got "
+                            f"{type(batch).__name__}; e.g. data=[(x, y)], or pass teacher= "
+                            "to distil from the dense model on inputs alone"
+                        )
+                    inputs, target = _to_device(tuple(batch), device)
+                    out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+                    loss = loss_fn(_logits(out), target)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                # 1. pruned weights get no gradient ...
+                # 2. pruned weights get no gradient ...
                 for weight, mask in pairs:
                     if weight.grad is not None:
                         weight.grad.masked_fill_(~mask, 0)
                 optimizer.step()
-                # 2. ... and are put back to zero after the step.
+                # 3. ... and are put back to zero after the step.
                 with torch.no_grad():
                     for weight, mask in pairs:
                         weight.masked_fill_(~mask, 0)
@@ -266,4 +343,13 @@ def finetune(
     finally:
         for mod, training in modes.items():
             mod.training = training
-    return FinetuneResult(tuple(losses), len(losses), float(lr), time.perf_counter() - start)
+        for mod, training in (teacher_modes or {}).items():
+            mod.training = training
+    return FinetuneResult(
+        tuple(losses),
+        len(losses),
+        float(lr),
+        time.perf_counter() - start,
+        stopped_by,
+        teacher is not None,
+    )

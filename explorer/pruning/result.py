@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,6 +46,12 @@ class PruneResult:
         How many calibration batches were used.
     seed : int
         The seed (used by ``random``).
+    update : str or None
+        The weight update run after the mask was chosen (``"admm"``), or None.
+    update_seconds : float
+        Time spent in the weight update (part of ``seconds``).
+    permutation : PermutationResult or None
+        The channel reordering done before pruning (``permute=True``), or None.
 
     Examples
     --------
@@ -65,6 +72,14 @@ class PruneResult:
     blocks: str | None = None
     calibration_batches: int = 0
     seed: int = 0
+    update: str | None = None
+    update_seconds: float = 0.0
+    permutation: Any = field(default=None, repr=False)
+
+    @property
+    def permute_seconds(self) -> float:
+        """Time spent reordering channels (part of ``seconds``; 0 without ``permute``)."""
+        return 0.0 if self.permutation is None else self.permutation.seconds
 
     @property
     def density(self) -> float:
@@ -96,6 +111,9 @@ class PruneResult:
             "blocks": self.blocks,
             "calibration_batches": self.calibration_batches,
             "seed": self.seed,
+            "update": self.update,
+            "update_seconds": round(self.update_seconds, 4),
+            "permutation": None if self.permutation is None else self.permutation.to_dict(),
             "layers": [
                 {
                     "name": name,
@@ -114,9 +132,12 @@ class PruneResult:
     def __repr__(self) -> str:
         error = "" if math.isnan(self.mean_error) else f", mean_error={self.mean_error:.4f}"
         blocks = f", blocks={self.blocks!r}" if self.blocks else ""
+        extra = f", update={self.update!r}" if self.update else ""
+        if self.permutation is not None:
+            extra += f", permuted={len(self.permutation.permuted)}"
         return (
             f"PruneResult(method={self.method!r}, pattern={self.pattern.name!r}, "
-            f"layers={len(self.layers)}, density={self.density:.3f}{error}{blocks}, "
+            f"layers={len(self.layers)}, density={self.density:.3f}{error}{blocks}{extra}, "
             f"seconds={self.seconds:.2f})"
         )
 
@@ -138,6 +159,13 @@ class PruneResult:
             f"{self.method} at {self.pattern.name}: {len(self.layers)} layers, "
             f"density {self.density:.3f}, {self.seconds:.2f} s"
             + (f", block by block over {self.blocks}" if self.blocks else "")
+            + (f", {self.update} update {self.update_seconds:.2f} s" if self.update else "")
+            + (
+                f", {len(self.permutation.permuted)} layers reordered first "
+                f"(mean gain in kept score {self.permutation.mean_gain:+.2%})"
+                if self.permutation is not None
+                else ""
+            )
         )
         return _html.table(("layer", "shape", "density", "reconstruction error"), rows, caption)
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["MaskComparison", "MaskViewer", "Overview", "Window", "block_density", "window"]
+__all__ = [
+    "MaskComparison",
+    "MaskViewer",
+    "Overview",
+    "PermutationView",
+    "Window",
+    "block_density",
+    "window",
+]
 
 #: Zoom-window codes: kept (1) + 2 * group breaks the pattern + 4 * odd group (stripes).
 WINDOW_COLOURS = (
@@ -489,3 +497,97 @@ class MaskComparison:
     def __repr__(self) -> str:
         a, b, _ = self.panels
         return f"MaskComparison({a.name!r} vs {b.name!r}, agreement {self.agreement:.1%}, IoU {self.iou:.1%})"
+
+
+class PermutationView:
+    """A layer's N:M mask before and after its input channels were reordered.
+
+    Both panels show the same weights: the left in the original column order, the right in the
+    searched order, each with the N:M mask of its scores and the total score that mask keeps.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The layer's weight in the original column order, ``(out, in)``.
+    order : torch.Tensor
+        The column order: new position ``i`` holds original column ``order[i]``.
+    pattern : str
+        An N:M pattern.
+    scores : torch.Tensor, optional
+        Importance per weight (default ``|weight|``), in the original order.
+    name : str
+        The layer's name, for titles.
+
+    Examples
+    --------
+    >>> import torch
+    >>> w = torch.tensor([[5.0, 5.0, 5.0, 5.0, 1.0, 1.0, 1.0, 1.0]])
+    >>> view = PermutationView(w, torch.tensor([0, 1, 4, 5, 2, 3, 6, 7]), "2:4")
+    >>> view.kept_before, view.kept_after, round(view.gain, 3)
+    (12.0, 20.0, 0.667)
+    """
+
+    def __init__(self, weight, order, pattern: str = "2:4", scores=None, name: str = "layer"):
+        from explorer.masks import make_mask
+        from explorer.patterns import Pattern
+
+        parsed = Pattern.parse(pattern)
+        if parsed.kind != "nm":
+            raise ValueError(f"a permutation view needs an N:M pattern, got {parsed.name!r}")
+        w = torch.as_tensor(weight).detach().float().cpu()
+        order = torch.as_tensor(order).long().cpu()
+        if w.dim() != 2 or sorted(order.tolist()) != list(range(w.shape[1])):
+            raise ValueError(
+                f"order must be a permutation of the {w.shape[-1]} input columns of a 2-D weight; "
+                "pass the column order a PermutationResult reports"
+            )
+        s = w.abs() if scores is None else torch.as_tensor(scores).detach().float().cpu()
+        before = make_mask(w, parsed, scores=s)
+        after = make_mask(w[:, order], parsed, scores=s[:, order])
+        self.kept_before = float(s[before].sum())
+        self.kept_after = float(s[:, order][after].sum())
+        self.gain = self.kept_after / self.kept_before - 1 if self.kept_before else math.nan
+        self.panels = (
+            MaskViewer(before, f"{name}: original order, kept {self.kept_before:.4g}", parsed.name),
+            MaskViewer(
+                after,
+                f"{name}: reordered, kept {self.kept_after:.4g} ({self.gain:+.2%})",
+                parsed.name,
+            ),
+        )
+
+    @classmethod
+    def from_result(cls, model, result, layer: str, pattern: str | None = None, scores=None):
+        """The view of ``layer`` from a model already reordered by ``permute_channels``."""
+        from explorer.pruning.permute import _full_order
+
+        if layer not in result.orders:
+            raise ValueError(
+                f"{layer!r} was not reordered; reordered layers: {sorted(result.orders)[:6]}"
+            )
+        group, orders = result.orders[layer]
+        weight = model.get_submodule(layer).weight.detach()
+        cols = _full_order(group, orders, weight.shape[1])
+        original = torch.empty_like(weight)
+        original[:, cols] = weight
+        return cls(original, cols, pattern or result.pattern.name, scores, layer)
+
+    def click(self, row: float, col: float) -> None:
+        """Zoom both panels to ``(row, col)``, or back to the overview."""
+        for panel in self.panels:
+            panel.click(row, col)
+
+    def view(self):
+        """The two heatmaps in a row (ipywidgets ``HBox``)."""
+        from explorer.widgets.views import comparison_box
+
+        return comparison_box(self)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.view()._repr_mimebundle_(**kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"PermutationView(kept {self.kept_before:.4g} -> {self.kept_after:.4g}, "
+            f"gain {self.gain:+.2%})"
+        )
