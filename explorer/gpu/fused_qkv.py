@@ -89,6 +89,11 @@ class SparseQKV(nn.Module):
         self.sizes = tuple(int(s) for s in sizes)
         self._memo: tuple | None = None  # (input, its version, output, parts still to serve)
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy starts with nothing in memory."""
+        super().__setstate__(state)
+        self._memo = None
+
     @classmethod
     def from_modules(
         cls,

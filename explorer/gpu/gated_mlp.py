@@ -135,6 +135,11 @@ class SparseGatedMLP(nn.Module):
             SparseLinear.from_linear(down, **kw),
         )
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy gets its own id for the custom op."""
+        super().__setstate__(state)
+        self._op_id = ops.register(self)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
         if torch.compiler.is_compiling():

@@ -196,6 +196,13 @@ class SparseLinear(nn.Module):
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
         self._op_id = ops.register(self)
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy (``copy.deepcopy``, unpickling) gets its own op id and rebuilds its fast
+        paths, which hold the original's bound methods."""
+        super().__setstate__(state)
+        self._fast = {}
+        self._op_id = ops.register(self)
+
     # -- construction ----------------------------------------------------------------------------
     @classmethod
     def from_linear(

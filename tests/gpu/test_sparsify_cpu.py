@@ -54,3 +54,17 @@ def test_report_estimate_repr_and_tables():
     html = rep._repr_html_()
     assert html.count("<table") == 2 and "(estimate)" in html and "rest of it is unchanged" in html
     assert LayerTiming("x", (1, 1), 16, None, 1.0, "sparse cc default").speedup is None
+
+
+def test_a_copied_sparse_layer_is_its_own_op():
+    import copy
+
+    from explorer.gpu import ops
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    layer = SparseLinear(64, 32, torch.zeros(16, dtype=torch.uint8), None, torch.float16)
+    layer._fast[("some", "input")] = lambda x: x  # a fast path bound to this layer
+    twin = copy.deepcopy(layer)
+    assert twin._op_id != layer._op_id
+    assert ops._module(twin._op_id) is twin and ops._module(layer._op_id) is layer
+    assert twin._fast == {} and layer._fast
