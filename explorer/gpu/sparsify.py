@@ -297,7 +297,7 @@ def _measure(model, units, counts, report) -> list:
             act = first.dtype if first.dtype.itemsize == 2 else first.out_dtype
             for t in counts:
                 new(torch.randn(t, first.in_features, device=dev, dtype=act))
-            wins = False
+            wins, start = False, len(report.timings)
             for i, layer in enumerate(layers):
                 name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
                 decided = layer.decisions()
@@ -322,10 +322,14 @@ def _measure(model, units, counts, report) -> list:
                     _set_module(model, place, mod)
                 if unit.undo is not None:
                     unit.undo()
+                times = "; ".join(
+                    f"{t.fqn} at {t.tokens} tokens: dense {t.dense_ms:.4f} ms, sparse "
+                    + (f"{t.sparse_ms:.4f} ms" if t.sparse_ms else "no correct route")
+                    for t in report.timings[start:]
+                    if t.dense_ms
+                )
                 for place in unit.layers:
-                    report.skipped.append(
-                        (place, f"not faster sparse at {', '.join(map(str, counts))} tokens")
-                    )
+                    report.skipped.append((place, f"not faster sparse ({times})"))
                 gone = (fqn, fqn.removesuffix(".qkv") + ".sparse_qkv")
                 report.fused = [f for f in report.fused if f not in gone]
                 continue
