@@ -276,23 +276,28 @@ def sweep(
                     raise
                 return _failure(cell, exc)  # the worker died or could not run the cell
 
+        def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
+            """Claim and run each cell here; return the cells other writers hold, and
+            whether the sweep was cancelled on the way."""
+            waiting: list[Cell] = []
+            for cell in cells:
+                if stopping():
+                    return waiting, True
+                state = claim(cell)
+                if state == _leases.HELD:
+                    waiting.append(cell)
+                elif state == _leases.CLAIMED:
+                    rows = run_here(cell)
+                    if rows is None:
+                        return waiting, True
+                    commit(cell, rows)
+            return waiting, False
+
         held: list[Cell] = []
         with _leases.LeaseKeeper(store, writer, every=lease_timeout / 4):
             try:
                 if executor is None:
-                    for cell in pending:
-                        if stopping():
-                            cancelled = True
-                            break
-                        state = claim(cell)
-                        if state == _leases.HELD:
-                            held.append(cell)
-                        elif state == _leases.CLAIMED:
-                            rows = run_here(cell)
-                            if rows is None:
-                                cancelled = True
-                                break
-                            commit(cell, rows)
+                    held, cancelled = serve(pending)
                 else:
                     mine = []
                     for cell in pending:
@@ -316,21 +321,7 @@ def sweep(
                             break
                 # Cells other writers hold: wait for their rows, or take over a dead claim.
                 while held and not cancelled:
-                    waiting = []
-                    for cell in held:
-                        if stopping():
-                            cancelled = True
-                            break
-                        state = claim(cell)
-                        if state == _leases.HELD:
-                            waiting.append(cell)
-                        elif state == _leases.CLAIMED:
-                            rows = run_here(cell)
-                            if rows is None:
-                                cancelled = True
-                                break
-                            commit(cell, rows)
-                    held = waiting
+                    held, cancelled = serve(held)
                     if held and not cancelled:
                         (cancel.wait if cancel is not None else time.sleep)(_POLL_SECONDS)
             finally:

@@ -448,7 +448,27 @@ class MaskViewer:
         return f"MaskViewer({self.name!r}, {shape}, {self.mode}, {self.payload_bytes} bytes)"
 
 
-class MaskComparison:
+class _PanelRow:
+    """Heatmap panels side by side (``self.panels``), zoomed together by a click."""
+
+    panels: tuple
+
+    def click(self, row: float, col: float) -> None:
+        """Zoom every panel to ``(row, col)``, or back to the overview."""
+        for panel in self.panels:
+            panel.click(row, col)
+
+    def view(self):
+        """The heatmaps in a row (ipywidgets ``HBox``)."""
+        from explorer.widgets.views import comparison_box
+
+        return comparison_box(self)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.view()._repr_mimebundle_(**kwargs)
+
+
+class MaskComparison(_PanelRow):
     """Two masks of one layer side by side, with their overlap (kept by both).
 
     Zooming one panel zooms all three to the same window.
@@ -480,26 +500,12 @@ class MaskComparison:
             MaskViewer(both, f"kept by both ({self.iou:.0%} IoU)", pattern),
         )
 
-    def click(self, row: float, col: float) -> None:
-        """Zoom all panels to ``(row, col)``, or back to the overview."""
-        for panel in self.panels:
-            panel.click(row, col)
-
-    def view(self):
-        """Three heatmaps in a row (ipywidgets ``HBox``)."""
-        from explorer.widgets.views import comparison_box
-
-        return comparison_box(self)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.view()._repr_mimebundle_(**kwargs)
-
     def __repr__(self) -> str:
         a, b, _ = self.panels
         return f"MaskComparison({a.name!r} vs {b.name!r}, agreement {self.agreement:.1%}, IoU {self.iou:.1%})"
 
 
-class PermutationView:
+class PermutationView(_PanelRow):
     """A layer's N:M mask before and after its input channels were reordered.
 
     Both panels show the same weights: the left in the original column order, the right in the
@@ -571,20 +577,6 @@ class PermutationView:
         original = torch.empty_like(weight)
         original[:, cols] = weight
         return cls(original, cols, pattern or result.pattern.name, scores, layer)
-
-    def click(self, row: float, col: float) -> None:
-        """Zoom both panels to ``(row, col)``, or back to the overview."""
-        for panel in self.panels:
-            panel.click(row, col)
-
-    def view(self):
-        """The two heatmaps in a row (ipywidgets ``HBox``)."""
-        from explorer.widgets.views import comparison_box
-
-        return comparison_box(self)
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.view()._repr_mimebundle_(**kwargs)
 
     def __repr__(self) -> str:
         return (
