@@ -1,0 +1,266 @@
+"""The explorer's own 2:4 decode kernel: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X``.
+
+Generation reads every weight once per step, so a decode step is bound by memory traffic, and
+cuSPARSELt has no matrix-vector path: at 16 tokens its products run slower than dense cuBLAS.
+This kernel (``kernels/decode24.cu``) reads the weight in the compressed layout that
+:func:`explorer.compress` documents and emulates on the CPU (kept values plus 2-bit
+positions, 9/16 of the dense bytes in 16-bit, 5/16 with int8 values and per-row scales), so a
+step moves fewer bytes than dense. The physical limits over dense are 16/9 = 1.78x for a 16-bit
+weight and 16/5 = 3.2x for int8 values; what it reaches is measured by
+``sparsity-explorer bench --suite decode`` (see docs/gpu.md), never assumed.
+
+Every function here has a CPU reference (:func:`decode_matmul_reference`), and the GPU tests
+compare the two on fresh random inputs.
+
+Examples
+--------
+>>> from explorer import compress, make_mask
+>>> w = make_mask(torch.randn(32, 64), "2:4") * torch.randn(32, 64)
+>>> x = torch.randn(3, 64)
+>>> y = decode_matmul_reference(x, compress(w))
+>>> bool(torch.allclose(y, x @ w.t(), atol=1e-5))
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from explorer.compression import CompressedWeight, compress
+
+__all__ = [
+    "MAX_TOKENS",
+    "decode_matmul",
+    "decode_matmul_reference",
+    "default_warps",
+    "pack",
+]
+
+#: Most activation rows one call takes (8 token tiles of 8).
+MAX_TOKENS = 64
+_SIXTEEN = (torch.float16, torch.bfloat16)
+_MAX_WARPS = {1: 32, 2: 32, 4: 16, 8: 8}  # per token tiles: what the register budget allows
+_TARGET_WARPS_PER_SM = 16
+
+
+def pack(weight: torch.Tensor, int8: bool = False) -> CompressedWeight:
+    """The decode kernel's weight: :func:`explorer.compress` on the weight's own device.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``[N, K]`` 2:4 along K, float16 or bfloat16, ``K`` a multiple of 16.
+    int8 : bool
+        Store the kept values as int8 with a float32 scale per output row.
+
+    Raises
+    ------
+    ValueError
+        Shape or pattern off (the message says which), or a dtype the kernel does not read.
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = make_mask(torch.randn(16, 32), "2:4") * 1.0
+    >>> pack(w.half()).values.shape
+    torch.Size([16, 16])
+    """
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError("the decode kernel's weight must be a 2-D tensor [N, K]")
+    if weight.dtype not in _SIXTEEN:
+        raise TypeError(
+            f"the decode kernel reads float16 or bfloat16 weights, got {weight.dtype}. "
+            "Hint: weight.to(torch.bfloat16) (int8=True quantizes it afterwards)."
+        )
+    if weight.shape[1] % 16:
+        raise ValueError(
+            f"K = {weight.shape[1]} is not a multiple of 16, which the decode kernel needs. "
+            "Hint: keep this layer dense, or pad its inputs."
+        )
+    return compress(weight.contiguous(), int8=int8)
+
+
+def decode_matmul_reference(
+    x: torch.Tensor, weight: CompressedWeight, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """What :func:`decode_matmul` computes, in float32 on any device: ``x @ W^T + b``.
+
+    The sum runs in float32 (as the kernel's tensor-core accumulation does), int8 values are
+    scaled per row, and the result is rounded once to ``x``'s dtype.
+
+    Examples
+    --------
+    >>> w = torch.tensor([[0.0, 2.0, 0.0, 1.0] * 4])
+    >>> decode_matmul_reference(torch.ones(1, 16), compress(w)).tolist()
+    [[12.0]]
+    """
+    dense = weight.decompress().float()
+    y = x.float() @ dense.to(x.device).t()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def default_warps(rows: int, k: int, tokens: int, sms: int) -> int:
+    """Warps per block: enough blocks x warps to keep every SM busy, within the register budget.
+
+    A block covers 16 rows and its warps split K, so small ``rows`` take more warps per block.
+
+    Examples
+    --------
+    >>> default_warps(4096, 4096, 1, 132), default_warps(1024, 4096, 1, 132)
+    (8, 32)
+    >>> default_warps(14336, 4096, 64, 132)
+    4
+    """
+    tiles = _tiles(tokens)
+    blocks = math.ceil(rows / 16)
+    want = math.ceil(sms * _TARGET_WARPS_PER_SM / max(blocks, 1))
+    warps = 1 << max(0, round(math.log2(max(want, 1))))
+    chunks = max(1, math.ceil(k / 64))
+    return int(max(1, min(warps, _MAX_WARPS[tiles], 1 << int(math.log2(chunks)))))
+
+
+def _tiles(tokens: int) -> int:
+    """Token tiles of 8 the kernel is compiled for (1, 2, 4 or 8)."""
+    need = math.ceil(tokens / 8)
+    return 1 << max(0, math.ceil(math.log2(need)))
+
+
+def _check(x: torch.Tensor, weight: CompressedWeight, bias: torch.Tensor | None) -> None:
+    if not isinstance(weight, CompressedWeight):
+        raise TypeError(
+            f"weight must be a CompressedWeight (explorer.gpu.decode.pack), got "
+            f"{type(weight).__name__}"
+        )
+    n, k = weight.shape
+    if x.device.type != "cuda" or weight.values.device != x.device:
+        raise ValueError(
+            f"x is on {x.device} and the weight on {weight.values.device}; the decode kernel "
+            "needs both on one CUDA device. Hint: decode_matmul_reference runs on the CPU."
+        )
+    if x.dtype not in _SIXTEEN:
+        raise TypeError(f"x is {x.dtype}; the decode kernel takes float16 or bfloat16 inputs")
+    if weight.scale is None and weight.values.dtype != x.dtype:
+        raise TypeError(
+            f"x is {x.dtype} and the weight {weight.values.dtype}; they must match "
+            "(or the weight must be int8)"
+        )
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
+    if k % 16:
+        raise ValueError(f"K = {k} is not a multiple of 16, which the decode kernel needs")
+    if bias is not None and (bias.shape != (n,) or bias.dtype != x.dtype):
+        raise ValueError(
+            f"bias must be [{n}] of {x.dtype}, got {tuple(bias.shape)} of {bias.dtype}"
+        )
+
+
+def decode_matmul(
+    x: torch.Tensor,
+    weight: CompressedWeight,
+    bias: torch.Tensor | None = None,
+    warps: int | None = None,
+) -> torch.Tensor:
+    """``x @ W^T (+ bias)`` on the GPU for ``x[..., K]`` with at most 64 rows.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        CUDA, float16 or bfloat16, any leading dims holding at most :data:`MAX_TOKENS` rows in
+        all. Rows that are not 16-byte aligned with a unit last stride are copied first.
+    weight : CompressedWeight
+        From :func:`pack`, on ``x``'s device (16-bit values of ``x``'s dtype, or int8).
+    bias : torch.Tensor, optional
+        ``[N]`` of ``x``'s dtype.
+    warps : int, optional
+        Warps per block (1 to 32); by default :func:`default_warps`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., N]`` row-major, ``x``'s dtype.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Devices, dtypes or shapes off, or more than 64 rows (the message says which).
+
+    Examples
+    --------
+    >>> y = decode_matmul(x.cuda().half(), pack(w.cuda().half()))  # doctest: +SKIP
+    """
+    _check(x, weight, bias)
+    n, k = weight.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    t = x2.shape[0]
+    if t > MAX_TOKENS:
+        raise ValueError(
+            f"{t} rows is more than the decode kernel's {MAX_TOKENS}. Hint: run larger token "
+            "counts through SparseLinear, which sends them to cuSPARSELt."
+        )
+    y = torch.empty(t, n, dtype=x.dtype, device=x.device)
+    if t == 0 or n == 0:
+        return y.reshape(*lead, n)
+    if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
+        x2 = x2.contiguous()
+    _launch(x2, weight, bias, y, warps)
+    return y.reshape(*lead, n)
+
+
+def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None) -> None:
+    from explorer.gpu.kernels import _function, _stream
+
+    n, k = weight.shape
+    t = x2.shape[0]
+    dev = x2.device.index or 0
+    tiles = _tiles(t)
+    if warps is None:
+        sms = _sms(dev)
+        warps = default_warps(n, k, t, sms)
+    if not 1 <= warps <= _MAX_WARPS[tiles]:
+        raise ValueError(f"warps = {warps}; expected 1 to {_MAX_WARPS[tiles]} for {t} rows")
+    kind = "bf16" if x2.dtype == torch.bfloat16 else "f16"
+    if weight.scale is not None:
+        kind += "_int8"
+    kern = _function("decode24", f"decode24_{kind}_t{8 * tiles}", dev)
+    args = (
+        _ptr(weight.values),
+        _ptr(weight.metadata),
+        _ptr(weight.scale),
+        _ptr(x2),
+        _ptr(bias),
+        _ptr(y),
+        np.int32(n),
+        np.int32(k),
+        np.int32(t),
+        np.int64(x2.stride(0)),
+        np.int64(y.stride(0)),
+    )
+    grid, block = (math.ceil(n / 16),), (32 * warps,)
+    if dev != torch.cuda.current_device():
+        import cupy
+
+        with cupy.cuda.Device(dev), _stream(dev):
+            kern(grid, block, args, shared_mem=512 * warps)
+        return
+    with _stream(dev):
+        kern(grid, block, args, shared_mem=512 * warps)
+
+
+_SMS: dict[int, int] = {}
+
+
+def _sms(dev: int) -> int:
+    sms = _SMS.get(dev)
+    if sms is None:
+        sms = _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return sms
+
+
+def _ptr(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
