@@ -20,7 +20,7 @@ from explorer.bench.decode import DECODE_SHAPES, bench_decode, check_decode, dec
 def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
     """Per-layer time of each warp count, to check :func:`default_warps` picks well."""
     from explorer.bench.decode import _rotating_ms, _weight
-    from explorer.gpu.decode import _sms, _tiles, _MAX_WARPS, decode_matmul, default_warps, pack
+    from explorer.gpu.decode import _MAX_WARPS, _sms, _tiles, decode_matmul, default_warps, pack
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     gen = torch.Generator(device="cuda").manual_seed(5)
@@ -34,7 +34,7 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
                 if warps > _MAX_WARPS[_tiles(t)]:
                     continue
 
-                def make(warps=warps):
+                def make(warps=warps, w=w, x=x):
                     p = pack(w)
                     return lambda: decode_matmul(x, p, warps=warps)
 
@@ -51,6 +51,48 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
     return rows
 
 
+def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
+    """Per-layer time of builds of the kernel with the main loop unrolled 1, 2, 4 or 8 times."""
+    import cupy as cp
+
+    from explorer.bench.decode import _rotating_ms, _weight
+    from explorer.gpu.decode import _launch, pack
+    from explorer.gpu.kernels import kernel_dir
+
+    src = (kernel_dir() / "decode24.cu").read_text()
+    assert "#pragma unroll 2\n    for (int ch" in src
+    mods = {}
+    for u in (1, 2, 4, 8):
+        mods[u] = cp.RawModule(
+            code=src.replace(
+                "#pragma unroll 2\n    for (int ch", f"#pragma unroll {u}\n    for (int ch"
+            ),
+            options=("-std=c++17",),
+        )
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    rows = []
+    for n, k in DECODE_SHAPES:
+        w = _weight(n, k, dtype, gen)
+        for t in tokens:
+            x = torch.randn(t, k, device="cuda", generator=gen).to(dtype)
+            times = {}
+            for u, mod in mods.items():
+
+                def make(mod=mod, w=w, x=x):
+                    p = pack(w)
+                    y = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
+                    return lambda: _launch(x, p, None, y, None, module=mod)
+
+                times[u] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
+            rows.append(dict(n=n, k=k, t=t, times_us=times))
+            print(
+                f"unroll {n}x{k}@{t}: " + " ".join(f"{u}:{v:.1f}" for u, v in times.items()),
+                flush=True,
+            )
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -62,15 +104,25 @@ def main() -> int:
     checks = check_decode()
     worst = max(r["relerr"] for r in checks)
     worst8 = max(r["relerr_int8"] for r in checks)
-    print(f"checks: {len(checks)} cases, max relerr 16-bit {worst:.2e}, int8 {worst8:.2e}, "
-          f"all finite {all(r['finite'] for r in checks)}", flush=True)
-    bad = [r for r in checks if not (r["relerr"] < 2e-3 and r["relerr_int8"] < 2e-3 and r["finite"])]
+    print(
+        f"checks: {len(checks)} cases, max relerr 16-bit {worst:.2e}, int8 {worst8:.2e}, "
+        f"all finite {all(r['finite'] for r in checks)}",
+        flush=True,
+    )
+    bad = [
+        r for r in checks if not (r["relerr"] < 2e-3 and r["relerr_int8"] < 2e-3 and r["finite"])
+    ]
     for r in bad[:10]:
         print("BAD", r, flush=True)
     sweep = [] if a.skip_sweep else sweep_warps()
+    unroll = [] if a.skip_sweep else sweep_unroll()
     dts = (torch.bfloat16,) if a.quick else (torch.bfloat16, torch.float16)
     rows = bench_decode(dtypes=dts, log=sys.stdout)
-    (out / "decode_kernel.json").write_text(json.dumps(dict(checks=checks, sweep=sweep, rows=rows), indent=1, default=str))
+    (out / "decode_kernel.json").write_text(
+        json.dumps(
+            dict(checks=checks, sweep=sweep, unroll=unroll, rows=rows), indent=1, default=str
+        )
+    )
     print(decode_markdown(rows))
     return 1 if bad else 0
 

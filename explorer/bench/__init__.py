@@ -45,7 +45,7 @@ _DTYPES = {
     "bf16": torch.bfloat16,
     "int8": torch.int8,
 }
-_SUITES = ("models", "matmul", "mlp", "unstructured", "kernel")
+_SUITES = ("models", "decode", "matmul", "mlp", "unstructured", "kernel")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
@@ -160,6 +160,11 @@ def run_bench(
                         ),
                     )
                 )
+    if "decode" in suites:
+        from explorer.bench.decode import bench_decode
+
+        sixteen = tuple(dt for dt in dts if dt.itemsize == 2)
+        jobs.append(("decode layers", lambda: bench_decode(dtypes=sixteen, log=log)))
     if "unstructured" in suites:
         sp = (0.5, 0.9, 0.99, 0.999)
         jobs.append(("csr/bsr", lambda: R.bench_unstructured(sparsities=sp)))
@@ -257,6 +262,23 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
                     "</details>",
                     "",
                 ]
+    if any(r.get("suite") == "decode" for r in rows):
+        from explorer.bench.decode import decode_markdown
+
+        parts += [
+            "## Decode: the explorer's 2:4 decode kernel per layer",
+            "",
+            "LLaMA-3-8B layer shapes at 1 to 64 tokens. Medians of CUDA-graph replays; each "
+            "implementation cycles through copies of its weight that together hold three times "
+            "the L2 cache, so weights come from memory as in a whole model. Ratios are over "
+            "dense cuBLAS in the same run; `int8 2:4` is weight-only int8 (16-bit "
+            "activations); `cuSPARSELt` is its default algorithm. Bandwidth shares count the "
+            "bytes a call must move over the device-to-device copy bandwidth measured in the "
+            "same run (read plus written; reads alone can go faster, so dense can exceed 100%).",
+            "",
+            decode_markdown(rows),
+            "",
+        ]
     if any(r.get("suite") in ("matmul", "mlp") for r in rows):
         parts += [
             "## Targets",
@@ -444,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.write_text(render_markdown(rows, env, command.strip()))
     if any(r.get("suite") == "models" for r in rows):
         print(format_models(rows))
+        print()
+    if any(r.get("suite") == "decode" for r in rows):
+        from explorer.bench.decode import decode_markdown
+
+        print(decode_markdown(rows))
         print()
     print(format_table(rows))
     print()

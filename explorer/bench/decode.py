@@ -37,7 +37,6 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     ms = graph_ms(lambda: b.copy_(a), iters=5, reps=7)
-    del a, b
     return nbytes / (ms * 1e-3)
 
 
@@ -145,15 +144,15 @@ def bench_decode(
                 status="ok",
             )
 
-            def dense_call():
+            def dense_call(w=w, x=x):
                 wc = w.clone()
                 return lambda: nn.functional.linear(x, wc)
 
-            def decode_call(int8=False):
+            def decode_call(int8=False, w=w, x=x):
                 pc = pack(w, int8=int8)
                 return lambda: decode_matmul(x, pc)
 
-            def cslt_call():
+            def cslt_call(lin=lin, x=x):
                 sl = SparseLinear.from_linear(lin, layout="cc")
                 sl(x)
                 return lambda: sl(x)
@@ -169,7 +168,11 @@ def bench_decode(
             for key in ("decode", "decode_int8", "cusparselt"):
                 if row.get(f"{key}_ms"):
                     row[f"{key}_speedup"] = row["dense_ms"] / row[f"{key}_ms"]
-            for key, nbytes in (("dense", dense_bytes), ("decode", p16.nbytes), ("decode_int8", p8.nbytes)):
+            for key, nbytes in (
+                ("dense", dense_bytes),
+                ("decode", p16.nbytes),
+                ("decode_int8", p8.nbytes),
+            ):
                 row[f"{key}_bw"] = (nbytes + io) / (row[f"{key}_ms"] * 1e-3) / copy_bps
             if log is not None:
                 print(

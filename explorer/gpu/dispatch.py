@@ -4,7 +4,8 @@ A layer of :mod:`explorer.gpu` can run its product several ways: the dense weigh
 cuBLAS, or the 2:4 weight through cuSPARSELt with the output written row-major (``Y``) or
 transposed (``Y^T``), the latter either handed on as a transposed view (free only when the
 next step is another sparse layer or a fused kernel) or copied to row-major by the tiled
-transpose kernel. Each way is a :class:`Route`. A layer times the routes it may take once per
+transpose kernel, or, for 1 to 64 tokens, the explorer's own decode kernel on the weight in its
+documented compressed layout (:mod:`explorer.gpu.decode`). Each way is a :class:`Route`. A layer times the routes it may take once per
 problem (shape, dtype, padded token count, input layout) and keeps the fastest with
 :func:`pick_route`, which keeps a layer dense unless sparse is measurably faster. Token
 counts never measured (inside a CUDA-graph capture, where nothing can be timed) take the
@@ -17,7 +18,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["DENSE", "SPARSE_MARGIN", "Route", "nearest_route", "pick_route"]
+__all__ = ["DECODE", "DENSE", "SPARSE_MARGIN", "Route", "nearest_route", "pick_route"]
 
 #: Sparse must take at most this share of the dense time to be chosen (a 2% margin, so that
 #: timing noise never turns a tie into a slowdown).
@@ -30,10 +31,12 @@ class Route:
 
     Attributes
     ----------
-    kind : {"dense", "sparse"}
+    kind : {"dense", "sparse", "decode"}
+        cuBLAS on the dense weight, cuSPARSELt, or the explorer's decode kernel (1 to 64
+        tokens).
     layout : str
         cuSPARSELt operand layouts (``"cc"``, ``"cr"``, ``"rc"``, ``"rr"``; see
-        :mod:`explorer.gpu.cusparselt`); empty for dense.
+        :mod:`explorer.gpu.cusparselt`); empty for dense and decode.
     alg : int
         cuSPARSELt config id, -1 for the library default.
     transpose : bool
@@ -43,8 +46,8 @@ class Route:
     --------
     >>> Route("sparse", "cr", 20, transpose=True)
     Route(sparse cr alg 20 + transpose)
-    >>> DENSE.row_major
-    True
+    >>> DENSE.row_major, DECODE.row_major, DECODE.sparse_weight
+    (True, True, True)
     """
 
     kind: str
@@ -53,8 +56,10 @@ class Route:
     transpose: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in ("dense", "sparse"):
-            raise ValueError(f"route kind {self.kind!r} unknown; expected 'dense' or 'sparse'")
+        if self.kind not in ("dense", "sparse", "decode"):
+            raise ValueError(
+                f"route kind {self.kind!r} unknown; expected 'dense', 'sparse' or 'decode'"
+            )
         if self.kind == "sparse" and self.layout not in ("cc", "cr", "rc", "rr"):
             raise ValueError(f"layout {self.layout!r} unknown; expected cc, cr, rc or rr")
         if self.transpose and self.layout[1:] != "r":
@@ -63,23 +68,29 @@ class Route:
     @property
     def row_major(self) -> bool:
         """True if the output comes back as a row-major ``Y`` (not a transposed view)."""
-        return self.kind == "dense" or self.layout[1] == "c" or self.transpose
+        return self.kind in ("dense", "decode") or self.layout[1] == "c" or self.transpose
+
+    @property
+    def sparse_weight(self) -> bool:
+        """True if the route reads the 2:4 weight (cuSPARSELt or the decode kernel)."""
+        return self.kind != "dense"
 
     def __repr__(self) -> str:
-        if self.kind == "dense":
-            return "Route(dense)"
+        if self.kind in ("dense", "decode"):
+            return f"Route({self.kind})"
         alg = "default" if self.alg < 0 else f"alg {self.alg}"
         return f"Route(sparse {self.layout} {alg}{' + transpose' if self.transpose else ''})"
 
 
 DENSE = Route("dense")
+DECODE = Route("decode")
 
 
 def pick_route(times: Mapping[Route, float], margin: float = SPARSE_MARGIN) -> Route:
     """The route to keep from measured times (milliseconds; ``None`` or NaN: failed).
 
-    Dense is kept unless the fastest sparse route takes at most ``margin`` of its time; without
-    a dense time the fastest route wins.
+    Dense is kept unless the fastest route on the 2:4 weight (cuSPARSELt or decode) takes at
+    most ``margin`` of its time; without a dense time the fastest route wins.
 
     Raises
     ------
@@ -92,11 +103,13 @@ def pick_route(times: Mapping[Route, float], margin: float = SPARSE_MARGIN) -> R
     Route(dense)
     >>> pick_route({DENSE: 1.0, Route("sparse", "cc"): 0.7})
     Route(sparse cc default)
+    >>> pick_route({DENSE: 1.0, Route("sparse", "cc"): 2.0, DECODE: 0.66})
+    Route(decode)
     """
     ok = {r: t for r, t in times.items() if t is not None and math.isfinite(t) and t > 0}
     if not ok:
         raise ValueError(f"no route has a usable time in {dict(times)!r}")
-    sparse = {r: t for r, t in ok.items() if r.kind == "sparse"}
+    sparse = {r: t for r, t in ok.items() if r.sparse_weight}
     dense = ok.get(DENSE)
     if not sparse:
         return DENSE

@@ -14,9 +14,10 @@ from torch import nn
 
 from explorer import _html
 from explorer.gpu import cusparselt as C
+from explorer.gpu import decode as D
 from explorer.gpu import ops, quant, tuning
 from explorer.gpu import torch_backend as TB
-from explorer.gpu.dispatch import DENSE, Route, nearest_route, pick_route
+from explorer.gpu.dispatch import DECODE, DENSE, Route, nearest_route, pick_route
 from explorer.gpu.timing import eager_ms, graph_ms
 
 __all__ = ["SparseLinear", "stack_linears"]
@@ -105,8 +106,8 @@ class SparseLinear(nn.Module):
     input layout) the layer times the routes it may take (see :mod:`explorer.gpu.dispatch`):
     the sparse product writing ``Y`` row-major or ``Y^T`` (then copied to row-major, or handed
     on as a transposed view when ``output="any"``), each with the library's default and the
-    tuned algorithm, and, when the dense weight is kept, cuBLAS on the dense weight. The
-    fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
+    tuned algorithm, when the dense weight is kept, cuBLAS on the dense weight, and at 1 to 64
+    tokens the explorer's decode kernel (:mod:`explorer.gpu.decode`). The fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
     slower than the ``nn.Linear`` it replaced at the token counts it has seen.
 
     Parameters
@@ -135,6 +136,9 @@ class SparseLinear(nn.Module):
         ``"rows"`` (default) always returns a row-major ``Y``, what attention, norms and
         residual adds need; ``"any"`` may return a transposed view of ``Y^T``, for a consumer
         that reads it for free (another sparse layer, the SwiGLU kernel).
+    decode_weight : CompressedWeight, optional
+        The weight in the explorer's compressed layout (:func:`explorer.gpu.decode.pack`),
+        16-bit or int8 with per-row scales: opens the decode route at 1 to 64 tokens.
 
     Examples
     --------
@@ -158,6 +162,7 @@ class SparseLinear(nn.Module):
         dense_weight: torch.Tensor | None = None,
         layout: str = "auto",
         output: str = "rows",
+        decode_weight=None,
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -182,6 +187,14 @@ class SparseLinear(nn.Module):
         self.register_buffer("bias", bias)
         self.register_buffer("weight_scale", weight_scale)
         self.register_buffer("_dense", dense_weight, persistent=False)
+        # the decode kernel's weight (values, metadata, int8 scales), not in the state dict:
+        # it is rebuilt from the dense weight, and a checkpoint holds the cuSPARSELt form
+        dw = decode_weight
+        self.register_buffer("_dec_values", None if dw is None else dw.values, persistent=False)
+        self.register_buffer("_dec_meta", None if dw is None else dw.metadata, persistent=False)
+        self.register_buffer("_dec_scale", None if dw is None else dw.scale, persistent=False)
+        self._dec_shape = None if dw is None else dw.shape
+        self._force: Route | None = None  # a route imposed while timing whole forwards
         # a few input rows and their dense product, to check searched algorithms against
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
@@ -217,6 +230,7 @@ class SparseLinear(nn.Module):
         layout: str = "auto",
         tune_tokens: tuple[int, ...] = (),
         output: str = "rows",
+        decode: bool = True,
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 
@@ -242,6 +256,12 @@ class SparseLinear(nn.Module):
             the shipped tables or the library's default algorithm are used.
         output : {"rows", "any"}
             See the class.
+        decode : bool
+            Also keep the weight in the explorer's compressed layout (9/16 of the dense bytes
+            in 16-bit, 5/16 for int8) so that 1 to 64 tokens may run the decode kernel, which
+            reads fewer bytes than dense where cuSPARSELt has no matrix-vector path. Needs
+            ``in_features`` a multiple of 16 and the cuSPARSELt backend; int8 layers get
+            weight-only int8 (16-bit activations) on this route.
 
         Raises
         ------
@@ -296,6 +316,11 @@ class SparseLinear(nn.Module):
         else:
             C._check_weight(wq)
             comp = C.compress(wq, check=False)
+        dec = None
+        if decode and backend == "cusparselt" and dtype in (torch.float16, torch.bfloat16):
+            dec = D.pack(wq.contiguous()) if w.shape[1] % 16 == 0 else None
+        elif decode and backend == "cusparselt" and dtype == torch.int8:
+            dec = D.pack(w.to(out_dtype).contiguous(), int8=True) if w.shape[1] % 16 == 0 else None
         layer = cls(
             linear.in_features,
             linear.out_features,
@@ -310,6 +335,7 @@ class SparseLinear(nn.Module):
             w.to(out_dtype).contiguous() if keep_dense else None,
             layout,
             output,
+            dec,
         )
         if dtype.itemsize == 2 and backend == "cusparselt":
             if tune_tokens and alg < 0:
@@ -339,10 +365,32 @@ class SparseLinear(nn.Module):
         for key, decided in kept.items():
             mine = _DECISIONS.setdefault((*key[:-1], False), {})
             for n, (route, times) in decided.items():
-                if route.kind == "sparse":
+                if route.sparse_weight:
                     mine.setdefault(n, (route, {r: t for r, t in times.items() if r != DENSE}))
         self._routes.clear()
         self._fast.clear()
+
+    @property
+    def decode_kept(self) -> bool:
+        """True if the weight is also kept in the decode kernel's layout (the decode route)."""
+        return self._dec_values is not None
+
+    def decode_weight(self):
+        """The weight the decode kernel reads, as a :class:`~explorer.CompressedWeight`."""
+        from explorer.compression import CompressedWeight
+
+        if self._dec_values is None:
+            raise ValueError("this SparseLinear keeps no decode weight; build it with decode=True")
+        return CompressedWeight(self._dec_values, self._dec_meta, self._dec_shape, self._dec_scale)
+
+    def drop_decode(self) -> None:
+        """Free the decode kernel's weight; decisions that chose it are measured again."""
+        if self._dec_values is None:
+            return
+        self._dec_values = self._dec_meta = self._dec_scale = None
+        self._routes.clear()
+        self._fast.clear()
+        self._seen = {n: v for n, v in self._seen.items() if v[0].kind != "decode"}
 
     def _mnk_key(self) -> tuple:
         return (self.out_features, self.in_features, self.dtype)
@@ -377,11 +425,14 @@ class SparseLinear(nn.Module):
             self.alg,
             self.layout,
             self.output,
-            self.dense_kept,
+            self.decode_kept,
+            self.dense_kept,  # last: drop_dense moves decisions to the key without it
         )
 
     def _route(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> Route:
         """The route for ``n`` padded tokens whose input arrives in layout ``first``."""
+        if self._force is not None:
+            return self._force
         key = (n, first, fused_act)
         route = self._routes.get(key)
         if route is None:
@@ -395,19 +446,53 @@ class SparseLinear(nn.Module):
         nothing can be timed: the decision of the nearest measured token count is used, or the
         sparse row-major route if none was measured.
         """
+        decoding = self.decode_kept and n <= D.MAX_TOKENS
         if self.layout != "auto" or self.dtype.itemsize == 1 or self.backend != "cusparselt":
             lay = "cc" if self.dtype.itemsize == 1 else self.layout
             lay = first + "c" if lay == "auto" else lay
-            return Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
+            fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
+            if not decoding:
+                return fixed
+            return self._choose_decode(n, dev, fused_act, alpha, first, fixed)
         decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
         found = decided.get(n)
         if found is None:
             if torch.cuda.is_current_stream_capturing():
                 near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+                if near is not None and near.kind == "decode" and not decoding:
+                    near = None  # the decode kernel takes at most 64 tokens
                 return near or Route("sparse", first + "c", self.alg)
             times = self._time_routes(n, dev, fused_act, alpha, first)
             route = pick_route(times) if times else Route("sparse", first + "c", self.alg)
             found = decided[n] = (route, times)
+        self._seen[n] = found
+        return found[0]
+
+    def _choose_decode(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, fixed: Route
+    ) -> Route:
+        """The decode route or the one fixed route, by timing whole forwards (8-bit types and
+        fixed layouts, whose cuSPARSELt route is not chosen among others)."""
+        decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
+        found = decided.get(n)
+        if found is None:
+            if torch.cuda.is_current_stream_capturing():
+                near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+                return near or fixed
+            gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
+            act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
+            x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
+            if first == "r":
+                x = x.t().contiguous().t()
+            times = {}
+            try:
+                for route in (fixed, DECODE):
+                    self._force = route
+                    times[route] = _event_ms(lambda: self._forward(x))
+            finally:
+                self._force = None
+                self._fast.clear()
+            found = decided[n] = (min(times, key=times.get), times)
         self._seen[n] = found
         return found[0]
 
@@ -425,6 +510,8 @@ class SparseLinear(nn.Module):
         times: dict[Route, float] = {}
         if self._dense is not None:
             times[DENSE] = _event_ms(lambda: self._dense_forward(x, fused_act))
+        if self.decode_kept and n <= D.MAX_TOKENS:
+            times[DECODE] = _event_ms(lambda: self._decode_forward(x, fused_act))
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
             if self.alg < 0:
@@ -504,6 +591,12 @@ class SparseLinear(nn.Module):
             return x.dtype
         return self.out_dtype
 
+    def _decode_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
+        """The decode kernel on ``x`` (2-D, at most 64 rows), bias and activation included."""
+        act = self._dec_values.dtype if self._dec_scale is None else self.out_dtype
+        y = D.decode_matmul(x if x.dtype == act else x.to(act), self.decode_weight(), self.bias)
+        return _apply_act(y, self.activation) if self.activation != "none" else y
+
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         w = self._dense
         y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
@@ -521,6 +614,10 @@ class SparseLinear(nn.Module):
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if self.backend == "torch":
             return self._forward_torch(x2).reshape(*lead, self.out_features)
+        if self.decode_kept and 0 < x2.shape[0] <= D.MAX_TOKENS and x2.is_floating_point():
+            y = self._maybe_decode(x, x2)
+            if y is not None:
+                return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         scale_t = None
         if self.dtype == torch.int8:
             x2, scale_t = quant.quantize_per_token(x2)
@@ -604,6 +701,29 @@ class SparseLinear(nn.Module):
             self._remember(x, self._fast_sparse(plan, n, t, route.transpose))
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
 
+    def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor | None:
+        """Run ``x2`` (at most 64 rows) on the decode kernel if that is its route, else None."""
+        t = x2.shape[0]
+        n = self._npad.get(t)
+        if n is None:
+            n = self._npad[t] = C.padded_tokens(t, self.dtype)
+        first = "c" if x2.is_contiguous() or not x2.t().is_contiguous() else "r"
+        alpha = self.weight_scale is not None and self.dtype == torch.int8
+        fuse = (
+            self.activation != "none"
+            and self.weight_scale is None
+            and (self.dtype, self.activation) not in _UNFUSED
+        )
+        route = self._route(n, x2.device.index or 0, fuse, alpha, first)
+        if route.kind != "decode":
+            return None
+        y = self._decode_forward(x2, fuse)
+        if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
+            y = y.to(x.dtype)
+        if y.dtype == x.dtype and self._force is None:
+            self._remember(x, partial(self._decode_forward, fused_act=fuse))
+        return y
+
     def _fast_sparse(self, plan: C.Plan, n: int, t: int, transpose: bool):
         """The sparse route for ``t`` rows (padded to ``n``) as one closure, 2-D in, 2-D out."""
         run, pad = partial(self._run, plan, n=n), n - t
@@ -668,7 +788,8 @@ class SparseLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, dtype={_NAMES[self.dtype]}, "
-            f"activation={self.activation}, backend={self.backend}"
+            f"activation={self.activation}, backend={self.backend}, "
+            f"decode={self.decode_kept}"
         )
 
     def _repr_html_(self) -> str:
@@ -680,6 +801,7 @@ class SparseLinear(nn.Module):
             ("activation", self.activation),
             ("compressed bytes", f"{self.compressed.numel():,} (dense {dense_bytes:,})"),
             ("plans", len(self._plans)),
+            ("decode kernel", "kept (1-64 tokens)" if self.decode_kept else "no"),
         ]
         return _html.table(["SparseLinear", ""], rows)
 

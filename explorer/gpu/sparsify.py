@@ -303,7 +303,7 @@ def _measure(model, units, counts, report) -> list:
                 decided = layer.decisions()
                 for n in sorted({C.padded_tokens(t, layer.dtype) for t in counts}, reverse=True):
                     route, times = decided.get(n, (None, {}))
-                    sparse = [v for r, v in times.items() if r.kind == "sparse"]
+                    sparse = [v for r, v in times.items() if r.sparse_weight]
                     report.timings.append(
                         LayerTiming(
                             name,
@@ -314,7 +314,7 @@ def _measure(model, units, counts, report) -> list:
                             repr(route).removeprefix("Route(").removesuffix(")"),
                         )
                     )
-                    wins = wins or (route is not None and route.kind == "sparse")
+                    wins = wins or (route is not None and route.sparse_weight)
                 # a fixed route (int8, a fixed layout) is not measured against dense: it stays
                 wins = wins or not decided
             if not wins:
@@ -334,8 +334,11 @@ def _measure(model, units, counts, report) -> list:
                 report.fused = [f for f in report.fused if f not in gone]
                 continue
             for layer in layers:
-                if all(r.kind == "sparse" for r, _ in layer.decisions().values()):
+                chosen = [r for r, _ in layer.decisions().values()]
+                if all(r.sparse_weight for r in chosen):
                     layer.drop_dense()
+                if chosen and not any(r.kind == "decode" for r in chosen):
+                    layer.drop_decode()  # no measured count runs the decode kernel
             kept.append(unit)
     dense_bytes = sum(
         m._dense.numel() * m._dense.element_size()
@@ -346,6 +349,16 @@ def _measure(model, units, counts, report) -> list:
         report.notes.append(
             f"{dense_bytes / 2**20:.0f} MiB of dense weights kept for the token counts where "
             "dense is faster"
+        )
+    decode_bytes = sum(
+        m.decode_weight().nbytes
+        for m in model.modules()
+        if isinstance(m, SparseLinear) and m.decode_kept
+    )
+    if decode_bytes:
+        report.notes.append(
+            f"{decode_bytes / 2**20:.0f} MiB of weights kept in the decode kernel's layout for "
+            "the token counts (1 to 64) where it is the fastest"
         )
     return kept
 

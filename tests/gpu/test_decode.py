@@ -115,3 +115,76 @@ def test_decode_refuses_bad_input():
         D.decode_matmul(torch.randn(1, 64, device=DEV, dtype=torch.bfloat16), p)
     with pytest.raises(ValueError, match="expected K = 64"):
         D.decode_matmul(torch.randn(1, 32, device=DEV, dtype=torch.float16), p)
+
+
+def _linear(k, n, dtype, bias=True):
+    from torch import nn
+
+    lin = nn.Linear(k, n, bias=bias, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight.float()).to(dtype))
+    return lin
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sparse_linear_measures_and_runs_the_decode_route(dtype):
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.dispatch import DECODE
+
+    lin = _linear(4096, 4096, dtype)
+    sl = SparseLinear.from_linear(lin, keep_dense=True)
+    assert sl.decode_kept
+    for t in (1, 16, 100):
+        x = torch.randn(t, 4096, device=DEV, dtype=dtype)
+        assert relerr(sl(x), lin(x)) < TOL
+    decided = sl.decisions()
+    assert all(DECODE in times for n, (_, times) in decided.items() if n <= 64)
+    assert not any(DECODE in times for n, (_, times) in decided.items() if n > 64)
+    sl._force = DECODE  # the decode path itself, whatever the measurement chose
+    x = torch.randn(2, 3, 4096, device=DEV, dtype=dtype)
+    assert relerr(sl(x), lin(x)) < TOL
+
+
+def test_sparse_linear_int8_decode_is_weight_only():
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.decode import decode_matmul_reference
+    from explorer.gpu.dispatch import DECODE
+
+    lin = _linear(2048, 1024, torch.bfloat16)
+    sl = SparseLinear.from_linear(lin, dtype=torch.int8)
+    x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
+    y = sl(x)  # measured: decode or the cuSPARSELt int8 route, both close to dense
+    assert relerr(y, lin(x)) < 3e-2
+    sl._force = DECODE
+    ref = decode_matmul_reference(x, sl.decode_weight(), lin.bias.detach())
+    assert relerr(sl(x), ref) < TOL
+
+
+def test_sparse_linear_decode_compiled_with_cuda_graphs():
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.dispatch import DECODE
+
+    lin = _linear(1024, 3072, torch.bfloat16)
+    sl = SparseLinear.from_linear(lin)
+    sl._force = DECODE
+    x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
+    eager = sl(x)
+    torch._dynamo.reset()
+    fn = torch.compile(sl, mode="reduce-overhead", dynamic=False)
+    for _ in range(3):
+        out = fn(x)
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    torch._dynamo.reset()
+
+
+def test_drop_decode_frees_and_remeasures():
+    from explorer.gpu import SparseLinear
+
+    sl = SparseLinear.from_linear(_linear(512, 512, torch.float16))
+    x = torch.randn(8, 512, device=DEV, dtype=torch.float16)
+    before = sl(x)
+    sl.drop_decode()
+    assert not sl.decode_kept
+    assert relerr(sl(x), before) < TOL
+    assert all(r.kind != "decode" for r, _ in sl.decisions().values())

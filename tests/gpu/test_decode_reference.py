@@ -43,8 +43,12 @@ def test_reference_hand_computed():
     )
     x = torch.arange(16.0)[None]
     got = decode_matmul_reference(x, pack(w.half()), torch.tensor([0.5, -1.0]).half())
-    row0 = sum(v * c for v, c in zip([1, 2, 3, 4, 1, 2, 3, 4], [1, 3, 4, 6, 9, 11, 12, 14]))
-    row1 = sum(v * c for v, c in zip([5, 6, 7, 8, 5, 6, 7, 8], [0, 2, 5, 7, 8, 10, 13, 15]))
+    row0 = sum(
+        v * c for v, c in zip([1, 2, 3, 4, 1, 2, 3, 4], [1, 3, 4, 6, 9, 11, 12, 14], strict=True)
+    )
+    row1 = sum(
+        v * c for v, c in zip([5, 6, 7, 8, 5, 6, 7, 8], [0, 2, 5, 7, 8, 10, 13, 15], strict=True)
+    )
     assert got.tolist() == [[row0 + 0.5, row1 - 1.0]]
 
 
