@@ -104,6 +104,7 @@ class SparseQKV(nn.Module):
         backend: str = "cusparselt",
         tune_tokens: tuple[int, ...] = (),
         keep_dense: bool = False,
+        decode: bool = False,
     ) -> SparseQKV:
         """Compress three 2:4 CUDA ``nn.Linear`` projections that read the same input.
 
@@ -111,7 +112,7 @@ class SparseQKV(nn.Module):
         ----------
         q, k, v : nn.Linear
             The same ``in_features``, dtype, device and bias presence.
-        dtype, backend, tune_tokens, keep_dense
+        dtype, backend, tune_tokens, keep_dense, decode
             As for :meth:`SparseLinear.from_linear`.
 
         Raises
@@ -122,7 +123,12 @@ class SparseQKV(nn.Module):
         parts = (q, k, v)
         stacked = stack_linears(*parts)
         proj = SparseLinear.from_linear(
-            stacked, dtype=dtype, backend=backend, tune_tokens=tune_tokens, keep_dense=keep_dense
+            stacked,
+            dtype=dtype,
+            backend=backend,
+            tune_tokens=tune_tokens,
+            keep_dense=keep_dense,
+            decode=decode,
         )
         return cls(proj, tuple(p.out_features for p in parts))
 

@@ -101,6 +101,7 @@ class SparseGatedMLP(nn.Module):
         layout: str = "auto",
         tune_tokens: tuple[int, ...] = (),
         keep_dense: bool = False,
+        decode: bool = False,
     ) -> SparseGatedMLP:
         """Compress three 2:4 CUDA ``nn.Linear`` layers of a SwiGLU block.
 
@@ -108,7 +109,7 @@ class SparseGatedMLP(nn.Module):
         ----------
         gate, up, down : nn.Linear
             ``gate`` and ``up`` map ``d -> hidden``, ``down`` maps ``hidden -> d``.
-        dtype, backend, layout, tune_tokens, keep_dense
+        dtype, backend, layout, tune_tokens, keep_dense, decode
             As for :meth:`SparseLinear.from_linear`. The gate/up product may hand the SwiGLU
             kernel a transposed ``Y^T`` view (``output="any"``); the block's output is row-major.
 
@@ -129,6 +130,7 @@ class SparseGatedMLP(nn.Module):
             layout=layout,
             tune_tokens=tune_tokens,
             keep_dense=keep_dense,
+            decode=decode,
         )
         return cls(
             SparseLinear.from_linear(stacked, output="any", **kw),

@@ -230,7 +230,7 @@ class SparseLinear(nn.Module):
         layout: str = "auto",
         tune_tokens: tuple[int, ...] = (),
         output: str = "rows",
-        decode: bool = True,
+        decode: bool = False,
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 

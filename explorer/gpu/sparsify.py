@@ -111,6 +111,7 @@ def sparsify(
     fuse_qkv: bool = True,
     tune_tokens: tuple[int, ...] = (),
     measure: bool = True,
+    decode: bool = False,
 ) -> SparsifyReport:
     """Run a model's 2:4 ``nn.Linear`` layers sparse, wherever that is faster.
 
@@ -155,6 +156,11 @@ def sparsify(
     measure : bool
         Time the layers at ``tokens`` (default). ``False`` swaps every eligible layer and lets
         each choose its route at its first call.
+    decode : bool
+        Also offer each layer the explorer's own decode kernel at 1 to 64 tokens
+        (:mod:`explorer.gpu.decode`; it reads 9/16 of the dense bytes where cuSPARSELt has no
+        matrix-vector path), kept only by layers where it measures fastest. Off by default
+        until whole-model decode runs with it have been measured (see docs/gpu.md).
 
     Returns
     -------
@@ -203,7 +209,12 @@ def sparsify(
             for _, mod in targets:
                 if mod.weight.shape[1] % 4 == 0:
                     mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
-    kw = dict(backend=backend, tune_tokens=tune_tokens, keep_dense=measure)
+    kw = dict(
+        backend=backend,
+        tune_tokens=tune_tokens,
+        keep_dense=measure,
+        decode=decode and backend == "cusparselt",
+    )
     units: list[_Unit] = []
     if fuse_qkv and backend == "cusparselt":
         units += _fuse_qkv(model, targets, dtype, report, kw)

@@ -132,7 +132,7 @@ def test_sparse_linear_measures_and_runs_the_decode_route(dtype):
     from explorer.gpu.dispatch import DECODE
 
     lin = _linear(4096, 4096, dtype)
-    sl = SparseLinear.from_linear(lin, keep_dense=True)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
     assert sl.decode_kept
     for t in (1, 16, 100):
         x = torch.randn(t, 4096, device=DEV, dtype=dtype)
@@ -151,7 +151,7 @@ def test_sparse_linear_int8_decode_is_weight_only():
     from explorer.gpu.dispatch import DECODE
 
     lin = _linear(2048, 1024, torch.bfloat16)
-    sl = SparseLinear.from_linear(lin, dtype=torch.int8)
+    sl = SparseLinear.from_linear(lin, dtype=torch.int8, decode=True)
     x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
     y = sl(x)  # measured: decode or the cuSPARSELt int8 route, both close to dense
     assert relerr(y, lin(x)) < 3e-2
@@ -165,7 +165,7 @@ def test_sparse_linear_decode_compiled_with_cuda_graphs():
     from explorer.gpu.dispatch import DECODE
 
     lin = _linear(1024, 3072, torch.bfloat16)
-    sl = SparseLinear.from_linear(lin)
+    sl = SparseLinear.from_linear(lin, decode=True)
     sl._force = DECODE
     x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
     eager = sl(x)
@@ -181,7 +181,7 @@ def test_sparse_linear_decode_compiled_with_cuda_graphs():
 def test_drop_decode_frees_and_remeasures():
     from explorer.gpu import SparseLinear
 
-    sl = SparseLinear.from_linear(_linear(512, 512, torch.float16))
+    sl = SparseLinear.from_linear(_linear(512, 512, torch.float16), decode=True)
     x = torch.randn(8, 512, device=DEV, dtype=torch.float16)
     before = sl(x)
     sl.drop_decode()

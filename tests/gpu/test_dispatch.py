@@ -45,3 +45,17 @@ def test_nearest_route_on_a_log_scale():
     assert nearest_route(2048, decided) == CRT  # a tie goes to the larger count
     assert nearest_route(10**6, decided) == CRT
     assert nearest_route(5, {}) is None
+
+
+def test_decode_route_reads_the_sparse_weight_and_competes():
+    from explorer.gpu.dispatch import DECODE, DENSE, Route, nearest_route, pick_route
+
+    assert repr(DECODE) == "Route(decode)" and DECODE.row_major and DECODE.sparse_weight
+    assert not DENSE.sparse_weight
+    cc = Route("sparse", "cc")
+    assert pick_route({DENSE: 1.0, cc: 2.0, DECODE: 0.99}) == DENSE  # within the margin
+    assert pick_route({DENSE: 1.0, cc: 2.0, DECODE: 0.6}) == DECODE
+    assert pick_route({DENSE: 1.0, cc: 0.5, DECODE: 0.6}) == cc
+    assert nearest_route(4, {16: DECODE, 4096: cc}) == DECODE
+    with pytest.raises(ValueError, match="'dense', 'sparse' or 'decode'"):
+        Route("gemv")
