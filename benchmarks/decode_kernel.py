@@ -17,37 +17,44 @@ import torch
 from explorer.bench.decode import DECODE_SHAPES, bench_decode, check_decode, decode_markdown
 
 
-def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
-    """Per-layer time of each warp count, to check :func:`default_warps` picks well."""
-    from explorer.bench.decode import _rotating_ms, _weight
-    from explorer.gpu.decode import _MAX_WARPS, _sms, _tiles, decode_matmul, default_warps, pack
+def _problems(tokens, dtype, seed):
+    """(n, k, t, weight, x) for each 8B shape and token count."""
+    from explorer.bench.decode import _weight
 
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     for n, k in DECODE_SHAPES:
         w = _weight(n, k, dtype, gen)
         for t in tokens:
-            x = torch.randn(t, k, device="cuda", generator=gen).to(dtype)
-            times = {}
-            for warps in (1, 2, 4, 8, 16, 32):
-                if warps > _MAX_WARPS[_tiles(t)]:
-                    continue
+            yield n, k, t, w, torch.randn(t, k, device="cuda", generator=gen).to(dtype)
 
-                def make(warps=warps, w=w, x=x):
-                    p = pack(w)
-                    return lambda: decode_matmul(x, p, warps=warps)
 
-                times[warps] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
-            best = min(times, key=times.get)
-            dflt = default_warps(n, k, t, _sms(0))
-            rows.append(dict(n=n, k=k, t=t, times_us=times, best=best, default=dflt))
-            print(
-                f"warps {n}x{k}@{t}: "
-                + " ".join(f"{w}:{v:.1f}" for w, v in times.items())
-                + f" | best {best}, default {dflt} ({times[dflt] / times[best]:.2f}x best)",
-                flush=True,
-            )
+def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
+    """Per-layer time of each warp count, to check :func:`default_warps` picks well."""
+    from explorer.bench.decode import _rotating_ms
+    from explorer.gpu.decode import _MAX_WARPS, _sms, _tiles, decode_matmul, default_warps, pack
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for n, k, t, w, x in _problems(tokens, dtype, 5):
+        times = {}
+        for warps in (1, 2, 4, 8, 16, 32):
+            if warps > _MAX_WARPS[_tiles(t)]:
+                continue
+
+            def make(warps=warps, w=w, x=x):
+                p = pack(w)
+                return lambda: decode_matmul(x, p, warps=warps)
+
+            times[warps] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
+        best = min(times, key=times.get)
+        dflt = default_warps(n, k, t, _sms(0))
+        rows.append(dict(n=n, k=k, t=t, times_us=times, best=best, default=dflt))
+        print(
+            f"warps {n}x{k}@{t}: "
+            + " ".join(f"{w}:{v:.1f}" for w, v in times.items())
+            + f" | best {best}, default {dflt} ({times[dflt] / times[best]:.2f}x best)",
+            flush=True,
+        )
     return rows
 
 
@@ -55,7 +62,7 @@ def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
     """Per-layer time of builds of the kernel with the main loop unrolled 1, 2, 4 or 8 times."""
     import cupy as cp
 
-    from explorer.bench.decode import _rotating_ms, _weight
+    from explorer.bench.decode import _rotating_ms
     from explorer.gpu.decode import _launch, pack
     from explorer.gpu.kernels import kernel_dir
 
@@ -70,26 +77,22 @@ def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
             options=("-std=c++17",),
         )
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    gen = torch.Generator(device="cuda").manual_seed(6)
     rows = []
-    for n, k in DECODE_SHAPES:
-        w = _weight(n, k, dtype, gen)
-        for t in tokens:
-            x = torch.randn(t, k, device="cuda", generator=gen).to(dtype)
-            times = {}
-            for u, mod in mods.items():
+    for n, k, t, w, x in _problems(tokens, dtype, 6):
+        times = {}
+        for u, mod in mods.items():
 
-                def make(mod=mod, w=w, x=x):
-                    p = pack(w)
-                    y = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
-                    return lambda: _launch(x, p, None, y, None, module=mod)
+            def make(mod=mod, w=w, x=x):
+                p = pack(w)
+                y = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
+                return lambda: _launch(x, p, None, y, None, module=mod)
 
-                times[u] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
-            rows.append(dict(n=n, k=k, t=t, times_us=times))
-            print(
-                f"unroll {n}x{k}@{t}: " + " ".join(f"{u}:{v:.1f}" for u, v in times.items()),
-                flush=True,
-            )
+            times[u] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
+        rows.append(dict(n=n, k=k, t=t, times_us=times))
+        print(
+            f"unroll {n}x{k}@{t}: " + " ".join(f"{u}:{v:.1f}" for u, v in times.items()),
+            flush=True,
+        )
     return rows
 
 

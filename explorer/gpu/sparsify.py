@@ -351,26 +351,21 @@ def _measure(model, units, counts, report) -> list:
                 if chosen and not any(r.kind == "decode" for r in chosen):
                     layer.drop_decode()  # no measured count runs the decode kernel
             kept.append(unit)
-    dense_bytes = sum(
-        m._dense.numel() * m._dense.element_size()
-        for m in model.modules()
-        if isinstance(m, SparseLinear) and m.dense_kept
+    layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
+    extra = (
+        (
+            sum(m._dense.numel() * m._dense.element_size() for m in layers if m.dense_kept),
+            "dense weights kept for the token counts where dense is faster",
+        ),
+        (
+            sum(m.decode_weight().nbytes for m in layers if m.decode_kept),
+            "weights kept in the decode kernel's layout for the token counts (1 to 64) where "
+            "it is the fastest",
+        ),
     )
-    if dense_bytes:
-        report.notes.append(
-            f"{dense_bytes / 2**20:.0f} MiB of dense weights kept for the token counts where "
-            "dense is faster"
-        )
-    decode_bytes = sum(
-        m.decode_weight().nbytes
-        for m in model.modules()
-        if isinstance(m, SparseLinear) and m.decode_kept
-    )
-    if decode_bytes:
-        report.notes.append(
-            f"{decode_bytes / 2**20:.0f} MiB of weights kept in the decode kernel's layout for "
-            "the token counts (1 to 64) where it is the fastest"
-        )
+    for nbytes, what in extra:
+        if nbytes:
+            report.notes.append(f"{nbytes / 2**20:.0f} MiB of {what}")
     return kept
 
 
