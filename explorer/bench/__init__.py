@@ -27,6 +27,7 @@ from explorer.bench.table import (
     format_targets,
     markdown,
 )
+from explorer.dtypes import SPARSE_DTYPES, parse_dtype
 
 __all__ = [
     "TARGETS",
@@ -38,13 +39,6 @@ __all__ = [
     "run_bench",
 ]
 
-_DTYPES = {
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "int8": torch.int8,
-}
 _SUITES = ("models", "matmul", "mlp", "unstructured", "kernel")
 
 
@@ -118,7 +112,7 @@ def run_bench(
         raise RuntimeError(
             "the benchmark needs a CUDA GPU with sparse tensor cores; none is visible here"
         )
-    dts = [_DTYPES[d] if isinstance(d, str) else d for d in dtypes]
+    dts = [parse_dtype(d, allowed=SPARSE_DTYPES) for d in dtypes]
     shapes = list(shapes) if shapes is not None else (R.QUICK_SHAPES if quick else R.FULL_SHAPES)
     suites = set(suites)
     jobs = []
@@ -397,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else None
-        dtypes = [_DTYPES[d.strip().lower()] for d in args.dtypes.split(",")]
+        dtypes = [parse_dtype(d.strip(), SPARSE_DTYPES, "--dtypes") for d in args.dtypes.split(",")]
     except (KeyError, ValueError) as exc:
         p.error(str(exc))
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]

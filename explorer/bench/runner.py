@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.search import search_algorithm
 from explorer.gpu.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
 
@@ -63,10 +64,6 @@ def mask24(w: torch.Tensor) -> torch.Tensor:
     return (g * keep).reshape(w.shape)
 
 
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -111,7 +108,7 @@ def bench_matmul(
     from explorer.gpu.sparse_linear import SparseLinear
 
     dev = "cuda"
-    base = dict(suite="matmul", m=m, n=n, k=k, dtype=_name(dtype), alg=alg)
+    base = dict(suite="matmul", m=m, n=n, k=k, dtype=dtype_name(dtype), alg=alg)
     if dtype == torch.int8:
         w = mask24(torch.randint(-127, 128, (m, k), device=dev).float()).to(torch.int8)
         x = torch.randint(-127, 128, (n, k), device=dev).to(torch.int8)
@@ -227,7 +224,7 @@ def bench_mlp(
         m=h,
         n=tokens,
         k=d,
-        dtype=_name(dtype),
+        dtype=dtype_name(dtype),
         err=errs["explorer"],
         block=type(dense).__name__,
     )
@@ -274,7 +271,7 @@ def bench_unstructured(
                 m=m,
                 n=n,
                 k=k,
-                dtype=_name(dtype),
+                dtype=dtype_name(dtype),
                 impl=fmt,
                 mode="eager",
                 sparsity=s,

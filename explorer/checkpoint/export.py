@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from explorer.checks import check_pattern
+from explorer.dtypes import dtype_name
 from explorer.errors import require
 from explorer.store import explorer_version
 
@@ -26,7 +27,6 @@ from .manifest import (
     FORMAT,
     VERSION,
     CheckpointError,
-    dtype_name,
     dumps,
     now,
     parse_json_manifest,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from explorer.compression import CompressedWeight
+from explorer.dtypes import dtype_name
 from explorer.errors import require
 
 from .manifest import (
@@ -25,7 +26,6 @@ from .manifest import (
     VALUES,
     CheckpointCancelled,
     CheckpointError,
-    dtype_name,
     parse_manifest,
     tensor_sha256,
 )

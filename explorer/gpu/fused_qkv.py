@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
@@ -161,7 +162,7 @@ class SparseQKV(nn.Module):
         rows = [
             ("q / k / v outputs", " / ".join(map(str, self.sizes))),
             ("stacked", f"{self.proj.out_features} x {self.proj.in_features}"),
-            ("dtype", str(self.proj.dtype).removeprefix("torch.")),
+            ("dtype", dtype_name(self.proj.dtype)),
             ("bias", self.proj.bias is not None),
         ]
         return _html.table(["SparseQKV", ""], rows)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 from explorer.gpu import ops
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
@@ -163,7 +164,7 @@ class SparseGatedMLP(nn.Module):
         rows = [
             ("gate+up", f"{self.gate_up.out_features} x {self.gate_up.in_features} (fused)"),
             ("down", f"{self.down.out_features} x {self.down.in_features}"),
-            ("dtype", str(self.down.dtype).removeprefix("torch.")),
+            ("dtype", dtype_name(self.down.dtype)),
             ("backend", self.down.backend),
         ]
         return _html.table(["SparseGatedMLP", ""], rows)

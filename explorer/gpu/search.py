@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
@@ -115,7 +116,7 @@ def _search_isolated(
                 str(tokens),
                 epilogue,
                 method,
-                str(out_dtype).removeprefix("torch."),
+                dtype_name(out_dtype),
                 str(rtol),
                 str(iters),
                 str(start),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from explorer.dtypes import parse_dtype
 from explorer.gpu import cusparselt as C
 
 __all__ = [
@@ -322,10 +323,7 @@ def _settle(job, results, table) -> int | None:
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype) or dtype not in C.CUSPARSELT_DTYPES:
-        raise ValueError(f"dtype {name!r} cannot be tuned; expected float16, bfloat16 or int8")
-    return dtype
+    return parse_dtype(name, allowed=C.CUSPARSELT_DTYPES, what="dtype to tune")
 
 
 def _child(spec: str, job: int, alg: int, device: int) -> int:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import torch
 
 from explorer import _html
+from explorer.dtypes import dtype_name, parse_dtype
 
 __all__ = ["KernelResult", "KernelRunner", "recorded_speed"]
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 #: Token counts above this are run with this many tokens in the CPU emulation (stated in the result).
 CPU_TOKENS = 64
 
@@ -136,7 +137,7 @@ def _entry(row, speedup: float, what: str) -> dict:
     return {
         "gpu": str(row.provenance.get("gpu") or row.config.get("gpu") or "unknown GPU"),
         "tokens": int(row.config.get("tokens", row.config.get("n", 0)) or 0),
-        "dtype": str(row.config.get("dtype", "?")).replace("torch.", ""),
+        "dtype": dtype_name(row.config.get("dtype", "?")),
         "speedup": float(speedup),
         "source": f"{getattr(row, 'source', 'local')} {what}".strip(),
     }
@@ -239,10 +240,7 @@ class KernelRunner:
         self, weight: torch.Tensor, name: str = "", tokens: int = 1024, dtype: str = "float16"
     ) -> KernelResult:
         """Compress ``weight`` and run ``x @ W^T`` with ``tokens`` rows of input in ``dtype``."""
-        if dtype not in _DTYPES:
-            raise ValueError(
-                f"dtype {dtype!r} is not supported here; expected one of {list(_DTYPES)}"
-            )
+        dtype = dtype_name(parse_dtype(dtype, allowed=_DTYPES))
         if not isinstance(tokens, int) or tokens < 1:
             raise ValueError(f"tokens must be a positive int, got {tokens!r}")
         w = weight.detach()
@@ -313,7 +311,7 @@ class KernelRunner:
     def _run_gpu(self, w, name, shape, tokens, dtype, recorded, gpu) -> KernelResult:
         from explorer.gpu import cusparselt
 
-        torch_dtype = _DTYPES[dtype]
+        torch_dtype = parse_dtype(dtype)
         wd = w.to("cuda", torch_dtype).contiguous()
         cw = cusparselt.compress(wd)
         x = torch.randn(tokens, shape[1], device="cuda", dtype=torch_dtype)
