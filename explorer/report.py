@@ -18,8 +18,15 @@ from pathlib import Path
 
 from explorer import _html
 from explorer.pareto import pareto_front as frontier
-from explorer.store import ResultStore, ResultTable, Row, StoreError, default_path, reference_path
-from explorer.store.files import atomic_output, check_output
+from explorer.results.store import (
+    ResultStore,
+    ResultTable,
+    Row,
+    StoreError,
+    default_path,
+    reference_path,
+)
+from explorer.results.store.files import atomic_output, check_output
 
 __all__ = ["TradeoffPoint", "pareto_front", "tradeoff_points", "write_report"]
 
@@ -416,7 +423,7 @@ def write_report(
     ----------
     db : path or ResultStore, optional
         The results database, opened read-only; defaults to the per-user one
-        (:func:`explorer.store.default_path`).
+        (:func:`explorer.results.store.default_path`).
     out : path
         The HTML file to write (default ``report.html``).
     csv, json : path, optional

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from explorer.report import TradeoffPoint, pareto_front, tradeoff_points, write_report
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 
 GPU = {
     "gpu": "NVIDIA H100 80GB HBM3",
@@ -143,7 +143,7 @@ def test_report_pivots_benchmark_rows(tmp_path):
 
 
 def test_report_of_missing_database_is_an_error(tmp_path):
-    from explorer.store import StoreError
+    from explorer.results.store import StoreError
 
     with pytest.raises(StoreError, match="no results database"):
         write_report(tmp_path / "typo.db", tmp_path / "r.html")

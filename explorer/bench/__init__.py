@@ -4,7 +4,7 @@
 the median of CUDA-event timings after warm-up, in eager mode and as CUDA-graph replay, plus the
 host cost per call; then the LLaMA-7B MLP block end to end, CSR/BSR at 50-99.9% sparsity, and the
 explorer's N:M check kernel against the device's copy bandwidth. Rows are plain dicts; ``--json``
-writes them, ``--db`` records them in a :class:`explorer.store.ResultStore`, ``--markdown``
+writes them, ``--db`` records them in a :class:`explorer.results.store.ResultStore`, ``--markdown``
 writes the tables (``docs/bench-h100.md`` is generated this way).
 """
 
@@ -341,7 +341,7 @@ _CONFIG_KEYS_MODELS = ("model", "batch", "seq")
 def _recorder(db: str, provenance: dict | None = None):
     """A sink that records bench rows in the results store ``db`` (``provenance`` defaults to
     this process's; pass the measuring machine's when recording rows measured elsewhere)."""
-    from explorer.store import ResultStore
+    from explorer.results.store import ResultStore
 
     store = ResultStore(db)
 

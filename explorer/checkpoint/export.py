@@ -21,7 +21,7 @@ from torch import nn
 from explorer.checks import check_pattern
 from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.store import explorer_version
+from explorer.results.store import explorer_version
 
 from .manifest import (
     FORMAT,

@@ -16,7 +16,7 @@ from explorer.checks import check_pattern
 from explorer.compression import compress
 from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.store import explorer_version
+from explorer.results.store import explorer_version
 
 from .manifest import (
     FORMAT,

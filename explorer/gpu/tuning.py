@@ -51,7 +51,7 @@ def table_path() -> Path:
     >>> table_path().name
     'cusparselt-algorithms.json'
     """
-    from explorer.models.bundle import cache_dir
+    from explorer.results.store.location import cache_dir
 
     return cache_dir() / "cusparselt-algorithms.json"
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from explorer.store.provenance import provenance
+from explorer.results.store.provenance import provenance
 from explorer.sweeps.grid import SPEED_PATTERNS
 
 __all__ = ["hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from explorer.dtypes import dtype_name
-from explorer.store.canonical import config_key
+from explorer.results.store.canonical import config_key
 
 __all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig"]
 

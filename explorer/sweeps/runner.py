@@ -1,6 +1,6 @@
 """``sweep``: run a grid of cells, commit each as it finishes, and resume where a run stopped.
 
-Each cell is claimed in the store before it is computed (:mod:`explorer.store.leases`), so
+Each cell is claimed in the store before it is computed (:mod:`explorer.results.store.leases`), so
 several sweeps of one grid on one store split the cells between them instead of computing each
 twice; a sweep that finishes first waits for the cells others still hold, and takes over those
 whose writer died.
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from explorer import _html
-from explorer.store import ResultStore, StoreError
-from explorer.store import leases as _leases
+from explorer.results.store import ResultStore, StoreError
+from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
 from explorer.sweeps.grid import Cell, SweepConfig
 
@@ -63,7 +63,7 @@ class SweepResult:
     by_other_writer: int = 0
 
     def rows(self, store: ResultStore | None = None):
-        """This sweep's rows, as a :class:`~explorer.store.ResultTable`.
+        """This sweep's rows, as a :class:`~explorer.results.store.ResultTable`.
 
         Reads ``store`` if given (needed for an in-memory store), else reopens :attr:`db`.
         """

@@ -2,7 +2,7 @@
 
 *Save* writes a compressed 2:4 checkpoint (:func:`explorer.save_sparse`); *Export* writes the
 dense masked model as ONNX (:func:`explorer.export_onnx`) and checks it for TensorRT. Files go
-to ``<cache>/exports`` (see :func:`explorer.models.cache_dir`) unless a path is given.
+to ``<cache>/exports`` (see :func:`explorer.results.store.cache_dir`) unless a path is given.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def default_path(model_name: str, label: str, kind: str) -> Path:
     >>> default_path("digits-mlp", "magnitude 2:4 all float16", "save").name
     'digits-mlp-magnitude-2-4-all-float16.safetensors'
     """
-    from explorer.models import cache_dir
+    from explorer.results.store.location import cache_dir
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")

@@ -4,7 +4,7 @@ On a GPU with sparse tensor cores (compute capability 8.0 or newer) the layer is
 with cuSPARSELt (:mod:`explorer.gpu.cusparselt`) and timed against the dense matmul. Anywhere
 else the compression is emulated on the CPU (:mod:`explorer.compression`) and checked
 against the dense masked reference, and the speed column comes from the recorded
-measurements for that shape (:mod:`explorer.store`'s reference database), labelled with the
+measurements for that shape (:mod:`explorer.results.store`'s reference database), labelled with the
 GPU they were measured on.
 """
 
@@ -179,7 +179,7 @@ def recorded_speed(
 ) -> list[dict]:
     """Recorded sparse-versus-dense speedups for a weight shape, closest token count first.
 
-    Reads ``store`` (an :class:`explorer.store.ResultStore`, whose attached reference rows
+    Reads ``store`` (an :class:`explorer.results.store.ResultStore`, whose attached reference rows
     count too) or, when None, the shipped reference database: ``layer-speed`` rows and other
     rows with a ``speedup`` metric, and ``bench-matmul`` rows (dense against the explorer's
     cached cuSPARSELt plan, eager mode). Returns ``[]`` when nothing is recorded.
@@ -190,7 +190,7 @@ def recorded_speed(
     True
     """
     try:
-        from explorer.store import ResultStore
+        from explorer.results.store import ResultStore
     except ImportError:
         return []
     if store is None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorer import cli
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 from explorer.sweeps import cells
 
 STORES = ("main.db", "other.db")

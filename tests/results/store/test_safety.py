@@ -12,9 +12,9 @@ import pytest
 
 from explorer import cli
 from explorer.report import write_report
-from explorer.store import ResultStore, StoreError
-from explorer.store.files import atomic_output
-from explorer.store.repair import check_store, recover_store
+from explorer.results.store import ResultStore, StoreError
+from explorer.results.store.files import atomic_output
+from explorer.results.store.repair import check_store, recover_store
 
 
 def run(argv, capsys):
@@ -180,7 +180,7 @@ def test_report_opens_the_store_read_only(tmp_path, monkeypatch):
         opened.append(str(target))
         return real(target, *args, **kwargs)
 
-    monkeypatch.setattr("explorer.store.db.sqlite3.connect", spy)
+    monkeypatch.setattr("explorer.results.store.db.sqlite3.connect", spy)
     before = digest(db)
     write_report(db, tmp_path / "r.html", include_reference=False)
     mine = [t for t in opened if "a.db" in t]
@@ -198,7 +198,7 @@ def test_a_read_only_store_is_not_written(tmp_path):
 
 def test_cache_variable_naming_a_db_file_keeps_weights_beside_it(tmp_path, monkeypatch):
     from explorer.models.bundle import cache_dir
-    from explorer.store import default_path
+    from explorer.results.store import default_path
 
     store = tmp_path / "x" / "results.db"
     monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(store))

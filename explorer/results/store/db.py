@@ -20,12 +20,18 @@ from pathlib import Path
 from urllib.parse import quote
 
 from explorer import _html
-from explorer.store import schema
-from explorer.store.canonical import canonical_json, to_jsonable
-from explorer.store.files import check_output, is_sqlite_file
-from explorer.store.location import StoreError, damaged, default_path, explain, reference_path
-from explorer.store.provenance import provenance as _provenance
-from explorer.store.table import ResultTable, Row
+from explorer.results.store import schema
+from explorer.results.store.canonical import canonical_json, to_jsonable
+from explorer.results.store.files import check_output, is_sqlite_file
+from explorer.results.store.location import (
+    StoreError,
+    damaged,
+    default_path,
+    explain,
+    reference_path,
+)
+from explorer.results.store.provenance import provenance as _provenance
+from explorer.results.store.table import ResultTable, Row
 
 __all__ = ["ResultStore", "StoreError", "default_path", "reference_path"]
 
@@ -266,7 +272,7 @@ class ResultStore:
             The sweep and cell this row belongs to; a (sweep_id, cell_key) pair is unique.
         provenance : dict, optional
             Where it was measured; defaults to this process's
-            :func:`~explorer.store.provenance.provenance`.
+            :func:`~explorer.results.store.provenance.provenance`.
 
         Returns
         -------
@@ -309,7 +315,7 @@ class ResultStore:
             to redo a skipped or failed cell.
         writer : str, optional
             A sweep writer's id: its leases on these cells are released in the same
-            transaction (see :mod:`explorer.store.leases`).
+            transaction (see :mod:`explorer.results.store.leases`).
 
         Returns
         -------
@@ -512,7 +518,7 @@ class ResultStore:
         >>> ResultStore(db).export_csv(db)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        explorer.store.location.StoreError: refusing to write the CSV export to ...
+        explorer.results.store.location.StoreError: refusing to write the CSV export to ...
         """
         protect = [self.path, *(r.path for r in self._references)]
         check_output(path, protect=protect, force=force, what="CSV export")

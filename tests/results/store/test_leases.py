@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from explorer.store import ResultStore
-from explorer.store.leases import CLAIMED, DONE, HELD, claim_cell
+from explorer.results.store import ResultStore
+from explorer.results.store.leases import CLAIMED, DONE, HELD, claim_cell
 from explorer.sweeps import SweepConfig, cells, sweep
 
 GRID = {"methods": "magnitude,random", "patterns": "2:4,4:8", "dtypes": "float16"}

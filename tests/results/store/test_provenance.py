@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from explorer.store.provenance import _cusparselt_version, machine, provenance
+from explorer.results.store.provenance import _cusparselt_version, machine, provenance
 
 
 @pytest.mark.parametrize(("raw", "text"), [(800, "0.8.0"), (602, "0.6.2"), (1203, "1.2.3")])

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from explorer.store import ResultStore, StoreError, config_key, default_path
-from explorer.store.provenance import machine
+from explorer.results.store import ResultStore, StoreError, config_key, default_path
+from explorer.results.store.provenance import machine
 
 
 @pytest.fixture

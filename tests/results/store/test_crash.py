@@ -15,10 +15,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 from explorer.sweeps import SweepConfig, cells, sweep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GRID = {"methods": "magnitude,random,wanda", "patterns": "2:4,4:8", "dtypes": "float16,bfloat16"}
 
 _SWEEP = textwrap.dedent(
@@ -38,7 +38,7 @@ _SWEEP = textwrap.dedent(
 
 _EXPORT = textwrap.dedent(
     """
-    from explorer.store import ResultStore
+    from explorer.results.store import ResultStore
 
     store = ResultStore({db!r})
     i = 0

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from explorer.store.db import ResultStore
+    from explorer.results.store.db import ResultStore
 
 __all__ = ["CLAIMED", "DONE", "HELD", "LeaseKeeper", "claim_cell", "new_writer_id", "release"]
 
@@ -82,7 +82,7 @@ def claim_cell(
 
     Examples
     --------
-    >>> from explorer.store import ResultStore
+    >>> from explorer.results.store import ResultStore
     >>> store = ResultStore(":memory:")
     >>> claim_cell(store, "s", "c1", "a:1:x"), claim_cell(store, "s", "c1", "b:2:y")
     ('claimed', 'held by another writer')
@@ -133,7 +133,7 @@ class LeaseKeeper:
 
     Examples
     --------
-    >>> from explorer.store import ResultStore
+    >>> from explorer.results.store import ResultStore
     >>> with LeaseKeeper(ResultStore(":memory:"), "a:1:x", every=60):
     ...     pass
     """
@@ -144,7 +144,7 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
 
     def _run(self) -> None:
-        from explorer.store.location import StoreError
+        from explorer.results.store.location import StoreError
 
         while not self._stop.wait(self.every):
             try:

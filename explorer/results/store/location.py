@@ -7,31 +7,58 @@ import shlex
 import sqlite3
 from pathlib import Path
 
-__all__ = ["StoreError", "damaged", "default_path", "explain", "reference_path"]
+__all__ = [
+    "CACHE_ENV",
+    "StoreError",
+    "cache_dir",
+    "damaged",
+    "default_path",
+    "explain",
+    "reference_path",
+]
+
+#: The environment variable naming the cache folder (or a results file ending in ``.db``).
+CACHE_ENV = "SPARSITY_EXPLORER_CACHE"
 
 
 class StoreError(ValueError):
     """The results database cannot be used as asked; the message names the file and a way out."""
 
 
-def default_path() -> Path:
-    """Where results go by default.
+def cache_dir() -> Path:
+    """The per-user cache folder: weights, tuned algorithms, exports and the results file.
 
-    ``$SPARSITY_EXPLORER_CACHE`` (a folder, or a file path ending in ``.db``), else
-    ``$XDG_CACHE_HOME/sparsity-explorer/results.db``, else
-    ``~/.cache/sparsity-explorer/results.db``.
+    ``$SPARSITY_EXPLORER_CACHE`` names the folder, or a results file ending in ``.db`` whose
+    folder is then the cache; else ``$XDG_CACHE_HOME/sparsity-explorer``, else
+    ``~/.cache/sparsity-explorer``.
+
+    Examples
+    --------
+    >>> cache_dir().name == "sparsity-explorer" or CACHE_ENV in os.environ
+    True
+    """
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        path = Path(env).expanduser()
+        return path.parent if path.suffix == ".db" else path
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "sparsity-explorer"
+
+
+def default_path() -> Path:
+    """Where results go by default: ``results.db`` in :func:`cache_dir`.
+
+    Where ``$SPARSITY_EXPLORER_CACHE`` names a file ending in ``.db``, that file.
 
     Examples
     --------
     >>> default_path().name
     'results.db'
     """
-    env = os.environ.get("SPARSITY_EXPLORER_CACHE")
-    if env:
-        path = Path(env).expanduser()
-        return path if path.suffix == ".db" else path / "results.db"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "sparsity-explorer" / "results.db"
+    env = os.environ.get(CACHE_ENV)
+    if env and Path(env).suffix == ".db":
+        return Path(env).expanduser()
+    return cache_dir() / "results.db"
 
 
 def reference_path() -> Path | None:
@@ -43,7 +70,7 @@ def reference_path() -> Path | None:
     >>> p is None or p.name == "reference.db"
     True
     """
-    path = Path(__file__).resolve().parents[1] / "data" / "reference.db"
+    path = Path(__file__).resolve().parents[2] / "data" / "reference.db"
     return path if path.is_file() else None
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from explorer.store.location import StoreError
+from explorer.results.store.location import StoreError
 
 __all__ = ["SQLITE_HEADER", "atomic_output", "check_output", "is_sqlite_file"]
 

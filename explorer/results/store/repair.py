@@ -17,9 +17,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from explorer import _html
-from explorer.store import schema
-from explorer.store.files import is_sqlite_file
-from explorer.store.location import StoreError
+from explorer.results.store import schema
+from explorer.results.store.files import is_sqlite_file
+from explorer.results.store.location import StoreError
 
 __all__ = ["RecoveryResult", "StoreHealth", "check_store", "recover_store"]
 
@@ -262,7 +262,7 @@ def check_store(path: str | Path) -> StoreHealth:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from explorer.store import ResultStore
+    >>> from explorer.results.store import ResultStore
     >>> db = pathlib.Path(tempfile.mkdtemp()) / "results.db"
     >>> ResultStore(db).record("dense", {"model": "m"}, {"accuracy": 0.9})
     1
@@ -332,14 +332,14 @@ def recover_store(path: str | Path, dest: str | Path) -> RecoveryResult:
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from explorer.store import ResultStore
+    >>> from explorer.results.store import ResultStore
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> ResultStore(folder / "a.db").record("dense", {"model": "m"}, {"accuracy": 0.9})
     1
     >>> recover_store(folder / "a.db", folder / "b.db").rows
     1
     """
-    from explorer.store.db import ResultStore
+    from explorer.results.store.db import ResultStore
 
     path, dest = Path(path).expanduser(), Path(dest).expanduser()
     if dest.exists() or Path(f"{dest}-wal").exists():

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer import _html
-from explorer.store.files import atomic_output, check_output
+from explorer.results.store.files import atomic_output, check_output
 
 __all__ = ["ResultTable", "Row"]
 

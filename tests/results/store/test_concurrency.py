@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 
 ROWS = 300
 

@@ -8,7 +8,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.store import canonical_json, config_key, to_jsonable
+from explorer.results.store import canonical_json, config_key, to_jsonable
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 values = st.recursive(

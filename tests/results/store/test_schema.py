@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from explorer.store import SCHEMA_VERSION, ResultStore, StoreError, schema
+from explorer.results.store import SCHEMA_VERSION, ResultStore, StoreError, schema
 
 
 def test_new_file_gets_current_schema_and_identity(tmp_path):
