@@ -347,7 +347,7 @@ def _sweep(args) -> int:
 
 
 def _report(args) -> int:
-    from explorer.report import write_report
+    from explorer.results.html import write_report
 
     out = write_report(
         args.db,

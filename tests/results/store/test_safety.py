@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from explorer import cli
-from explorer.report import write_report
+from explorer.results.html import write_report
 from explorer.results.store import ResultStore, StoreError
 from explorer.results.store.files import atomic_output
 from explorer.results.store.repair import check_store, recover_store

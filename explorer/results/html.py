@@ -9,15 +9,13 @@ interactive (plotly.js embedded inline); without it the report is the tables alo
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from explorer import _html
-from explorer.pareto import pareto_front as frontier
+from explorer.results.speedup import row_speedup
 from explorer.results.store import (
     ResultStore,
     ResultTable,
@@ -27,172 +25,11 @@ from explorer.results.store import (
     reference_path,
 )
 from explorer.results.store.files import atomic_output, check_output
+from explorer.results.tradeoff import TradeoffPoint, pareto_points, tradeoff_points
 
-__all__ = ["TradeoffPoint", "pareto_front", "tradeoff_points", "write_report"]
+__all__ = ["write_report"]
 
 _PROVENANCE = ("gpu", "gpu_capability", "driver", "cuda", "torch", "cusparselt", "explorer")
-
-
-@dataclass(frozen=True)
-class TradeoffPoint:
-    """One pruned configuration on the trade-off plot.
-
-    Attributes
-    ----------
-    label : str
-        ``"method pattern layers dtype"``.
-    metric, value : str, float
-        The headline metric's name and value.
-    dense : float or None
-        The dense baseline's value at the same dtype.
-    speedup : float or None
-        Estimated model speedup over dense at ``tokens``, or None when not measured.
-    tokens : int or None
-        Token count of the speed measurement.
-    speed_source : str
-        ``"local"``, ``"reference (GPU, date)"`` or ``""`` when there is no speedup.
-    higher_is_better : bool
-        Direction of the metric.
-    dtype : str
-        The dtype the weights were rounded to.
-    """
-
-    label: str
-    model: str
-    method: str
-    pattern: str
-    metric: str
-    value: float
-    dense: float | None
-    speedup: float | None
-    tokens: int | None
-    speed_source: str
-    higher_is_better: bool = True
-    dtype: str = ""
-
-
-def _layer_speedup(row: Row) -> float | None:
-    # A layer row gives a speedup directly, or dense and sparse times to divide.
-    m = row.metrics
-    if isinstance(m.get("speedup"), (int, float)) and m["speedup"] > 0:
-        return float(m["speedup"])
-    for unit in ("ms", "us", "s"):
-        dense, sparse = m.get(f"dense_{unit}"), m.get(f"sparse_{unit}")
-        if isinstance(dense, (int, float)) and isinstance(sparse, (int, float)) and sparse > 0:
-            return float(dense) / float(sparse)
-    return None
-
-
-def _model_speedups(rows: ResultTable) -> dict[tuple, tuple[float, str]]:
-    """``{(model, pattern, layers, dtype, tokens): (speedup, source)}`` from layer speed rows.
-
-    The model speedup weights each layer by its dense work (out x in x count): dense time is
-    taken proportional to it, so the sparse time of a layer is its work divided by its speedup.
-    """
-    work: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    sources: dict[tuple, str] = {}
-    for row in rows:
-        speedup = _layer_speedup(row) if row.status == "ok" else None
-        shape = row.config.get("shape")
-        if speedup is None or not isinstance(shape, list) or len(shape) != 2:
-            continue
-        c = row.config
-        key = (c.get("model"), c.get("pattern"), c.get("layers"), c.get("dtype"), c.get("tokens"))
-        flops = float(shape[0]) * float(shape[1]) * float(c.get("count") or 1)
-        work[key][0] += flops
-        work[key][1] += flops / speedup
-        if row.source == "local":
-            sources[key] = "local"
-        else:
-            sources.setdefault(key, row.origin)
-    return {k: (d / s, sources[k]) for k, (d, s) in work.items() if s > 0}
-
-
-def tradeoff_points(rows: ResultTable) -> list[TradeoffPoint]:
-    """The trade-off plot's points: every ok prune row, at each token count with a speedup.
-
-    Local speed rows win over reference ones for the same key; a configuration without any
-    speed row gets one point with ``speedup=None``. Each model with a measured point also gets
-    its dense baseline at 1.0x (method ``"dense"``), the frontier's slow end.
-    """
-    speed_rows = rows.where(kind="layer-speed")
-    local = _model_speedups(ResultTable(r for r in speed_rows if r.source == "local"))
-    reference = _model_speedups(ResultTable(r for r in speed_rows if r.source != "local"))
-    dense: dict[tuple, float] = {}
-    for row in rows.where(kind="dense", status="ok", source="local"):
-        name = row.metrics.get("metric")
-        if isinstance(row.metrics.get(name), (int, float)):
-            dense[(row.model, row.config.get("dtype"))] = float(row.metrics[name])
-    points = []
-    for row in rows.where(kind="prune", status="ok", source="local"):
-        name = row.metrics.get("metric")
-        value = row.metrics.get(name)
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            continue
-        c = row.config
-        base = (c.get("model"), c.get("pattern"), c.get("layers"), c.get("dtype"))
-        speeds = {k[4]: v for k, v in local.items() if k[:4] == base}
-        for k, v in reference.items():
-            if k[:4] == base:
-                speeds.setdefault(k[4], v)
-        label = " ".join(str(c.get(k)) for k in ("method", "pattern", "layers", "dtype"))
-        common = {
-            "label": label,
-            "model": str(c.get("model")),
-            "method": str(c.get("method")),
-            "pattern": str(c.get("pattern")),
-            "metric": str(name),
-            "value": float(value),
-            "dense": dense.get((c.get("model"), c.get("dtype"))),
-            "higher_is_better": bool(row.metrics.get("higher_is_better", True)),
-            "dtype": str(c.get("dtype")),
-        }
-        if not speeds:
-            points.append(TradeoffPoint(**common, speedup=None, tokens=None, speed_source=""))
-        for tokens, (speedup, source) in sorted(speeds.items(), key=lambda kv: kv[0] or 0):
-            points.append(
-                TradeoffPoint(**common, speedup=speedup, tokens=tokens, speed_source=source)
-            )
-    baselines = []
-    for model, dtype in sorted({(p.model, p.dtype) for p in points if p.speedup}):
-        value = dense.get((model, dtype))
-        same = next(p for p in points if p.model == model and p.speedup)
-        if value is not None:
-            baselines.append(
-                TradeoffPoint(
-                    f"dense {dtype}",
-                    model,
-                    "dense",
-                    "dense",
-                    same.metric,
-                    value,
-                    value,
-                    1.0,
-                    None,
-                    "by definition",
-                    same.higher_is_better,
-                    dtype,
-                )
-            )
-    return baselines + points
-
-
-def pareto_front(points: list[TradeoffPoint]) -> list[TradeoffPoint]:
-    """The points no other point beats on both speedup and metric, fastest first.
-
-    Points without a measured speedup are left out; see :func:`explorer.pareto.pareto_front`.
-
-    Examples
-    --------
-    >>> p = lambda s, v: TradeoffPoint("", "m", "x", "2:4", "acc", v, None, s, 1, "local")
-    >>> [(q.speedup, q.value) for q in pareto_front([p(1.2, 0.9), p(1.1, 0.8), p(1.0, 0.95)])]
-    [(1.2, 0.9), (1.0, 0.95)]
-    """
-    measured = [p for p in points if p.speedup is not None]
-    if not measured:
-        return []
-    indices = frontier([(p.speedup, p.value) for p in measured], measured[0].higher_is_better)
-    return [measured[i] for i in reversed(indices)]
 
 
 def _figure_html(points: list[TradeoffPoint]) -> str:
@@ -223,18 +60,18 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
         fig.add_trace(
             go.Scatter(
                 x=[p.speedup for p in group],
-                y=[p.value for p in group],
+                y=[p.score for p in group],
                 mode="markers",
                 name=method,
-                text=[f"{p.label}<br>tokens {p.tokens}<br>speed: {p.speed_source}" for p in group],
+                text=[f"{p.label}<br>tokens {p.tokens}<br>speed: {_speed_from(p)}" for p in group],
                 hovertemplate="%{text}<br>speedup %{x:.2f}x<br>%{y:.4g}<extra></extra>",
             )
         )
-    front = pareto_front(measured)
+    front = pareto_points(measured)
     fig.add_trace(
         go.Scatter(
             x=[p.speedup for p in front],
-            y=[p.value for p in front],
+            y=[p.score for p in front],
             mode="lines+markers",
             name="Pareto frontier",
             line={"dash": "dash", "color": "black"},
@@ -253,6 +90,14 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
     return pio.to_html(fig, include_plotlyjs=first, full_html=False)
 
 
+def _speed_from(point: TradeoffPoint) -> str:
+    if point.speed_source == "none":
+        return ""
+    if point.speed_source == "baseline":
+        return point.speed_from
+    return f"{point.speed_label}: {point.speed_from}" if point.speed_from else point.speed_label
+
+
 def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -263,7 +108,7 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
     parts = []
     front = set()
     for model in {p.model for p in points}:
-        front |= {id(p) for p in pareto_front([p for p in points if p.model == model])}
+        front |= {id(p) for p in pareto_points([p for p in points if p.model == model])}
     parts.append(
         _html.table(
             [
@@ -283,12 +128,12 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
                     p.model,
                     p.label,
                     p.metric,
-                    _fmt(p.value),
+                    _fmt(p.score),
                     _fmt(p.dense),
-                    _fmt(None if p.dense is None else p.value - p.dense),
+                    _fmt(None if p.dense is None else p.score - p.dense),
                     "" if p.speedup is None else f"{p.speedup:.2f}x",
                     _fmt(p.tokens),
-                    p.speed_source,
+                    _speed_from(p),
                     "yes" if id(p) in front else "",
                 ]
                 for p in points
@@ -309,7 +154,7 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
                     r.config.get("tokens"),
                     "x".join(map(str, r.config.get("shape") or [])),
                     r.config.get("count"),
-                    _fmt(_layer_speedup(r)),
+                    _fmt(row_speedup(r)),
                     r.gpu,
                 ]
                 for r in speed

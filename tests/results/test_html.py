@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.report import TradeoffPoint, pareto_front, tradeoff_points, write_report
+from explorer.results.html import write_report
 from explorer.results.store import ResultStore
+from explorer.results.tradeoff import TradeoffPoint, pareto_points, tradeoff_points
 
 GPU = {
     "gpu": "NVIDIA H100 80GB HBM3",
@@ -51,17 +52,17 @@ def _fill(store: ResultStore) -> None:
 
 def test_pareto_front_hand_computed():
     def p(s, v, hib=True):
-        return TradeoffPoint("", "m", "x", "2:4", "ppl", v, None, s, 1, "local", hib)
+        return TradeoffPoint("", s, v, higher_is_better=hib)
 
     pts = [p(1.0, 0.9), p(1.5, 0.8), p(1.2, 0.85), p(1.2, 0.7), p(None, 0.99)]
-    assert [(q.speedup, q.value) for q in pareto_front(pts)] == [
+    assert [(q.speedup, q.score) for q in pareto_points(pts)] == [
         (1.5, 0.8),
         (1.2, 0.85),
         (1.0, 0.9),
     ]
     low = [p(1.0, 10.0, False), p(1.5, 12.0, False), p(1.4, 13.0, False)]
-    assert [(q.speedup, q.value) for q in pareto_front(low)] == [(1.5, 12.0), (1.0, 10.0)]
-    assert pareto_front([]) == []
+    assert [(q.speedup, q.score) for q in pareto_points(low)] == [(1.5, 12.0), (1.0, 10.0)]
+    assert pareto_points([]) == []
 
 
 def test_tradeoff_points_weight_layers_by_work(tmp_path):
@@ -73,9 +74,9 @@ def test_tradeoff_points_weight_layers_by_work(tmp_path):
     assert by["magnitude", "2:4"].speedup == pytest.approx(81920 / (16384 + 65536 / 1.5))
     assert by["magnitude", "2:4"].tokens == 4096 and by["wanda", "2:4"].dense == 0.97
     assert by["magnitude", "4:8"].speedup is None
-    assert by["dense", "dense"].speedup == 1.0 and by["dense", "dense"].value == 0.97
-    front = pareto_front(points)  # dense (1.0x, 0.97) and wanda (1.30x, 0.96)
-    assert [(p.method, p.value) for p in front] == [("wanda", 0.96), ("dense", 0.97)]
+    assert by["dense", "dense"].speedup == 1.0 and by["dense", "dense"].score == 0.97
+    front = pareto_points(points)  # dense (1.0x, 0.97) and wanda (1.30x, 0.96)
+    assert [(p.method, p.score) for p in front] == [("wanda", 0.96), ("dense", 0.97)]
 
 
 def test_report_is_self_contained_html_with_exports(tmp_path):
@@ -153,21 +154,19 @@ def test_report_of_missing_database_is_an_error(tmp_path):
 @given(st.lists(st.tuples(st.floats(0.1, 3.0), st.floats(0.0, 1.0), st.booleans()), max_size=12))
 def test_pareto_front_is_undominated_and_dominates_the_rest(items):
     hib = items[0][2] if items else True
-    pts = [
-        TradeoffPoint("", "m", "x", "2:4", "m", v, None, s, 1, "local", hib) for s, v, _ in items
-    ]
-    front = pareto_front(pts)
+    pts = [TradeoffPoint("", s, v, higher_is_better=hib) for s, v, _ in items]
+    front = pareto_points(pts)
 
     def better(a, b):
-        return a.value >= b.value if hib else a.value <= b.value
+        return a.score >= b.score if hib else a.score <= b.score
 
     def dominates(a, b):
-        strictly = a.speedup > b.speedup or (a.value > b.value if hib else a.value < b.value)
+        strictly = a.speedup > b.speedup or (a.score > b.score if hib else a.score < b.score)
         return a.speedup >= b.speedup and better(a, b) and strictly
 
     for p in front:
         assert not any(dominates(q, p) for q in pts)
     for p in pts:
         assert p in front or any(
-            dominates(q, p) or (q.speedup, q.value) == (p.speedup, p.value) for q in front
+            dominates(q, p) or (q.speedup, q.score) == (p.speedup, p.score) for q in front
         )
