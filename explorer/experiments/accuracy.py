@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from explorer.experiments.report import write_json, write_markdown
+from explorer.results.markdown.accuracy import write_json, write_markdown
 
 __all__ = ["DEFAULTS", "Results", "Row", "main", "run"]
 

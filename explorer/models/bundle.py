@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.results.markdown import fmt
 from explorer.results.store.location import cache_dir
 
 __all__ = ["ModelBundle", "cache_dir", "classifier_filter"]
@@ -31,14 +31,6 @@ def classifier_filter(last: str) -> Callable[[nn.Module, str], bool]:
 
     filter_fn.__qualname__ = f"all Linears except {last!r}"
     return filter_fn
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.4g}"
-    return str(value)
 
 
 @dataclass(eq=False)
@@ -255,5 +247,7 @@ class ModelBundle:
             ("fine-tuning data", "yes" if self.train_data is not None else "none"),
             ("data", self.description),
         ]
-        rows += [(f"option {k}", _fmt(v)) for k, v in sorted(self.options.items())]
+        rows += [
+            (f"option {k}", fmt(v, ".4g", missing=str(v))) for k, v in sorted(self.options.items())
+        ]
         return _html.table(["", ""], rows, caption=f"ModelBundle {self.name}")

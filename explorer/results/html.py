@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from explorer import _html
+from explorer.results.markdown import fmt
 from explorer.results.speedup import row_speedup
 from explorer.results.store import (
     ResultStore,
@@ -99,9 +100,7 @@ def _speed_from(point: TradeoffPoint) -> str:
 
 
 def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
+    return fmt(value, ".4g", missing="")
 
 
 def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from explorer.bench import main
-from explorer.bench.table import format_table, format_targets, markdown
+from explorer.results.markdown import markdown
+from explorer.results.markdown.bench import format_table, format_targets
 
 
 def _rows(dense=1.0, torch_=4.0, explorer=0.7, graph=0.6, host=15.0, shape=(4096, 1024, 4096)):
@@ -84,7 +85,7 @@ def test_cli_rejects_bad_shape(capsys):
 
 def test_models_table_and_ceiling():
     from explorer.bench.models import MODEL_SPECS, ceiling
-    from explorer.bench.table import format_models
+    from explorer.results.markdown.bench import format_models
 
     assert ceiling(10.0, 5.0, 2.5) == pytest.approx(10.0 / 7.5)
     assert ceiling(10.0, 12.0, 1.0) is None  # layers slower than the whole: not measured right
