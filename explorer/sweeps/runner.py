@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer import _html
+from explorer.errors import PruningCancelled, validate_cancel
 from explorer.results.store import ResultStore, StoreError
 from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
@@ -194,8 +195,7 @@ def sweep(
     )
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name={name!r}: expected a non-empty string or None")
-    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-        raise TypeError(f"cancel={cancel!r}: expected a threading.Event (or None)")
+    validate_cancel(cancel)
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise TypeError(
             f"executor={executor!r}: expected a concurrent.futures.Executor or a "
@@ -269,9 +269,9 @@ def sweep(
                     if executor is not None:
                         return executor.submit(_cells.run_cell, cell.config).result()
                     return _cells.run_cell(cell.config, cancel=cancel)
+            except PruningCancelled:
+                return None
             except Exception as exc:
-                if type(exc).__name__ == "PruningCancelled":
-                    return None
                 if executor is None:
                     raise
                 return _failure(cell, exc)  # the worker died or could not run the cell
