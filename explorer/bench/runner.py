@@ -11,6 +11,7 @@ from torch import nn
 from explorer.dtypes import dtype_name
 from explorer.gpu.search import search_algorithm
 from explorer.gpu.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
+from explorer.masks import make_mask
 
 __all__ = [
     "FULL_SHAPES",
@@ -57,11 +58,8 @@ QUICK_SHAPES: list[tuple[int, int, int]] = [
 
 
 def mask24(w: torch.Tensor) -> torch.Tensor:
-    """Magnitude 2:4 along the last dimension (zeros in place)."""
-    g = w.reshape(-1, 4)
-    idx = g.float().abs().topk(2, dim=1).indices
-    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(1, idx, True)
-    return (g * keep).reshape(w.shape)
+    """Magnitude 2:4 along the last dimension (zeros in place): :func:`explorer.make_mask`."""
+    return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
