@@ -487,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Examples
     --------
-    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])  # doctest: +SKIP
+    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])
+    wrote /dev/null
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -76,7 +76,7 @@ def run_bench(
     dtypes : iterable
         float16 / bfloat16 (int8 rows are added for 8192^3 and the 4096 shapes).
     quick : bool
-        The subset that covers the issue's targets; fits one device call.
+        The subset that covers the benchmark's targets (:data:`TARGETS`).
     suites : iterable of str
         Any of ``models`` (whole models, :mod:`explorer.bench.models`), ``matmul``, ``mlp``,
         ``unstructured``, ``kernel``.
@@ -102,7 +102,9 @@ def run_bench(
 
     Examples
     --------
-    >>> rows = run_bench([(4096, 1024, 4096)], suites=["matmul"])  # doctest: +SKIP
+    >>> rows = run_bench([(1024, 256, 1024)], suites=["matmul"], progress=False)  # doctest: +GPU
+    >>> sorted({(r["impl"], r["mode"]) for r in rows if r["status"] == "ok"})[:2]
+    [('dense', 'eager'), ('dense', 'graph')]
     """
     from tqdm.auto import tqdm
 

@@ -181,7 +181,7 @@ def to_markdown(rows: list[dict]) -> str:
     Examples
     --------
     >>> print(to_markdown([dict(model="m", metric="accuracy", method="-", config="dense",
-    ...                         value=0.9)]).splitlines()[2])
+    ...                         value=0.9)]).splitlines()[4])
     | - | dense | 0.900 |
     """
     out: list[str] = []

@@ -74,7 +74,18 @@ class SparseGatedMLP(nn.Module):
 
     Examples
     --------
-    >>> mlp = SparseGatedMLP.from_modules(block.gate_proj, block.up_proj, block.down_proj)  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> def pruned(inp, out):
+    ...     lin = nn.Linear(inp, out, bias=False).half().cuda()
+    ...     with torch.no_grad():
+    ...         lin.weight.mul_(make_mask(lin.weight, "2:4"))
+    ...     return lin
+    >>> gate, up, down = pruned(256, 512), pruned(256, 512), pruned(512, 256)  # doctest: +GPU
+    >>> mlp = SparseGatedMLP.from_modules(gate, up, down)
+    >>> x = torch.randn(16, 256, dtype=torch.half, device="cuda")
+    >>> dense = down(nn.functional.silu(gate(x)) * up(x))
+    >>> torch.allclose(mlp(x), dense, rtol=1e-2, atol=1e-1)
+    True
     """
 
     def __init__(self, gate_up: SparseLinear, down: SparseLinear) -> None:

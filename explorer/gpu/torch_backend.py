@@ -41,7 +41,11 @@ def compress(weight: torch.Tensor) -> torch.Tensor:
 
     Examples
     --------
-    >>> wc = compress(w)  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> compress(w).dtype
+    torch.float16
     """
     if weight.device.type != "cuda":
         raise ValueError(f"weight is on {weight.device}; torch's cuSPARSELt needs CUDA tensors")
@@ -60,7 +64,12 @@ def sparse_mm(
 
     Examples
     --------
-    >>> y = sparse_mm(compress(w), x)  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> x = torch.randn(64, 512, dtype=torch.half, device="cuda")
+    >>> torch.allclose(sparse_mm(compress(w), x), x @ w.T, rtol=1e-2, atol=1e-1)
+    True
     """
     kwargs = {"bias": bias, "out_dtype": out_dtype, "transpose_result": True}
     if alg_id:

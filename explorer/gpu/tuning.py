@@ -164,8 +164,11 @@ def tune_weight(
 
     Examples
     --------
-    >>> tune_weight(w, tokens=[4096])  # doctest: +SKIP
-    {(4096, 'cr'): 37, (4096, 'rr'): 37}
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> sorted(tune_weight(w, tokens=[1024], layouts=["cc"]))
+    [(1024, 'cc')]
     """
     from explorer.gpu.search import search_algorithm
 
@@ -236,8 +239,11 @@ def tune_problems(
 
     Examples
     --------
-    >>> tune_problems([Problem(4096, 4096, 4096, "bfloat16")])  # doctest: +SKIP
-    {Problem(4096x4096 @ 4096 tokens, bfloat16, cc): 17}
+    >>> import pathlib, tempfile
+    >>> table = pathlib.Path(tempfile.mkdtemp()) / "algorithms.json"
+    >>> found = tune_problems([Problem(256, 64, 512)], table=table, progress=False)  # doctest: +GPU
+    >>> list(found), table.exists()
+    ([Problem(256x512 @ 64 tokens, float16, cc)], True)
     """
     import subprocess
     import sys

@@ -83,8 +83,12 @@ def write_file(
 
     Examples
     --------
-    >>> write_file(bundle, "save")  # doctest: +SKIP
-    WrittenFile(save, digits-mlp-dense.safetensors, ...)
+    >>> import os, tempfile, explorer
+    >>> from explorer.models import load
+    >>> bundle = load("digits-mlp")
+    >>> result = explorer.prune(bundle.model, filter_fn=bundle.filter_fn, progress=False)
+    >>> write_file(bundle, "save", os.path.join(tempfile.mkdtemp(), "d.safetensors"), result)
+    WrittenFile(save, d.safetensors, 189,896 of 340,008 dense bytes)
     """
     from explorer.checkpoint import export_onnx, save_sparse
 
