@@ -1,4 +1,9 @@
-"""The package's docstring examples run with the tests (``--doctest-modules``, pyproject.toml).
+"""GPU skips for the tests, and the package's docstring examples run with them.
+
+Tests marked ``gpu`` and examples flagged ``+GPU`` are skipped with the reason unless a CUDA
+GPU with sparse tensor cores, CuPy and nvmath-python are all present (CI has none of them;
+they run on the GPU machine). The docstring examples run through ``--doctest-modules``
+(pyproject.toml).
 
 Two option flags say what an example needs, and each gets a skip with its reason where that is
 missing, instead of an example that never runs:
@@ -40,11 +45,11 @@ def _gpu_missing() -> str | None:
     cap = torch.cuda.get_device_capability()
     if cap < (8, 0):
         return f"GPU capability {cap[0]}.{cap[1]} has no sparse tensor cores (needs 8.0+)"
-    for mod in ("cupy", "nvmath.bindings.cusparseLt"):
+    for mod, pkg in (("cupy", "cupy-cuda12x/13x"), ("nvmath.bindings.cusparseLt", "nvmath-python")):
         try:
             importlib.import_module(mod)
         except Exception as exc:
-            return f"{mod} not importable ({type(exc).__name__}: {exc})"
+            return f"{pkg} not importable ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -66,6 +71,8 @@ def _skip_when_missing(item) -> None:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.get_closest_marker("gpu") is not None and _gpu_missing():
+            item.add_marker(pytest.mark.skip(reason=f"GPU test: {_gpu_missing()}"))
         test = getattr(item, "dtest", None)
         if test is None:
             continue

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from explorer.dtypes import parse_dtype
+from explorer.dtypes import dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
 
 __all__ = [
@@ -329,7 +329,11 @@ def _settle(job, results, table) -> int | None:
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    return parse_dtype(name, allowed=C.CUSPARSELT_DTYPES, what="dtype to tune")
+    try:
+        return parse_dtype(name, allowed=C.CUSPARSELT_DTYPES)
+    except ValueError:
+        names = ", ".join(dtype_name(d) for d in C.CUSPARSELT_DTYPES)
+        raise ValueError(f"dtype {name!r} cannot be tuned; expected one of {names}") from None
 
 
 def _child(spec: str, job: int, alg: int, device: int) -> int:
