@@ -82,3 +82,7 @@ def pytest_collection_modifyitems(config, items):
         elif SLOW in flags and not config.getoption("--slow-examples"):
             item.add_marker(pytest.mark.skip(reason="slow example: run with --slow-examples"))
         _skip_when_missing(item)
+
+
+# The conftest files are plugins, not modules of examples (several share the name conftest).
+collect_ignore_glob = ["conftest.py", "tests/conftest.py", "tests/**/conftest.py"]
