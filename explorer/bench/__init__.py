@@ -21,23 +21,13 @@ import torch
 
 from explorer.dtypes import SPARSE_DTYPES, parse_dtype
 from explorer.results.markdown.bench import (
-    TARGETS,
-    format_mlp,
     format_models,
     format_table,
     format_targets,
     render_markdown,
 )
 
-__all__ = [
-    "TARGETS",
-    "format_mlp",
-    "format_models",
-    "format_table",
-    "format_targets",
-    "main",
-    "run_bench",
-]
+__all__ = ["main", "run_bench"]
 
 _SUITES = ("models", "matmul", "mlp", "unstructured", "kernel")
 
@@ -76,7 +66,8 @@ def run_bench(
     dtypes : iterable
         float16 / bfloat16 (int8 rows are added for 8192^3 and the 4096 shapes).
     quick : bool
-        The subset that covers the benchmark's targets (:data:`TARGETS`).
+        The subset that covers the benchmark's targets
+        (:data:`explorer.results.markdown.bench.TARGETS`).
     suites : iterable of str
         Any of ``models`` (whole models, :mod:`explorer.bench.models`), ``matmul``, ``mlp``,
         ``unstructured``, ``kernel``.

@@ -103,8 +103,9 @@ def export_pretrained(
     >>> llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
     ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
     >>> _ = explorer.prune(llama, "magnitude", filter_fn=lambda m, n: n != "lm_head", progress=False)
-    >>> export_pretrained(llama, os.path.join(tempfile.mkdtemp(), "llama-24")).name
-    'llama-24'
+    >>> folder = export_pretrained(llama, os.path.join(tempfile.mkdtemp(), "llama-24"))
+    >>> folder.name, verify_pretrained(folder)
+    ('llama-24', CheckpointReport(llama-24: 7 of 7 layers 2:4, 57.5 KiB = 100.0% of 57.5 KiB dense, checksums ok))
     """
     if not hasattr(model, "save_pretrained"):
         inner = [n for n, m in model.named_children() if hasattr(m, "save_pretrained")]
@@ -259,13 +260,13 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
 
     Examples
     --------
-    >>> import os, tempfile, explorer
-    >>> from transformers import LlamaConfig, LlamaForCausalLM
-    >>> llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
-    >>> _ = explorer.prune(llama, "magnitude", filter_fn=lambda m, n: n != "lm_head", progress=False)
-    >>> verify_pretrained(export_pretrained(llama, os.path.join(tempfile.mkdtemp(), "llama-24")))
-    CheckpointReport(llama-24: 7 of 7 layers 2:4, 57.5 KiB = 100.0% of 57.5 KiB dense, checksums ok)
+    A folder :func:`export_pretrained` did not write (its example verifies one it did):
+
+    >>> import tempfile
+    >>> verify_pretrained(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: ... has no sparsity_manifest.json; it was not written by export_pretrained
     """
     safetensors = require("safetensors", "deploy")
     directory = Path(directory)

@@ -189,14 +189,11 @@ def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> Checkp
 
     Examples
     --------
-    >>> import os, tempfile, explorer
-    >>> from torch import nn
-    >>> net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).half()
-    >>> _ = explorer.prune(net, "magnitude", "2:4", progress=False)
-    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
-    >>> _ = explorer.save_sparse(net, path, progress=False)
-    >>> verify_checkpoint(path)
-    CheckpointReport(net.safetensors: 2 of 2 layers 2:4, 7.5 KiB = 79.7% of 9.4 KiB dense, checksums ok)
+    >>> import pathlib, tempfile, explorer
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "fc.safetensors"
+    >>> result = explorer.prune(torch.nn.Sequential(torch.nn.Linear(64, 32)).half(), progress=False)
+    >>> verify_checkpoint(explorer.save_sparse(result.model, path, progress=False).path)
+    CheckpointReport(fc.safetensors: 1 of 1 layers 2:4, 3.6 KiB = 88.7% of 4.1 KiB dense, checksums ok)
     """
     manifest, _ = read_checkpoint(path, progress=progress)
     return build_report(Path(path), manifest)

@@ -73,13 +73,10 @@ class SparseQKV(nn.Module):
 
     Examples
     --------
-    >>> from explorer import make_mask
-    >>> def pruned(inp, out):
-    ...     lin = nn.Linear(inp, out, bias=False).half().cuda()
-    ...     with torch.no_grad():
-    ...         lin.weight.mul_(make_mask(lin.weight, "2:4"))
-    ...     return lin
-    >>> q_proj, k_proj, v_proj = pruned(256, 256), pruned(256, 128), pruned(256, 128)  # doctest: +GPU
+    >>> import explorer
+    >>> attn = nn.ModuleList([nn.Linear(256, n, bias=False) for n in (256, 128, 128)])
+    >>> _ = explorer.prune(attn, progress=False)
+    >>> q_proj, k_proj, v_proj = attn.half().cuda()  # doctest: +GPU
     >>> q, k, v = SparseQKV.from_modules(q_proj, k_proj, v_proj).parts()
     >>> x = torch.randn(16, 256, dtype=torch.half, device="cuda")
     >>> torch.allclose(k(x), k_proj(x), rtol=1e-2, atol=1e-1), tuple(v(x).shape)

@@ -74,17 +74,14 @@ class SparseGatedMLP(nn.Module):
 
     Examples
     --------
-    >>> from explorer import make_mask
-    >>> def pruned(inp, out):
-    ...     lin = nn.Linear(inp, out, bias=False).half().cuda()
-    ...     with torch.no_grad():
-    ...         lin.weight.mul_(make_mask(lin.weight, "2:4"))
-    ...     return lin
-    >>> gate, up, down = pruned(256, 512), pruned(256, 512), pruned(512, 256)  # doctest: +GPU
-    >>> mlp = SparseGatedMLP.from_modules(gate, up, down)
+    >>> import explorer
+    >>> gate, up = nn.Linear(256, 512, bias=False), nn.Linear(256, 512, bias=False)
+    >>> block = nn.Sequential(gate, up, nn.Linear(512, 256, bias=False))
+    >>> _ = explorer.prune(block, progress=False)
+    >>> gate, up, down = block.half().cuda()  # doctest: +GPU
     >>> x = torch.randn(16, 256, dtype=torch.half, device="cuda")
-    >>> dense = down(nn.functional.silu(gate(x)) * up(x))
-    >>> torch.allclose(mlp(x), dense, rtol=1e-2, atol=1e-1)
+    >>> mlp = SparseGatedMLP.from_modules(gate, up, down)
+    >>> torch.allclose(mlp(x), down(nn.functional.silu(gate(x)) * up(x)), rtol=1e-2, atol=1e-1)
     True
     """
 

@@ -19,18 +19,6 @@ __all__ = ["DATA_DIR", "WIDTHS", "load", "read_split"]
 DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
 #: Layer widths; 784 = 49 * 16, so 2:4 and 4:8 patterns fit every layer.
 WIDTHS = (784, 512, 512, 10)
-CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
 _VERSION = 1
 _FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
