@@ -271,8 +271,12 @@ def recorded_speed(
 
     Examples
     --------
-    >>> isinstance(recorded_speed((4096, 4096), 1024, "float16"), list)
-    True
+    >>> from explorer.results.store import ResultStore
+    >>> store = ResultStore(":memory:")
+    >>> config = {"shape": [48, 64], "tokens": 1024, "dtype": "float16", "pattern": "2:4"}
+    >>> _ = store.record("layer-speed", config, {"speedup": 1.4}, provenance={"gpu": "H100"})
+    >>> [(r["gpu"], r["speedup"]) for r in recorded_speed((48, 64), 1024, "float16", store)]
+    [('H100', 1.4)]
     """
     try:
         from explorer.results.store import ResultStore

@@ -134,8 +134,8 @@ class KernelRunner:
     >>> import torch
     >>> w = torch.tensor([[1.0, 0.0, 2.0, 0.0] * 4] * 8)
     >>> result = KernelRunner().run(w, "fc", tokens=16, dtype="float32")
-    >>> result.mode in {"gpu", "cpu-emulation", "unavailable"}
-    True
+    >>> result.mode, result.max_abs_error < 1e-5  # float32 runs emulated, even on a GPU
+    ('cpu-emulation', True)
     """
 
     def __init__(self, store=None, repeats: int = 20) -> None:

@@ -537,9 +537,9 @@ class ResultStore:
 
         Examples
         --------
-        >>> ref = ResultStore.reference()
-        >>> ref is None or ref.readonly
-        True
+        >>> with ResultStore.reference() as ref:
+        ...     ref.readonly, ref.path.name
+        (True, 'reference.db')
         """
         path = reference_path()
         return None if path is None else cls(path, readonly=True)

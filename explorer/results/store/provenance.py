@@ -22,7 +22,8 @@ def explorer_version() -> str:
 
     Examples
     --------
-    >>> isinstance(explorer_version(), str)
+    >>> import explorer
+    >>> explorer_version() == explorer.__version__
     True
     """
     try:
