@@ -76,8 +76,8 @@ def shipped_tables() -> list[Path]:
 
     Examples
     --------
-    >>> all(p.suffix == ".json" for p in shipped_tables())
-    True
+    >>> [p.name for p in shipped_tables()]
+    ['cusparselt-h100.json']
     """
     data = Path(__file__).resolve().parent.parent / "data"
     return sorted(data.glob("cusparselt-*.json"))
