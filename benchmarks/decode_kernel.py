@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from explorer.bench.decode import DECODE_SHAPES, bench_decode, check_decode, decode_markdown
+from explorer.bench.decode import DECODE_SHAPES, bench_decode, check_decode
+from explorer.results.markdown.bench import format_decode
 
 
 def _problems(tokens, dtype, seed):
@@ -126,7 +127,7 @@ def main() -> int:
             dict(checks=checks, sweep=sweep, unroll=unroll, rows=rows), indent=1, default=str
         )
     )
-    print(decode_markdown(rows))
+    print(format_decode(rows))
     return 1 if bad else 0
 
 

@@ -38,7 +38,7 @@ _LAZY = {
     "SparseLinear": "explorer.gpu",
     "sparsify": "explorer.gpu",
     "sweep": "explorer.sweeps",
-    "ResultStore": "explorer.store",
+    "ResultStore": "explorer.results.store",
     "load_model": ("explorer.models", "load"),
     "save_sparse": "explorer.checkpoint",
     "load_sparse": "explorer.checkpoint",

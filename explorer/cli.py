@@ -49,7 +49,7 @@ def _int_at_least(low: int, what: str, high: int | None = None):
 
 
 def _parser() -> _Parser:
-    from explorer.store import explorer_version
+    from explorer.results.store import explorer_version
 
     parser = _Parser(
         prog=PROG,
@@ -283,7 +283,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def _sweep(args) -> int:
-    from explorer.store import ResultStore
+    from explorer.results.store import ResultStore
     from explorer.sweeps import sweep
 
     if args.db is not None and str(args.db) == ":memory:":
@@ -347,7 +347,7 @@ def _sweep(args) -> int:
 
 
 def _report(args) -> int:
-    from explorer.report import write_report
+    from explorer.results.html import write_report
 
     out = write_report(
         args.db,
@@ -363,7 +363,7 @@ def _report(args) -> int:
 
 
 def _store(args) -> int:
-    from explorer.store.repair import check_store, recover_store
+    from explorer.results.store.repair import check_store, recover_store
 
     if args.action == "check":
         if args.new is not None:
@@ -487,12 +487,13 @@ def main(argv: list[str] | None = None) -> int:
 
     Examples
     --------
-    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])  # doctest: +SKIP
+    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])
+    wrote /dev/null
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     from explorer.errors import MissingExtraError
-    from explorer.store import StoreError
+    from explorer.results.store import StoreError
 
     try:
         if argv[:1] == ["bench"]:

@@ -29,6 +29,7 @@ from torch import nn
 from . import _html
 from .checks import check_pattern
 from .devices import DeviceTarget
+from .dtypes import dtype_name, parse_dtype
 from .layers import layers, matrix_view
 
 __all__ = ["DoctorReport", "Finding", "LayerDiagnosis", "doctor", "parse_dtype", "resolve_target"]
@@ -40,38 +41,8 @@ FAST_MACS = 8e9
 TORCH_EAGER_HOST_SECONDS = 450e-6
 DENSE_FLOPS = {8: 300e12, 9: 700e12, 10: 1500e12}  # rough dense 16-bit rates, for the estimate
 
-_DTYPES = {
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "int8": torch.int8,
-    "fp8": torch.float8_e4m3fn,
-    "e4m3": torch.float8_e4m3fn,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-}
 _EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)
 SEVERITIES = ("ok", "info", "warn", "error")
-_LEVEL = {"ok": "ok", "info": "info", "warn": "warn", "error": "error"}
-
-
-def parse_dtype(dtype: object) -> torch.dtype:
-    """A ``torch.dtype`` from a dtype or a name such as ``"bf16"`` or ``"int8"``.
-
-    Examples
-    --------
-    >>> parse_dtype("bf16")
-    torch.bfloat16
-    """
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
-        return _DTYPES[dtype.lower().removeprefix("torch.")]
-    raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(set(_DTYPES))}")
 
 
 @dataclass(frozen=True)
@@ -295,7 +266,7 @@ def doctor(
                     info.name,
                     "ok",
                     "ok",
-                    f"a 2:4 {_name(dtype)} sparse matmul can run here and should beat dense "
+                    f"a 2:4 {dtype_name(dtype)} sparse matmul can run here and should beat dense "
                     f"({_gmac(info, tokens)} per call)",
                 )
             )
@@ -303,10 +274,6 @@ def doctor(
             LayerDiagnosis(info.name, info.kind, info.matrix_shape, verdict, tuple(findings))
         )
     return DoctorReport(target, dtype, tokens, backend, diagnoses, notes)
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _gmac(info, tokens: int) -> str:
@@ -459,7 +426,7 @@ def _layer_findings(info, target, dtype, tokens, backend):
             name,
             "error",
             "align",
-            f"{_name(dtype)} sparse weights need rows and columns in multiples of {sparse_align}; "
+            f"{dtype_name(dtype)} sparse weights need rows and columns in multiples of {sparse_align}; "
             f"this layer has {', '.join(bad)}",
             f"pad the layer to a multiple of {sparse_align} or keep it dense (explorer.sparsify skips it)",
         )

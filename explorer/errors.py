@@ -1,4 +1,9 @@
-"""Errors the explorer raises, and the helper that imports optional extras lazily.
+"""Errors the explorer raises, the cancellation contract, and the lazy import of extras.
+
+Long operations (pruning, fine-tuning, sweeps) take ``cancel=``, any object with
+``is_set()`` such as a ``threading.Event``: :func:`validate_cancel` checks it up front and
+:func:`check_cancel` raises :class:`PruningCancelled` where the work can stop cleanly. Callers
+catch :class:`PruningCancelled` by type.
 
 Every error names the bad value, what was expected and a hint, so a user can fix the
 call without reading the explorer's source.
@@ -8,12 +13,46 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import Any
 
-__all__ = ["MissingExtraError", "require"]
+__all__ = [
+    "MissingExtraError",
+    "PruningCancelled",
+    "check_cancel",
+    "require",
+    "validate_cancel",
+]
 
 
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the ``pip install`` to run."""
+
+
+class PruningCancelled(Exception):
+    """Pruning (or fine-tuning, or a sensitivity scan) was cancelled; the model was restored."""
+
+
+def check_cancel(cancel: Any, where: str = "") -> None:
+    """Raise :class:`PruningCancelled` when ``cancel.is_set()`` is true.
+
+    Parameters
+    ----------
+    cancel : threading.Event or object with ``is_set()``, optional
+        The cancellation flag; ``None`` never cancels.
+    where : str
+        Where the check happened, for the message.
+    """
+    if cancel is not None and cancel.is_set():
+        raise PruningCancelled(f"cancelled{' ' + where if where else ''}")
+
+
+def validate_cancel(cancel: Any) -> None:
+    """TypeError unless ``cancel`` is ``None`` or has an ``is_set()`` method."""
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise TypeError(
+            f"cancel must be a threading.Event (or any object with is_set()), "
+            f"got {type(cancel).__name__}; e.g. cancel=threading.Event()"
+        )
 
 
 def require(module: str, extra: str) -> ModuleType:

@@ -15,6 +15,7 @@ from torch import nn
 
 from . import _html
 from .checks import check_pattern
+from .dtypes import dtype_name
 
 __all__ = ["LayerInfo", "LayerTable", "default_filter", "layers", "matrix_view"]
 
@@ -85,7 +86,7 @@ class LayerInfo:
         shape = "x".join(map(str, self.shape))
         valid = {True: "2:4", False: "not 2:4", None: "2:4 n/a"}[self.valid_24]
         note = "" if self.accelerated else ", not accelerated"
-        return f"LayerInfo({self.name!r}, {self.kind} {shape}, {_dtype(self.dtype)}, {valid}{note})"
+        return f"LayerInfo({self.name!r}, {self.kind} {shape}, {dtype_name(self.dtype)}, {valid}{note})"
 
 
 class LayerTable:
@@ -140,7 +141,7 @@ class LayerTable:
                 "name": r.name,
                 "kind": r.kind,
                 "shape": list(r.shape),
-                "dtype": _dtype(r.dtype),
+                "dtype": dtype_name(r.dtype),
                 "params": r.params,
                 "valid_24": r.valid_24,
                 "density": r.density,
@@ -169,7 +170,7 @@ class LayerTable:
                     r.name,
                     r.kind,
                     " x ".join(map(str, r.shape)),
-                    _dtype(r.dtype),
+                    dtype_name(r.dtype),
                     f"{r.params:,}",
                     "" if r.density is None else f"{r.density:.3f}",
                     valid,
@@ -182,10 +183,6 @@ class LayerTable:
             caption=repr(self),
             raw_columns=(6, 7),
         )
-
-
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def layers(model: nn.Module) -> LayerTable:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from explorer import cli
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

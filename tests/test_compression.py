@@ -8,12 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from explorer.compression import CompressedWeight, compress
+from explorer.masks import make_mask
 
 
-def _mask24(w):
-    g = w.reshape(-1, 4)
-    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(1, g.abs().topk(2, dim=1).indices, True)
-    return (g * keep).reshape(w.shape)
+def _pruned(w):
+    return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
 def test_hand_computed_layout():
@@ -44,7 +43,7 @@ def test_odd_group_count_pads_metadata():
 )
 def test_round_trip_is_exact(rows, groups, dtype, seed):
     g = torch.Generator().manual_seed(seed)
-    w = _mask24(torch.randn(rows, groups * 4, generator=g)).to(dtype)
+    w = _pruned(torch.randn(rows, groups * 4, generator=g)).to(dtype)
     w[torch.rand(w.shape, generator=g) < 0.2] = 0  # some groups sparser than 2:4
     c = compress(w)
     assert c.values.shape == (rows, groups * 2) and c.values.dtype == dtype
@@ -55,7 +54,7 @@ def test_round_trip_is_exact(rows, groups, dtype, seed):
 @given(tokens=st.integers(1, 6), seed=st.integers(0, 2**16))
 def test_matmul_matches_dense(tokens, seed):
     g = torch.Generator().manual_seed(seed)
-    w = _mask24(torch.randn(9, 16, generator=g)).double()
+    w = _pruned(torch.randn(9, 16, generator=g)).double()
     x = torch.randn(2, tokens, 16, generator=g).double()
     y = compress(w).matmul(x, chunk=4)
     assert y.shape == (2, tokens, 9)
@@ -63,7 +62,7 @@ def test_matmul_matches_dense(tokens, seed):
 
 
 def test_sizes_and_reprs():
-    c = compress(_mask24(torch.randn(8, 16)).half())
+    c = compress(_pruned(torch.randn(8, 16)).half())
     assert c.nbytes == 8 * 8 * 2 + 8 * 2 and c.dense_nbytes == 8 * 16 * 2
     assert repr(c).startswith("CompressedWeight(8x16 2:4")
     assert "\n" not in repr(c)

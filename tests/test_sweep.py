@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from explorer.store import ResultStore
+from explorer.results.store import ResultStore
 from explorer.sweeps import SweepConfig, cells, sweep
 from explorer.sweeps.grid import Cell
 

@@ -23,6 +23,7 @@ import math
 import torch
 from torch import nn
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.timing import graph_ms
 
 __all__ = ["DECODE_SHAPES", "DECODE_TOKENS", "bench_decode", "check_decode", "copy_bandwidth"]
@@ -83,7 +84,7 @@ def check_decode(
                 n=n,
                 k=k,
                 tokens=t,
-                dtype=str(dt).removeprefix("torch."),
+                dtype=dtype_name(dt),
                 relerr=_relerr(y, ref),
                 relerr_int8=_relerr(y8, ref8),
                 finite=bool(torch.isfinite(y).all() and torch.isfinite(y8).all()),
@@ -139,7 +140,7 @@ def bench_decode(
                 m=n,
                 n=t,
                 k=k,
-                dtype=str(dt).removeprefix("torch."),
+                dtype=dtype_name(dt),
                 copy_gbps=copy_bps / 1e9,
                 status="ok",
             )
@@ -185,22 +186,3 @@ def bench_decode(
                 )
             rows.append(row)
     return rows
-
-
-def decode_markdown(rows: list[dict]) -> str:
-    """The per-layer decode table in Markdown."""
-    head = (
-        "| layer (out x in @ tokens) | dtype | dense us | decode 2:4 | int8 2:4 | cuSPARSELt "
-        "| decode share of copy bandwidth | dense share |\n|---|---|---|---|---|---|---|---|\n"
-    )
-    lines = []
-    for r in rows:
-        if r.get("case") != "layer":
-            continue
-        lines.append(
-            f"| {r['label']} | {r['dtype']} | {r['dense_ms'] * 1e3:.1f} | "
-            f"{r['decode_speedup']:.2f}x | {r['decode_int8_speedup']:.2f}x | "
-            f"{r.get('cusparselt_speedup', float('nan')):.2f}x | {r['decode_bw']:.0%} | "
-            f"{r['dense_bw']:.0%} |"
-        )
-    return head + "\n".join(lines) + "\n"

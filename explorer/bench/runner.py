@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.search import search_algorithm
 from explorer.gpu.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
+from explorer.masks import make_mask
 
 __all__ = [
     "FULL_SHAPES",
@@ -56,15 +58,8 @@ QUICK_SHAPES: list[tuple[int, int, int]] = [
 
 
 def mask24(w: torch.Tensor) -> torch.Tensor:
-    """Magnitude 2:4 along the last dimension (zeros in place)."""
-    g = w.reshape(-1, 4)
-    idx = g.float().abs().topk(2, dim=1).indices
-    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(1, idx, True)
-    return (g * keep).reshape(w.shape)
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    """Magnitude 2:4 along the last dimension (zeros in place): :func:`explorer.make_mask`."""
+    return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -111,7 +106,7 @@ def bench_matmul(
     from explorer.gpu.sparse_linear import SparseLinear
 
     dev = "cuda"
-    base = dict(suite="matmul", m=m, n=n, k=k, dtype=_name(dtype), alg=alg)
+    base = dict(suite="matmul", m=m, n=n, k=k, dtype=dtype_name(dtype), alg=alg)
     if dtype == torch.int8:
         w = mask24(torch.randint(-127, 128, (m, k), device=dev).float()).to(torch.int8)
         x = torch.randint(-127, 128, (n, k), device=dev).to(torch.int8)
@@ -227,7 +222,7 @@ def bench_mlp(
         m=h,
         n=tokens,
         k=d,
-        dtype=_name(dtype),
+        dtype=dtype_name(dtype),
         err=errs["explorer"],
         block=type(dense).__name__,
     )
@@ -274,7 +269,7 @@ def bench_unstructured(
                 m=m,
                 n=n,
                 k=k,
-                dtype=_name(dtype),
+                dtype=dtype_name(dtype),
                 impl=fmt,
                 mode="eager",
                 sparsity=s,

@@ -19,14 +19,14 @@ import torch
 from torch import nn
 
 from explorer.checks import check_pattern
+from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.store import explorer_version
+from explorer.results.store import explorer_version
 
 from .manifest import (
     FORMAT,
     VERSION,
     CheckpointError,
-    dtype_name,
     dumps,
     now,
     parse_json_manifest,
@@ -98,8 +98,14 @@ def export_pretrained(
 
     Examples
     --------
-    >>> export_pretrained(llama, "llama-24")  # doctest: +SKIP
-    PosixPath('llama-24')
+    >>> import os, tempfile, explorer
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+    >>> _ = explorer.prune(llama, "magnitude", filter_fn=lambda m, n: n != "lm_head", progress=False)
+    >>> folder = export_pretrained(llama, os.path.join(tempfile.mkdtemp(), "llama-24"))
+    >>> folder.name, verify_pretrained(folder)
+    ('llama-24', CheckpointReport(llama-24: 7 of 7 layers 2:4, 57.5 KiB = 100.0% of 57.5 KiB dense, checksums ok))
     """
     if not hasattr(model, "save_pretrained"):
         inner = [n for n, m in model.named_children() if hasattr(m, "save_pretrained")]
@@ -174,7 +180,12 @@ def export_onnx(
 
     Examples
     --------
-    >>> report = export_onnx(net, "net.onnx", torch.randn(8, 64))  # doctest: +SKIP
+    >>> import os, tempfile, explorer
+    >>> net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    >>> _ = explorer.prune(net, "magnitude", "2:4", progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.onnx")
+    >>> export_onnx(net, path, torch.randn(8, 64)).fallbacks
+    {'2': 'outputs=10 not a multiple of 16, which sparse kernels need for float16'}
     """
     require("onnx", "deploy")
     require("onnxscript", "deploy")
@@ -249,8 +260,13 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
 
     Examples
     --------
-    >>> verify_pretrained("llama-24")  # doctest: +SKIP
-    CheckpointReport(llama-24: 14 of 14 layers 2:4, ...)
+    A folder :func:`export_pretrained` did not write (its example verifies one it did):
+
+    >>> import tempfile
+    >>> verify_pretrained(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: ... has no sparsity_manifest.json; it was not written by export_pretrained
     """
     safetensors = require("safetensors", "deploy")
     directory = Path(directory)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from explorer.compression import CompressedWeight
+from explorer.dtypes import dtype_name
 from explorer.errors import require
 
 from .manifest import (
@@ -25,7 +26,6 @@ from .manifest import (
     VALUES,
     CheckpointCancelled,
     CheckpointError,
-    dtype_name,
     parse_manifest,
     tensor_sha256,
 )
@@ -62,7 +62,15 @@ def read_checkpoint(
 
     Examples
     --------
-    >>> manifest, state = read_checkpoint("model.safetensors")  # doctest: +SKIP
+    >>> import os, tempfile, explorer
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).half()
+    >>> _ = explorer.prune(net, "magnitude", "2:4", progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
+    >>> _ = explorer.save_sparse(net, path, progress=False)
+    >>> manifest, state = read_checkpoint(path)
+    >>> manifest["format"], torch.equal(state["0.weight"], net[0].weight)
+    ('sparsity-explorer.sparse-checkpoint', True)
     """
     safetensors = require("safetensors", "deploy")
     from tqdm.auto import tqdm
@@ -181,8 +189,11 @@ def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> Checkp
 
     Examples
     --------
-    >>> verify_checkpoint("model.safetensors")  # doctest: +SKIP
-    CheckpointReport(model.safetensors: 2 of 3 layers 2:4, ...)
+    >>> import pathlib, tempfile, explorer
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "fc.safetensors"
+    >>> result = explorer.prune(torch.nn.Sequential(torch.nn.Linear(64, 32)).half(), progress=False)
+    >>> verify_checkpoint(explorer.save_sparse(result.model, path, progress=False).path)
+    CheckpointReport(fc.safetensors: 1 of 1 layers 2:4, 3.6 KiB = 88.7% of 4.1 KiB dense, checksums ok)
     """
     manifest, _ = read_checkpoint(path, progress=progress)
     return build_report(Path(path), manifest)

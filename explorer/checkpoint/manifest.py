@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from explorer.dtypes import dtype_name
 from explorer.pruning import PruningCancelled
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "CheckpointCancelled",
     "CheckpointError",
     "dtype_from_name",
-    "dtype_name",
     "parse_manifest",
     "tensor_sha256",
 ]
@@ -41,17 +41,13 @@ VERSION = 1
 METADATA_KEY = "sparsity_explorer.manifest"
 VALUES, POSITIONS = "::values", "::positions"
 
+#: The dtypes a checkpoint may store, by their exact names (no aliases: a manifest is exact).
 _DTYPES = {
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "bool": torch.bool,
+    dtype_name(d): d
+    for d in (
+        *(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        *(torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool),
+    )
 }
 
 
@@ -61,17 +57,6 @@ class CheckpointError(ValueError):
 
 class CheckpointCancelled(PruningCancelled):
     """Saving or loading was cancelled; no file was written and the model was not changed."""
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float16`` -> ``"float16"``.
-
-    Examples
-    --------
-    >>> dtype_name(torch.bfloat16)
-    'bfloat16'
-    """
-    return str(dtype).removeprefix("torch.")
 
 
 def dtype_from_name(name: str) -> torch.dtype:

@@ -200,9 +200,15 @@ def check_onnx(
 
     Examples
     --------
-    >>> report = check_onnx("model.onnx")  # doctest: +SKIP
-    >>> report.fallbacks  # doctest: +SKIP
-    {'classifier': 'in_features=10 ...'}
+    >>> import os, tempfile, torch, explorer
+    >>> from torch import nn
+    >>> from explorer.checkpoint import export_onnx
+    >>> net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    >>> _ = explorer.prune(net, "magnitude", "2:4", progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.onnx")
+    >>> _ = export_onnx(net, path, torch.randn(8, 64))
+    >>> check_onnx(path).fallbacks
+    {'2': 'outputs=10 not a multiple of 16, which sparse kernels need for float16'}
     """
     onnx = require("onnx", "deploy")
     numpy_helper = require("onnx.numpy_helper", "deploy")

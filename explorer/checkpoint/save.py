@@ -14,8 +14,9 @@ from torch import nn
 
 from explorer.checks import check_pattern
 from explorer.compression import compress
+from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.store import explorer_version
+from explorer.results.store import explorer_version
 
 from .manifest import (
     FORMAT,
@@ -26,7 +27,6 @@ from .manifest import (
     CheckpointCancelled,
     CheckpointError,
     dtype_from_name,
-    dtype_name,
     dumps,
     now,
     tensor_sha256,

@@ -27,7 +27,6 @@ import argparse
 import datetime
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +37,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from explorer.experiments.report import write_json, write_markdown
+from explorer.results.markdown.accuracy import write_json, write_markdown
+from explorer.results.store.provenance import machine as store_machine
 
 __all__ = ["DEFAULTS", "Results", "Row", "main", "run"]
 
@@ -162,24 +162,27 @@ class Results:
 
 
 def machine() -> dict[str, Any]:
-    """Where the run happens: CPU, cores, threads and library versions."""
+    """Where the run happens: CPU, cores, threads and library versions.
+
+    The versions and platform come from the store's provenance
+    (:func:`explorer.results.store.provenance.machine`); the CPU's model name, the cores and
+    the torch threads say how fast a CPU run could be.
+    """
     import importlib.metadata as md
 
-    def version(dist: str) -> str:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return "not installed"
-
-    cpu = platform.processor() or platform.machine()
+    base = store_machine()
+    cpu = base["cpu"]
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+            cpu = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu
+            )
     except OSError:
         pass
+    try:
+        transformers = md.version("transformers")
+    except md.PackageNotFoundError:
+        transformers = "not installed"
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu,
@@ -187,10 +190,10 @@ def machine() -> dict[str, Any]:
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": version("transformers"),
+        "platform": base["platform"],
+        "python": base["python"],
+        "torch": base["torch"],
+        "transformers": transformers,
         "device": "cpu",
     }
 

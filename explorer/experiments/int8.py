@@ -27,9 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from explorer.models import MODELS
+
 __all__ = ["OnDevice", "main", "run", "to_markdown"]
 
-DEFAULT_MODELS = ("digits-mlp", "fashion-mlp", "minilm", "smollm2")
+DEFAULT_MODELS = tuple(MODELS)  # every bundled model
 CALIBRATION = {"digits-mlp": 512, "fashion-mlp": 1024, "minilm": 256, "smollm2": 16}
 LOAD = {"minilm": {"n_eval": 300}, "smollm2": {"n_eval": 16, "seq_len": 256}}
 
@@ -181,7 +183,7 @@ def to_markdown(rows: list[dict]) -> str:
     Examples
     --------
     >>> print(to_markdown([dict(model="m", metric="accuracy", method="-", config="dense",
-    ...                         value=0.9)]).splitlines()[2])
+    ...                         value=0.9)]).splitlines()[4])
     | - | dense | 0.900 |
     """
     out: list[str] = []

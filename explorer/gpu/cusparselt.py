@@ -131,7 +131,8 @@ def handle(device: int | None = None) -> int:
 
     Examples
     --------
-    >>> h = handle()  # doctest: +SKIP
+    >>> handle() == handle(torch.cuda.current_device()) != 0  # doctest: +GPU
+    True
     """
     dev = torch.cuda.current_device() if device is None else int(device)
     h = _HANDLES.get(dev)
@@ -235,7 +236,9 @@ class Plan:
 
     Examples
     --------
-    >>> plan = default_cache().get(PlanKey(m=4096, n=1024, k=4096))  # doctest: +SKIP
+    >>> plan = default_cache().get(PlanKey(m=256, n=64, k=512))  # doctest: +GPU
+    >>> plan.key.m, default_cache().get(PlanKey(m=256, n=64, k=512)) is plan
+    (256, True)
     """
 
     def __init__(self, key: PlanKey, bias_ptr: int = 0) -> None:
@@ -538,8 +541,10 @@ def check_24(weight: torch.Tensor, _op: int = _OP_N, _raw: bool = False) -> bool
 
     Examples
     --------
-    >>> check_24(torch.zeros(64, 64, dtype=torch.float16, device="cuda"))  # doctest: +SKIP
+    >>> check_24(torch.zeros(64, 64, dtype=torch.float16, device="cuda"))  # doctest: +GPU
     True
+    >>> check_24(torch.ones(64, 64, dtype=torch.float16, device="cuda"))
+    False
     """
     _check_weight(weight)
     L = _bindings()
@@ -600,7 +605,11 @@ def compress(weight: torch.Tensor, check: bool = True) -> CompressedTensor:
 
     Examples
     --------
-    >>> c = compress(w)  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> compress(w).shape
+    (256, 512)
     """
     _check_weight(weight)
     if check and not is_24(weight):
@@ -675,7 +684,12 @@ def matmul(
 
     Examples
     --------
-    >>> y = matmul(compress(w), x)  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> x = torch.randn(64, 512, dtype=torch.half, device="cuda")
+    >>> torch.allclose(matmul(compress(w), x), x @ w.T, rtol=1e-2, atol=1e-1)
+    True
     """
     if x.device.type != "cuda":
         raise ValueError(f"x is on {x.device}; expected a CUDA tensor. Hint: x.cuda().")

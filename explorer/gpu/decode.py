@@ -191,7 +191,11 @@ def decode_matmul(
 
     Examples
     --------
-    >>> y = decode_matmul(x.cuda().half(), pack(w.cuda().half()))  # doctest: +SKIP
+    >>> from explorer import make_mask
+    >>> w = torch.randn(64, 64).half().cuda()  # doctest: +GPU
+    >>> w = w * make_mask(w, "2:4")  # doctest: +GPU
+    >>> decode_matmul(torch.randn(3, 64).half().cuda(), pack(w)).shape  # doctest: +GPU
+    torch.Size([3, 64])
     """
     _check(x, weight, bias)
     n, k = weight.shape

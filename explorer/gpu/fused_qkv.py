@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
@@ -72,8 +73,14 @@ class SparseQKV(nn.Module):
 
     Examples
     --------
-    >>> qkv = SparseQKV.from_modules(attn.q_proj, attn.k_proj, attn.v_proj)  # doctest: +SKIP
-    >>> q, k, v = qkv.parts()  # doctest: +SKIP
+    >>> import explorer
+    >>> attn = nn.ModuleList([nn.Linear(256, n, bias=False) for n in (256, 128, 128)])
+    >>> _ = explorer.prune(attn, progress=False)
+    >>> q_proj, k_proj, v_proj = attn.half().cuda()  # doctest: +GPU
+    >>> q, k, v = SparseQKV.from_modules(q_proj, k_proj, v_proj).parts()
+    >>> x = torch.randn(16, 256, dtype=torch.half, device="cuda")
+    >>> torch.allclose(k(x), k_proj(x), rtol=1e-2, atol=1e-1), tuple(v(x).shape)
+    (True, (16, 128))
     """
 
     def __init__(self, proj: SparseLinear, sizes: tuple[int, int, int]) -> None:
@@ -167,7 +174,7 @@ class SparseQKV(nn.Module):
         rows = [
             ("q / k / v outputs", " / ".join(map(str, self.sizes))),
             ("stacked", f"{self.proj.out_features} x {self.proj.in_features}"),
-            ("dtype", str(self.proj.dtype).removeprefix("torch.")),
+            ("dtype", dtype_name(self.proj.dtype)),
             ("bias", self.proj.bias is not None),
         ]
         return _html.table(["SparseQKV", ""], rows)

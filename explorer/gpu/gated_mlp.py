@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 from explorer.gpu import ops
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
 
@@ -73,7 +74,15 @@ class SparseGatedMLP(nn.Module):
 
     Examples
     --------
-    >>> mlp = SparseGatedMLP.from_modules(block.gate_proj, block.up_proj, block.down_proj)  # doctest: +SKIP
+    >>> import explorer
+    >>> gate, up = nn.Linear(256, 512, bias=False), nn.Linear(256, 512, bias=False)
+    >>> block = nn.Sequential(gate, up, nn.Linear(512, 256, bias=False))
+    >>> _ = explorer.prune(block, progress=False)
+    >>> gate, up, down = block.half().cuda()  # doctest: +GPU
+    >>> x = torch.randn(16, 256, dtype=torch.half, device="cuda")
+    >>> mlp = SparseGatedMLP.from_modules(gate, up, down)
+    >>> torch.allclose(mlp(x), down(nn.functional.silu(gate(x)) * up(x)), rtol=1e-2, atol=1e-1)
+    True
     """
 
     def __init__(self, gate_up: SparseLinear, down: SparseLinear) -> None:
@@ -165,7 +174,7 @@ class SparseGatedMLP(nn.Module):
         rows = [
             ("gate+up", f"{self.gate_up.out_features} x {self.gate_up.in_features} (fused)"),
             ("down", f"{self.down.out_features} x {self.down.in_features}"),
-            ("dtype", str(self.down.dtype).removeprefix("torch.")),
+            ("dtype", dtype_name(self.down.dtype)),
             ("backend", self.down.backend),
         ]
         return _html.table(["SparseGatedMLP", ""], rows)

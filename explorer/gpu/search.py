@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
@@ -66,8 +67,12 @@ def search_algorithm(
 
     Examples
     --------
-    >>> search_algorithm(compress(w), w, tokens=1024)["alg"]  # doctest: +SKIP
-    0
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> found = search_algorithm(compress(w), w, tokens=1024)
+    >>> found["alg"] in [alg for alg, ms, status in found["tried"] if status == "ok"]
+    True
     """
     out_dtype = out_dtype or CUSPARSELT_DTYPES[cw.dtype][0]
     if not isolate:
@@ -115,7 +120,7 @@ def _search_isolated(
                 str(tokens),
                 epilogue,
                 method,
-                str(out_dtype).removeprefix("torch."),
+                dtype_name(out_dtype),
                 str(rtol),
                 str(iters),
                 str(start),

@@ -23,19 +23,13 @@ from functools import partial
 import torch
 from torch import nn
 
+from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
 from explorer.gpu.dispatch import DENSE
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 
 __all__ = ["SparsifyReport", "eligibility", "sparsify"]
 
-_DTYPE_NAMES = {
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-}
 #: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
 DEFAULT_TOKENS = (4096, 16)
 
@@ -73,7 +67,7 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
     if linear.in_features % mult or linear.out_features % mult:
         return (
             f"shape {linear.out_features}x{linear.in_features} is off the alignment rule "
-            f"(both multiples of {mult} for {str(dtype).removeprefix('torch.')})"
+            f"(both multiples of {mult} for {dtype_name(dtype)})"
         )
     if not C.is_24(w.detach()):
         return "weight is not 2:4 along in_features (prune it first, or pass prune=True)"
@@ -177,18 +171,20 @@ def sparsify(
 
     Examples
     --------
-    >>> report = sparsify(model.half().cuda(), tokens=(4096, 16))  # doctest: +SKIP
-    >>> report.skipped  # doctest: +SKIP
-    [('head', 'shape 10x64 is off the alignment rule (both multiples of 16 for float16)')]
+    >>> from torch import nn
+    >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    >>> report = sparsify(model.half().cuda(), prune=True, measure=False)  # doctest: +GPU
+    >>> [(fqn, why.split(" (")[0]) for fqn, why in report.skipped]
+    [('2', 'shape 10x64 is off the alignment rule')]
+    >>> type(model[0]).__name__
+    'SparseLinear'
     """
     from explorer.gpu.sparse_linear import SparseLinear
 
     if backend not in ("cusparselt", "torch"):
         raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
     if isinstance(dtype, str):
-        if dtype.lower() not in _DTYPE_NAMES:
-            raise ValueError(f"dtype {dtype!r} unknown; expected one of {sorted(_DTYPE_NAMES)}")
-        dtype = _DTYPE_NAMES[dtype.lower()]
+        dtype = parse_dtype(dtype, allowed=SPARSE_DTYPES)
     if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
         raise TypeError(
             "this model is already compiled (torch.compile); sparsify the module it wraps, then "
@@ -198,7 +194,7 @@ def sparsify(
     measure = measure and bool(counts) and backend == "cusparselt"
     if not inplace:
         model = copy.deepcopy(model)
-    report = SparsifyReport(backend=backend, dtype=str(dtype or "auto").removeprefix("torch."))
+    report = SparsifyReport(backend=backend, dtype=dtype_name(dtype or "auto"))
     report.model = model
     explain = None
     targets, places = _targets(model, filter_fn, report)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from explorer.dtypes import dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
 
 __all__ = [
@@ -50,7 +51,7 @@ def table_path() -> Path:
     >>> table_path().name
     'cusparselt-algorithms.json'
     """
-    from explorer.models.bundle import cache_dir
+    from explorer.results.store.location import cache_dir
 
     return cache_dir() / "cusparselt-algorithms.json"
 
@@ -75,7 +76,7 @@ def shipped_tables() -> list[Path]:
 
     Examples
     --------
-    >>> all(p.suffix == ".json" for p in shipped_tables())
+    >>> "cusparselt-h100.json" in [p.name for p in shipped_tables()]
     True
     """
     data = Path(__file__).resolve().parent.parent / "data"
@@ -163,8 +164,11 @@ def tune_weight(
 
     Examples
     --------
-    >>> tune_weight(w, tokens=[4096])  # doctest: +SKIP
-    {(4096, 'cr'): 37, (4096, 'rr'): 37}
+    >>> from explorer import make_mask
+    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
+    >>> sorted(tune_weight(w, tokens=[1024], layouts=["cc"]))
+    [(1024, 'cc')]
     """
     from explorer.gpu.search import search_algorithm
 
@@ -235,8 +239,11 @@ def tune_problems(
 
     Examples
     --------
-    >>> tune_problems([Problem(4096, 4096, 4096, "bfloat16")])  # doctest: +SKIP
-    {Problem(4096x4096 @ 4096 tokens, bfloat16, cc): 17}
+    >>> import pathlib, tempfile
+    >>> table = pathlib.Path(tempfile.mkdtemp()) / "algorithms.json"
+    >>> found = tune_problems([Problem(256, 64, 512)], table=table, progress=False)  # doctest: +GPU
+    >>> list(found), table.exists()
+    ([Problem(256x512 @ 64 tokens, float16, cc)], True)
     """
     import subprocess
     import sys
@@ -322,10 +329,11 @@ def _settle(job, results, table) -> int | None:
 
 
 def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype) or dtype not in C.CUSPARSELT_DTYPES:
-        raise ValueError(f"dtype {name!r} cannot be tuned; expected float16, bfloat16 or int8")
-    return dtype
+    try:
+        return parse_dtype(name, allowed=C.CUSPARSELT_DTYPES)
+    except ValueError:
+        names = ", ".join(dtype_name(d) for d in C.CUSPARSELT_DTYPES)
+        raise ValueError(f"dtype {name!r} cannot be tuned; expected one of {names}") from None
 
 
 def _child(spec: str, job: int, alg: int, device: int) -> int:

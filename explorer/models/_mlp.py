@@ -14,7 +14,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from explorer._threads import one_cpu_thread
-from explorer.models.bundle import cache_dir
+from explorer.results.store.location import cache_dir
 
 __all__ = ["batches", "cached_state", "make_mlp", "train"]
 

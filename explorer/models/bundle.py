@@ -2,41 +2,18 @@
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from explorer import _html
+from explorer.results.markdown import fmt
+from explorer.results.store.location import cache_dir
 
 __all__ = ["ModelBundle", "cache_dir", "classifier_filter"]
-
-CACHE_ENV = "SPARSITY_EXPLORER_CACHE"
-
-
-def cache_dir() -> Path:
-    """The per-user weight cache: ``$SPARSITY_EXPLORER_CACHE`` or ``~/.cache/sparsity-explorer``.
-
-    The variable names a folder, or (as for the results store) a file ending in ``.db``, whose
-    folder is then the cache.
-
-    Examples
-    --------
-    >>> cache_dir().name in {"sparsity-explorer"} or "SPARSITY_EXPLORER_CACHE" in os.environ
-    True
-    """
-    root = os.environ.get(CACHE_ENV)
-    if root:
-        path = Path(root).expanduser()
-        return path.parent if path.suffix == ".db" else path
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "sparsity-explorer"
 
 
 def classifier_filter(last: str) -> Callable[[nn.Module, str], bool]:
@@ -54,14 +31,6 @@ def classifier_filter(last: str) -> Callable[[nn.Module, str], bool]:
 
     filter_fn.__qualname__ = f"all Linears except {last!r}"
     return filter_fn
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.4g}"
-    return str(value)
 
 
 @dataclass(eq=False)
@@ -278,5 +247,7 @@ class ModelBundle:
             ("fine-tuning data", "yes" if self.train_data is not None else "none"),
             ("data", self.description),
         ]
-        rows += [(f"option {k}", _fmt(v)) for k, v in sorted(self.options.items())]
+        rows += [
+            (f"option {k}", fmt(v, ".4g", missing=str(v))) for k, v in sorted(self.options.items())
+        ]
         return _html.table(["", ""], rows, caption=f"ModelBundle {self.name}")

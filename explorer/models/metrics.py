@@ -95,7 +95,7 @@ def perplexity(
     >>> class Uniform(nn.Module):
     ...     def forward(self, input_ids):
     ...         return torch.zeros(*input_ids.shape, 10)
-    >>> round(perplexity(Uniform(), torch.zeros(2, 5, dtype=torch.long)), 6)
+    >>> round(perplexity(Uniform(), torch.zeros(2, 5, dtype=torch.long)), 4)  # float32 rounding
     10.0
     """
     if isinstance(windows, torch.Tensor):

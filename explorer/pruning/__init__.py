@@ -18,9 +18,10 @@ Examples
 """
 
 from .admm import admm_update
-from .api import METHODS, UPDATES, MethodInfo, prune
+from .api import prune
 from .calibration import PruningCancelled
 from .finetune import FinetuneResult, finetune
+from .methods import METHODS, UPDATES, MethodInfo
 from .permute import PermutationResult, PermutedLayer, permute_channels, undo_permutation
 from .result import PruneResult
 from .sensitivity import SensitivityResult, sensitivity

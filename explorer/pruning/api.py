@@ -7,165 +7,30 @@ import copy
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..checks import check_pattern
 from ..patterns import Pattern
 from .admm import admm_update
 from .calibration import (
     InputStats,
     PruningCancelled,
     as_batches,
-    check_cancel,
     model_device,
-    progress_bar,
     selected_linears,
     validate_cancel,
 )
-from .magnitude import magnitude_mask
+from .methods import UPDATES, check_selection, method_info
 from .permute import permute_channels, undo_permutation
-from .random import random_mask
 from .result import PruneResult
 from .sequential import run_sequential
-from .sparsegpt import sparsegpt_prune
-from .wanda import wanda_mask
-from .weightnorm import weightnorm_masks
 
-__all__ = ["METHODS", "UPDATES", "MethodInfo", "prune"]
-
-#: Weight updates that can follow any method once its mask is chosen (``prune(update=...)``).
-UPDATES = ("admm",)
-
-_ALL_KINDS = ("nm", "unstructured", "block", "rows")
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    """What a pruning method needs and supports.
-
-    Attributes
-    ----------
-    name : str
-        The name to pass as ``method=``.
-    kinds : tuple of str
-        Pattern kinds it supports (see :class:`explorer.patterns.Pattern`).
-    patterns : str
-        The supported patterns in words, for messages and menus.
-    needs_calibration : bool
-        Whether it needs ``calibration=``.
-    updates_weights : bool
-        Whether it changes kept weights too (not only zeros the pruned ones).
-    summary : str
-        One line on what it does.
-    """
-
-    name: str
-    kinds: tuple[str, ...]
-    patterns: str
-    needs_calibration: bool
-    updates_weights: bool
-    summary: str
-
-    def supports(self, pattern: Pattern) -> bool:
-        """Whether ``pattern`` is one this method can produce."""
-        if pattern.kind not in self.kinds:
-            return False
-        return not (
-            self.name == "weightnorm" and pattern.kind == "unstructured" and pattern.per_row
-        )
-
-
-_ANY = '"N:M", "unstructured:S", "unstructured-row:S", "blockB:S", "rows:S"'
-
-#: The pruning methods by name.
-METHODS: MappingProxyType[str, MethodInfo] = MappingProxyType(
-    {
-        "random": MethodInfo(
-            "random", _ALL_KINDS, _ANY, False, False, "random scores: the floor to beat"
-        ),
-        "magnitude": MethodInfo(
-            "magnitude", _ALL_KINDS, _ANY, False, False, "keep the largest |w| the pattern allows"
-        ),
-        "weightnorm": MethodInfo(
-            "weightnorm",
-            ("nm", "unstructured", "block"),
-            '"N:M", "unstructured:S" (per layer), "blockB:S"',
-            False,
-            False,
-            "torch.ao.pruning WeightNormSparsifier, the PyTorch tutorial's flow",
-        ),
-        "wanda": MethodInfo(
-            "wanda",
-            ("nm", "unstructured"),
-            '"N:M", "unstructured:S", "unstructured-row:S" (compared per output row)',
-            True,
-            False,
-            "|w| times the input column's activation norm, per output row",
-        ),
-        "sparsegpt": MethodInfo(
-            "sparsegpt",
-            ("nm", "unstructured"),
-            '"N:M", "unstructured:S", "unstructured-row:S"',
-            True,
-            True,
-            "optimal-brain-surgeon updates from the calibration Hessian",
-        ),
-    }
-)
+__all__ = ["prune"]
 
 
 # ----------------------------------------------------------------------------- validation
-def _method(method: Any, pattern: Pattern) -> MethodInfo:
-    if not isinstance(method, str) or method not in METHODS:
-        raise ValueError(
-            f"unknown pruning method {method!r}; choose one of {', '.join(map(repr, METHODS))}"
-        )
-    info = METHODS[method]
-    if not info.supports(pattern):
-        raise ValueError(
-            f"method {method!r} does not support pattern {pattern.name!r} (kind {pattern.kind!r}); "
-            f"it supports {info.patterns}. Use magnitude or random for any pattern kind."
-        )
-    return info
-
-
-def _check_selection(
-    model: nn.Module, chosen: dict[str, nn.Linear], names: list[str], pattern: Pattern
-) -> None:
-    if not chosen:
-        if names:
-            listed = ", ".join(repr(n) for n in names[:6]) + (" ..." if len(names) > 6 else "")
-            where = f"the model's {len(names)} Linear layers are {listed}"
-        else:
-            others = [n for n, _ in model.named_modules() if n][:6]
-            where = f"the model has no nn.Linear layers (its modules include {others})"
-        raise ValueError(
-            f"filter_fn selected no layers to prune; {where}. filter_fn(module, fqn) is asked "
-            f'about every nn.Linear, e.g. filter_fn=lambda mod, fqn: "mlp" in fqn'
-        )
-    for fqn, mod in chosen.items():
-        rows, cols = mod.weight.shape
-        if pattern.kind == "nm" and cols % pattern.m:
-            raise ValueError(
-                f"layer {fqn!r} has in_features={cols}, which is not divisible by M={pattern.m} of "
-                f"pattern {pattern.name!r}; skip it with filter_fn "
-                f"(e.g. filter_fn=lambda mod, fqn: mod.in_features % {pattern.m} == 0)"
-            )
-        if pattern.kind == "block" and (rows % pattern.block or cols % pattern.block):
-            raise ValueError(
-                f"layer {fqn!r} has weight shape {rows}x{cols}, not divisible into "
-                f"{pattern.block}x{pattern.block} blocks of pattern {pattern.name!r}; skip it with "
-                f"filter_fn or choose a block size that divides both"
-            )
-        if mod.weight.is_meta:
-            raise ValueError(f"layer {fqn!r} is on the meta device; load its weights first")
-
-
 def _warn_tied(model: nn.Module, chosen: dict[str, nn.Linear]) -> None:
     owners: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -190,26 +55,6 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
     finally:
         for mod, training in modes.items():
             mod.training = training
-
-
-# ----------------------------------------------------------------------------- layer functions
-def _apply(module: nn.Linear, mask: torch.Tensor) -> torch.Tensor:
-    module.weight.data.masked_fill_(~mask, 0)
-    return mask
-
-
-def _layer_fn(
-    method: str, pattern: Pattern
-) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
-    if method == "wanda":
-        return lambda fqn, mod, stats: _apply(mod, wanda_mask(mod.weight, pattern, stats))
-
-    def sparsegpt(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
-        new, mask = sparsegpt_prune(mod.weight, stats.hessian, pattern)
-        mod.weight.data.copy_(new)
-        return mask
-
-    return sparsegpt
 
 
 def _with_update(
@@ -244,39 +89,6 @@ def _check_update(update: Any, batches: Any, method: str) -> None:
             f"update={update!r} re-optimises the kept weights on calibration data: pass "
             f"calibration= (the same batches {method!r} would use), or update=None"
         )
-
-
-def _data_free(
-    model: nn.Module,
-    chosen: dict[str, nn.Linear],
-    info: MethodInfo,
-    pattern: Pattern,
-    seed: int,
-    cancel: Any,
-    progress: bool,
-) -> dict[str, torch.Tensor]:
-    if info.name == "weightnorm":
-        check_cancel(cancel, "before WeightNormSparsifier")
-        masks = weightnorm_masks(model, chosen, pattern)
-        for fqn, mask in masks.items():
-            report = check_pattern(mask, pattern)
-            if not report.valid:
-                raise RuntimeError(
-                    f"WeightNormSparsifier's mask for {fqn!r} breaks {pattern.name!r} "
-                    f"({report.violations} violations, first at {report.first_violations[:3]})"
-                )
-        return masks
-    masks = {}
-    with progress_bar(len(chosen), f"{info.name} {pattern.name}", progress) as bar:
-        for fqn, mod in chosen.items():
-            check_cancel(cancel, f"before layer {fqn}")
-            if info.name == "magnitude":
-                mask = magnitude_mask(mod.weight, pattern)
-            else:
-                mask = random_mask(mod.weight, pattern, seed, fqn)
-            masks[fqn] = _apply(mod, mask)
-            bar.update()
-    return masks
 
 
 # ----------------------------------------------------------------------------- prune
@@ -368,7 +180,7 @@ def prune(
     """
     start = time.perf_counter()
     pattern = Pattern.parse(pattern)
-    info = _method(method, pattern)
+    info = method_info(method, pattern)
     validate_cancel(cancel)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -387,7 +199,7 @@ def prune(
         )
     target = model if inplace else copy.deepcopy(model)
     chosen, names = selected_linears(target, filter_fn)
-    _check_selection(target, chosen, names, pattern)
+    check_selection(target, chosen, names, pattern)
     _warn_tied(target, chosen)
     permutation = None
     if permute:
@@ -402,7 +214,7 @@ def prune(
     try:
         with torch.no_grad(), _eval_mode(target):
             if info.needs_calibration:
-                layer_fn = _layer_fn(info.name, pattern)
+                layer_fn = info.layer_fn(pattern)
                 if update is not None:
                     layer_fn = _with_update(layer_fn, {}, snapshot, clock)
                 # 2a. gather statistics (block by block where possible), prune, measure.
@@ -412,7 +224,7 @@ def prune(
                     batches,
                     layer_fn,
                     snapshot,
-                    full=True if info.name == "sparsegpt" or update else None,
+                    full=True if info.needs_hessian or update else None,
                     device=device,
                     cancel=cancel,
                     progress=progress,
@@ -421,7 +233,7 @@ def prune(
                 masks, errors, blocks = driven.masks, driven.errors, driven.blocks
             else:
                 # 2b. prune from the weights alone, then measure on calibration if given.
-                masks = _data_free(target, chosen, info, pattern, seed, cancel, progress)
+                masks = info.data_free_masks(target, chosen, pattern, seed, cancel, progress)
                 errors, blocks = {}, None
                 if batches is not None:
                     measure = None if update is None else _with_update(None, masks, snapshot, clock)

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import PruningCancelled, check_cancel, validate_cancel
+
 __all__ = [
     "InputStats",
     "PruningCancelled",
@@ -25,37 +27,12 @@ __all__ = [
     "progress_bar",
     "reconstruction_error",
     "record_inputs",
+    "selected_linears",
+    "validate_cancel",
 ]
 
 #: Above this input width only the diagonal of ``X^T X`` is kept (a full one would be large).
 FULL_STATS_MAX_WIDTH = 4096
-
-
-class PruningCancelled(Exception):
-    """Pruning (or fine-tuning, or a sensitivity scan) was cancelled; the model was restored."""
-
-
-def check_cancel(cancel: Any, where: str = "") -> None:
-    """Raise :class:`PruningCancelled` when ``cancel.is_set()`` is true.
-
-    Parameters
-    ----------
-    cancel : threading.Event or object with ``is_set()``, optional
-        The cancellation flag; ``None`` never cancels.
-    where : str
-        Where the check happened, for the message.
-    """
-    if cancel is not None and cancel.is_set():
-        raise PruningCancelled(f"cancelled{' ' + where if where else ''}")
-
-
-def validate_cancel(cancel: Any) -> None:
-    """TypeError unless ``cancel`` is ``None`` or has an ``is_set()`` method."""
-    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-        raise TypeError(
-            f"cancel must be a threading.Event (or any object with is_set()), "
-            f"got {type(cancel).__name__}; e.g. cancel=threading.Event()"
-        )
 
 
 def progress_bar(total: int | None, desc: str, enabled: bool):

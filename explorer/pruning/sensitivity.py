@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import _html
 from ..patterns import Pattern
-from .api import _check_selection, _method, prune
+from .api import prune
 from .calibration import (
     PruningCancelled,
     as_batches,
@@ -27,6 +27,7 @@ from .calibration import (
     selected_linears,
     validate_cancel,
 )
+from .methods import check_selection, method_info
 
 __all__ = ["SensitivityResult", "sensitivity"]
 
@@ -172,13 +173,13 @@ def sensitivity(
             f"evaluate must be a callable evaluate(model) -> float, got {type(evaluate).__name__}"
         )
     pattern = Pattern.parse(pattern)
-    info = _method(method, pattern)
+    info = method_info(method, pattern)
     validate_cancel(cancel)
     batches = as_batches(calibration)
     if info.needs_calibration and batches is None:
         raise ValueError(f"method {method!r} needs calibration data: pass calibration=")
     chosen, names = selected_linears(model, filter_fn)
-    _check_selection(model, chosen, names, pattern)
+    check_selection(model, chosen, names, pattern)
     start = time.perf_counter()
     dense = float(evaluate(model))
     metrics: dict[str, float] = {}

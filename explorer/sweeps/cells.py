@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from explorer.store.provenance import provenance
+from explorer.errors import PruningCancelled
+from explorer.results.store.provenance import provenance
 from explorer.sweeps.grid import SPEED_PATTERNS
 
 __all__ = ["hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
@@ -121,14 +122,6 @@ def _round_weights(model: nn.Module, dtype: str) -> None:
                 param.copy_(param.to(target).to(param.dtype))
 
 
-def _selected(model: nn.Module, filter_fn: Callable) -> dict[str, nn.Linear]:
-    return {
-        fqn: mod
-        for fqn, mod in model.named_modules()
-        if isinstance(mod, nn.Linear) and filter_fn(mod, fqn)
-    }
-
-
 def _dense(config: dict) -> list[dict]:
     bundle = _bundle(config["model"])
     model = copy.deepcopy(bundle.model)
@@ -193,7 +186,9 @@ def _speed(config: dict) -> list[dict]:
         return _skipped(config, f"the benchmark is not available ({exc})")
     # 2. The model's distinct layer shapes in this layer set, with how often each occurs.
     bundle = _bundle(config["model"])
-    chosen = _selected(bundle.model, layer_filter(config["layers"], bundle.filter_fn))
+    from explorer.pruning.calibration import selected_linears
+
+    chosen, _ = selected_linears(bundle.model, layer_filter(config["layers"], bundle.filter_fn))
     shapes: dict[tuple[int, int], list[str]] = {}
     for fqn, mod in chosen.items():
         shapes.setdefault((mod.out_features, mod.in_features), []).append(fqn)
@@ -285,9 +280,9 @@ def run_cell(config: dict, cancel: Any = None) -> list[dict]:
         if kind not in _RUNNERS:
             raise ValueError(f"unknown cell kind {kind!r}; expected one of {', '.join(_RUNNERS)}")
         rows = _prune(config, cancel) if kind == "prune" else _RUNNERS[kind](config)
+    except PruningCancelled:
+        raise
     except Exception as exc:  # every failure is recorded; the sweep goes on
-        if type(exc).__name__ == "PruningCancelled":
-            raise
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
         message = f"{type(exc).__name__}: {exc}".strip()

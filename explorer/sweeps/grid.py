@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from explorer.store.canonical import config_key
+from explorer.dtypes import dtype_name
+from explorer.results.store.canonical import config_key
 
 __all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig"]
 
@@ -48,7 +49,7 @@ def _check_known(model: str, methods: tuple[str, ...]) -> None:
 
 
 def _dtype_name(value: object) -> str:
-    name = str(value).removeprefix("torch.")
+    name = dtype_name(value)
     if name not in _DTYPES:
         raise ValueError(
             f"dtype {value!r} is not one a sweep measures; expected one of {', '.join(_DTYPES)}"

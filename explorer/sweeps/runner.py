@@ -1,6 +1,6 @@
 """``sweep``: run a grid of cells, commit each as it finishes, and resume where a run stopped.
 
-Each cell is claimed in the store before it is computed (:mod:`explorer.store.leases`), so
+Each cell is claimed in the store before it is computed (:mod:`explorer.results.store.leases`), so
 several sweeps of one grid on one store split the cells between them instead of computing each
 twice; a sweep that finishes first waits for the cells others still hold, and takes over those
 whose writer died.
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from explorer import _html
-from explorer.store import ResultStore, StoreError
-from explorer.store import leases as _leases
+from explorer.errors import PruningCancelled, validate_cancel
+from explorer.results.store import ResultStore, StoreError
+from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
 from explorer.sweeps.grid import Cell, SweepConfig
 
@@ -63,7 +64,7 @@ class SweepResult:
     by_other_writer: int = 0
 
     def rows(self, store: ResultStore | None = None):
-        """This sweep's rows, as a :class:`~explorer.store.ResultTable`.
+        """This sweep's rows, as a :class:`~explorer.results.store.ResultTable`.
 
         Reads ``store`` if given (needed for an in-memory store), else reopens :attr:`db`.
         """
@@ -184,8 +185,12 @@ def sweep(
 
     Examples
     --------
+    A dense cell, a pruned one, and a layer-speed cell that is skipped without a GPU:
+
     >>> result = sweep("digits-mlp", methods="magnitude", patterns="2:4", db=":memory:",
-    ...                progress=False)  # doctest: +SKIP
+    ...                progress=False)
+    >>> result.total, result.ran, result.failed
+    (3, 3, 0)
     """
     from tqdm.auto import tqdm
 
@@ -194,8 +199,7 @@ def sweep(
     )
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name={name!r}: expected a non-empty string or None")
-    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-        raise TypeError(f"cancel={cancel!r}: expected a threading.Event (or None)")
+    validate_cancel(cancel)
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise TypeError(
             f"executor={executor!r}: expected a concurrent.futures.Executor or a "
@@ -269,9 +273,9 @@ def sweep(
                     if executor is not None:
                         return executor.submit(_cells.run_cell, cell.config).result()
                     return _cells.run_cell(cell.config, cancel=cancel)
+            except PruningCancelled:
+                return None
             except Exception as exc:
-                if type(exc).__name__ == "PruningCancelled":
-                    return None
                 if executor is None:
                     raise
                 return _failure(cell, exc)  # the worker died or could not run the cell

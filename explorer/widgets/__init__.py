@@ -11,8 +11,10 @@ Examples
 'overview'
 """
 
+from explorer.results.speedup import SpeedEstimate, estimate_speedup, recorded_speed
+from explorer.results.tradeoff import TradeoffPoint, pareto_front
 from explorer.widgets.dashboard import DEFAULT_MODEL, MODELS, Dashboard, Status
-from explorer.widgets.kernel_runner import KernelResult, KernelRunner, recorded_speed
+from explorer.widgets.kernel_runner import KernelResult, KernelRunner
 from explorer.widgets.layer_picker import LayerPicker, LayerRow
 from explorer.widgets.mask_view import (
     MaskComparison,
@@ -25,8 +27,7 @@ from explorer.widgets.mask_view import (
 )
 from explorer.widgets.method_picker import MethodConfig, MethodPicker
 from explorer.widgets.pattern_panel import PatternPanel, row_validity
-from explorer.widgets.speed import SpeedEstimate, estimate_speedup
-from explorer.widgets.tradeoff import TradeoffPlot, TradeoffPoint, pareto_front
+from explorer.widgets.tradeoff import TradeoffPlot
 
 __all__ = [
     "DEFAULT_MODEL",

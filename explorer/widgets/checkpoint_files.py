@@ -2,7 +2,7 @@
 
 *Save* writes a compressed 2:4 checkpoint (:func:`explorer.save_sparse`); *Export* writes the
 dense masked model as ONNX (:func:`explorer.export_onnx`) and checks it for TensorRT. Files go
-to ``<cache>/exports`` (see :func:`explorer.models.cache_dir`) unless a path is given.
+to ``<cache>/exports`` (see :func:`explorer.results.store.cache_dir`) unless a path is given.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def default_path(model_name: str, label: str, kind: str) -> Path:
     >>> default_path("digits-mlp", "magnitude 2:4 all float16", "save").name
     'digits-mlp-magnitude-2-4-all-float16.safetensors'
     """
-    from explorer.models import cache_dir
+    from explorer.results.store.location import cache_dir
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
@@ -83,8 +83,12 @@ def write_file(
 
     Examples
     --------
-    >>> write_file(bundle, "save")  # doctest: +SKIP
-    WrittenFile(save, digits-mlp-dense.safetensors, ...)
+    >>> import os, tempfile, explorer
+    >>> from explorer.models import load
+    >>> bundle = load("digits-mlp")
+    >>> result = explorer.prune(bundle.model, filter_fn=bundle.filter_fn, progress=False)
+    >>> write_file(bundle, "save", os.path.join(tempfile.mkdtemp(), "d.safetensors"), result)
+    WrittenFile(save, d.safetensors, 189,896 of 340,008 dense bytes)
     """
     from explorer.checkpoint import export_onnx, save_sparse
 

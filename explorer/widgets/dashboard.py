@@ -17,13 +17,13 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.results.speedup import estimate_speedup
 from explorer.widgets._quiet import hidden_displays
 from explorer.widgets.kernel_runner import KernelRunner
 from explorer.widgets.layer_picker import LayerPicker
 from explorer.widgets.mask_view import MaskViewer
 from explorer.widgets.method_picker import MethodConfig, MethodPicker
 from explorer.widgets.pattern_panel import PatternPanel
-from explorer.widgets.speed import estimate_speedup
 from explorer.widgets.tradeoff import TradeoffPlot, TradeoffPoint
 
 __all__ = ["DEFAULT_MODEL", "MODELS", "Dashboard", "Status"]

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 
 __all__ = ["LayerPicker", "LayerRow"]
 
@@ -49,7 +50,7 @@ def _fallback_rows(model: nn.Module) -> list[LayerRow]:
                     name,
                     "Linear",
                     tuple(w.shape),
-                    str(w.dtype).replace("torch.", ""),
+                    dtype_name(w.dtype),
                     w.numel(),
                     False,
                     "not checked",
@@ -86,7 +87,7 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
                 name=info.name,
                 kind=str(info.kind),
                 shape=tuple(int(s) for s in info.shape),
-                dtype=str(info.dtype).replace("torch.", ""),
+                dtype=dtype_name(info.dtype),
                 params=int(info.params),
                 valid_24=bool(info.valid_24),
                 verdict=verdict,

@@ -1,49 +1,16 @@
-"""Accuracy (or fidelity) versus speedup: one point per configuration, the Pareto frontier drawn."""
+"""The trade-off plot: :class:`~explorer.results.tradeoff.TradeoffPoint` s with their frontier.
+
+The points and the frontier rule live in :mod:`explorer.results.tradeoff`; this module holds
+the plot's state (points, metric, listeners) and hands it to the view.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from explorer import _html
-from explorer.pareto import pareto_front
+from explorer.results.tradeoff import TradeoffPoint, pareto_front
 
 __all__ = ["TradeoffPlot", "TradeoffPoint", "pareto_front"]
-
-
-@dataclass(frozen=True)
-class TradeoffPoint:
-    """One configuration's result.
-
-    Attributes
-    ----------
-    label : str
-        e.g. ``"wanda 2:4 all float16"``.
-    speedup : float
-        Estimated or measured speedup over dense (1.0 = none).
-    score : float
-        The model's metric (accuracy, cosine to dense, perplexity ...).
-    config : str
-        The configuration as JSON (:meth:`MethodConfig.to_json`), loaded again on click.
-    details : dict
-        Extra hover lines (e.g. how the speedup was obtained).
-    """
-
-    label: str
-    speedup: float
-    score: float
-    config: str = "{}"
-    details: dict = field(default_factory=dict, compare=False)
-
-    def hover(self) -> str:
-        """Hover text: label, both numbers and the details."""
-        lines = [
-            f"<b>{_html.escape(self.label)}</b>",
-            f"speedup {self.speedup:.3f}x",
-            f"score {self.score:.4g}",
-        ]
-        lines += [f"{_html.escape(k)}: {_html.escape(v)}" for k, v in self.details.items()]
-        return "<br>".join(lines)
 
 
 class TradeoffPlot:

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from explorer.experiments import report
 from explorer.experiments.accuracy import Results, Row, main, run
+from explorer.results.markdown import accuracy as report
 
 SETTINGS = {"digits-mlp": {"calibration": 64, "finetune": {"steps": 5, "lr": 1e-3}}}
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from explorer.experiments import accuracy, report
+from explorer.experiments import accuracy
 from explorer.experiments.accuracy import Results, run
+from explorer.results.markdown import accuracy as report
 
 SETTINGS = {"digits-mlp": {"calibration": 64, "finetune": None}}
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from explorer.masks import make_mask
+
 
 def mask24(w: torch.Tensor) -> torch.Tensor:
-    """Magnitude 2:4 along the last dimension (zeros in place)."""
-    g = w.reshape(-1, 4)
-    idx = g.float().abs().topk(2, dim=1).indices
-    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(1, idx, True)
-    return (g * keep).reshape(w.shape)
+    """Magnitude 2:4 along the last dimension (zeros in place): :func:`explorer.make_mask`."""
+    return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
 def relerr(a: torch.Tensor, b: torch.Tensor) -> float:

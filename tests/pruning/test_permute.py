@@ -247,7 +247,7 @@ def test_prune_with_permute(method, make_mlp, make_inputs):
 
 
 def test_prune_permute_failure_restores_exactly(make_mlp, make_inputs, monkeypatch):
-    import explorer.pruning.api as api
+    import explorer.pruning.methods as methods
 
     net = make_mlp((16, 64, 32))
     saved = _state(net)
@@ -255,7 +255,7 @@ def test_prune_permute_failure_restores_exactly(make_mlp, make_inputs, monkeypat
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(api, "sparsegpt_prune", boom)
+    monkeypatch.setattr(methods, "sparsegpt_prune", boom)
     with pytest.raises(RuntimeError, match="boom"):
         prune(
             net, "sparsegpt", "2:4", calibration=[make_inputs(64, 16)], permute=True, progress=False

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -11,7 +13,7 @@ from torch import nn
 
 from explorer.patterns import Pattern
 from explorer.pruning import METHODS, PruneResult, PruningCancelled, prune
-from explorer.pruning import api as api_module
+from explorer.pruning import methods as methods_module
 
 
 def _weights(net: nn.Module) -> dict[str, torch.Tensor]:
@@ -102,33 +104,22 @@ def test_failure_half_way_restores_bit_identical(method, make_mlp, monkeypatch):
         def failing_check(mask, pattern):
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(api_module, "check_pattern", failing_check)
-    elif method in ("wanda", "sparsegpt"):
-        real_fn = api_module._layer_fn
-
-        def failing(name, pattern):
-            fn = real_fn(name, pattern)
-
-            def wrapped(fqn, mod, stats):
-                calls["n"] += 1
-                if calls["n"] == 2:
-                    raise RuntimeError("boom")
-                return fn(fqn, mod, stats)
-
-            return wrapped
-
-        monkeypatch.setattr(api_module, "_layer_fn", failing)
+        monkeypatch.setattr(methods_module, "check_pattern", failing_check)
     else:
-        target = api_module.magnitude_mask if method == "magnitude" else api_module.random_mask
-        attr = "magnitude_mask" if method == "magnitude" else "random_mask"
+        # the registry entry's own function fails on its second layer
+        info = methods_module.METHODS[method]
+        step = "calibrated" if info.calibrated is not None else "from_weights"
+        real = getattr(info, step)
 
         def failing(*args, **kwargs):
             calls["n"] += 1
             if calls["n"] == 2:
                 raise RuntimeError("boom")
-            return target(*args, **kwargs)
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(api_module, attr, failing)
+        changed = dataclasses.replace(info, **{step: failing})
+        registry = MappingProxyType({**methods_module.METHODS, method: changed})
+        monkeypatch.setattr(methods_module, "METHODS", registry)
     with pytest.raises(RuntimeError, match="boom"):
         prune(net, method, "2:4", calibration=[torch.randn(16, 32)], progress=False)
     assert _same(net, saved)

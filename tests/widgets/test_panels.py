@@ -100,7 +100,7 @@ def test_kernel_runner_explains_a_dense_weight_and_bad_arguments():
 
 
 def test_recorded_speed_reads_a_store():
-    store_mod = pytest.importorskip("explorer.store")
+    store_mod = pytest.importorskip("explorer.results.store")
     store = store_mod.ResultStore(":memory:")
     store.record(
         "layer-speed",

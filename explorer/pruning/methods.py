@@ -1,0 +1,287 @@
+"""The pruning methods: one registry entry a method, holding what it needs and how it runs.
+
+Adding a method is one entry in :data:`METHODS`: a :class:`MethodInfo` with its metadata and
+the function that prunes with it, either per layer from calibration statistics
+(``calibrated``), per layer from the weights alone (``from_weights``), or over the whole
+model at once (``whole_model``). :func:`explorer.pruning.prune` asks the entry, never the name.
+
+Examples
+--------
+>>> METHODS["wanda"].needs_calibration, METHODS["magnitude"].needs_calibration
+(True, False)
+>>> method_info("weightnorm", Pattern.parse("unstructured-row:0.5"))
+Traceback (most recent call last):
+...
+ValueError: method 'weightnorm' does not support pattern 'unstructured-row:0.5' (kind 'unstructured'); it supports "N:M", "unstructured:S" (per layer), "blockB:S". Use magnitude or random for any pattern kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..checks import check_pattern
+from ..patterns import Pattern
+from .calibration import InputStats, check_cancel, progress_bar
+from .magnitude import magnitude_mask
+from .random import random_mask
+from .sparsegpt import sparsegpt_prune
+from .wanda import wanda_mask
+from .weightnorm import weightnorm_masks
+
+__all__ = ["METHODS", "UPDATES", "MethodInfo", "check_selection", "method_info"]
+
+#: Weight updates that can follow any method once its mask is chosen (``prune(update=...)``).
+UPDATES = ("admm",)
+
+_ALL_KINDS = ("nm", "unstructured", "block", "rows")
+_ANY = '"N:M", "unstructured:S", "unstructured-row:S", "blockB:S", "rows:S"'
+
+#: ``calibrated(module, pattern, stats) -> mask``: prunes one layer in place from its inputs.
+CalibratedFn = Callable[[nn.Linear, Pattern, InputStats], torch.Tensor]
+#: ``from_weights(weight, pattern, seed, fqn) -> mask``: one layer's mask from its weight.
+FromWeightsFn = Callable[[torch.Tensor, Pattern, int, str], torch.Tensor]
+#: ``whole_model(model, chosen, pattern) -> masks``: every chosen layer's mask at once.
+WholeModelFn = Callable[[nn.Module, dict, Pattern], dict]
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A pruning method: what it needs and supports, and the function that runs it.
+
+    Attributes
+    ----------
+    name : str
+        The name to pass as ``method=``.
+    kinds : tuple of str
+        Pattern kinds it supports (see :class:`explorer.patterns.Pattern`).
+    patterns : str
+        The supported patterns in words, for messages and menus.
+    needs_calibration : bool
+        Whether it needs ``calibration=``.
+    updates_weights : bool
+        Whether it changes kept weights too (not only zeros the pruned ones).
+    summary : str
+        One line on what it does.
+    calibrated, from_weights, whole_model : callable, optional
+        How it prunes (exactly one is set): per layer from calibration statistics, per layer
+        from the weight alone, or the whole model at once.
+    needs_hessian : bool
+        Whether the calibrated function reads the full input Hessian (not only column norms).
+    row_patterns : bool
+        Whether it supports ``unstructured-row:S`` (per output row) when it supports
+        unstructured patterns.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    patterns: str
+    needs_calibration: bool
+    updates_weights: bool
+    summary: str
+    calibrated: CalibratedFn | None = field(default=None, repr=False, compare=False)
+    from_weights: FromWeightsFn | None = field(default=None, repr=False, compare=False)
+    whole_model: WholeModelFn | None = field(default=None, repr=False, compare=False)
+    needs_hessian: bool = False
+    row_patterns: bool = True
+
+    def supports(self, pattern: Pattern) -> bool:
+        """Whether ``pattern`` is one this method can produce.
+
+        Examples
+        --------
+        >>> METHODS["wanda"].supports(Pattern.parse("block16:0.5"))
+        False
+        """
+        if pattern.kind not in self.kinds:
+            return False
+        return self.row_patterns or not (pattern.kind == "unstructured" and pattern.per_row)
+
+    def layer_fn(self, pattern: Pattern) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
+        """The per-layer step :func:`~explorer.pruning.sequential.run_sequential` calls."""
+        if self.calibrated is None:
+            raise ValueError(f"method {self.name!r} prunes without calibration statistics")
+        run = self.calibrated
+        return lambda fqn, mod, stats: run(mod, pattern, stats)
+
+    def data_free_masks(
+        self,
+        model: nn.Module,
+        chosen: dict[str, nn.Linear],
+        pattern: Pattern,
+        seed: int,
+        cancel: Any,
+        progress: bool,
+    ) -> dict[str, torch.Tensor]:
+        """Prune ``chosen`` in place from the weights alone; the keep-masks by layer."""
+        if self.whole_model is not None:
+            check_cancel(cancel, f"before {self.name}")
+            return self.whole_model(model, chosen, pattern)
+        if self.from_weights is None:
+            raise ValueError(f"method {self.name!r} needs calibration statistics")
+        masks = {}
+        with progress_bar(len(chosen), f"{self.name} {pattern.name}", progress) as bar:
+            for fqn, mod in chosen.items():
+                check_cancel(cancel, f"before layer {fqn}")
+                masks[fqn] = _apply(mod, self.from_weights(mod.weight, pattern, seed, fqn))
+                bar.update()
+        return masks
+
+
+def _apply(module: nn.Linear, mask: torch.Tensor) -> torch.Tensor:
+    module.weight.data.masked_fill_(~mask, 0)
+    return mask
+
+
+def _wanda(mod: nn.Linear, pattern: Pattern, stats: InputStats) -> torch.Tensor:
+    return _apply(mod, wanda_mask(mod.weight, pattern, stats))
+
+
+def _sparsegpt(mod: nn.Linear, pattern: Pattern, stats: InputStats) -> torch.Tensor:
+    new, mask = sparsegpt_prune(mod.weight, stats.hessian, pattern)
+    mod.weight.data.copy_(new)
+    return mask
+
+
+def _weightnorm(model: nn.Module, chosen: dict, pattern: Pattern) -> dict[str, torch.Tensor]:
+    masks = weightnorm_masks(model, chosen, pattern)
+    for fqn, mask in masks.items():
+        report = check_pattern(mask, pattern)
+        if not report.valid:
+            raise RuntimeError(
+                f"WeightNormSparsifier's mask for {fqn!r} breaks {pattern.name!r} "
+                f"({report.violations} violations, first at {report.first_violations[:3]})"
+            )
+    return masks
+
+
+#: The pruning methods by name.
+METHODS: MappingProxyType[str, MethodInfo] = MappingProxyType(
+    {
+        "random": MethodInfo(
+            "random",
+            _ALL_KINDS,
+            _ANY,
+            False,
+            False,
+            "random scores: the floor to beat",
+            from_weights=random_mask,
+        ),
+        "magnitude": MethodInfo(
+            "magnitude",
+            _ALL_KINDS,
+            _ANY,
+            False,
+            False,
+            "keep the largest |w| the pattern allows",
+            from_weights=lambda weight, pattern, seed, fqn: magnitude_mask(weight, pattern),
+        ),
+        "weightnorm": MethodInfo(
+            "weightnorm",
+            ("nm", "unstructured", "block"),
+            '"N:M", "unstructured:S" (per layer), "blockB:S"',
+            False,
+            False,
+            "torch.ao.pruning WeightNormSparsifier, the PyTorch tutorial's flow",
+            whole_model=_weightnorm,
+            row_patterns=False,
+        ),
+        "wanda": MethodInfo(
+            "wanda",
+            ("nm", "unstructured"),
+            '"N:M", "unstructured:S", "unstructured-row:S" (compared per output row)',
+            True,
+            False,
+            "|w| times the input column's activation norm, per output row",
+            calibrated=_wanda,
+        ),
+        "sparsegpt": MethodInfo(
+            "sparsegpt",
+            ("nm", "unstructured"),
+            '"N:M", "unstructured:S", "unstructured-row:S"',
+            True,
+            True,
+            "optimal-brain-surgeon updates from the calibration Hessian",
+            calibrated=_sparsegpt,
+            needs_hessian=True,
+        ),
+    }
+)
+
+
+def method_info(method: Any, pattern: Pattern) -> MethodInfo:
+    """The registry entry for ``method``, checked against ``pattern``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown method, or a pattern the method cannot produce.
+
+    Examples
+    --------
+    >>> method_info("magnitude", Pattern.parse("2:4")).name
+    'magnitude'
+    """
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(
+            f"unknown pruning method {method!r}; choose one of {', '.join(map(repr, METHODS))}"
+        )
+    info = METHODS[method]
+    if not info.supports(pattern):
+        raise ValueError(
+            f"method {method!r} does not support pattern {pattern.name!r} (kind {pattern.kind!r}); "
+            f"it supports {info.patterns}. Use magnitude or random for any pattern kind."
+        )
+    return info
+
+
+def check_selection(
+    model: nn.Module, chosen: dict[str, nn.Linear], names: list[str], pattern: Pattern
+) -> None:
+    """Check the layers ``filter_fn`` chose: at least one, each shaped for ``pattern``.
+
+    Raises
+    ------
+    ValueError
+        Naming the layer and how to skip it with ``filter_fn``.
+
+    Examples
+    --------
+    >>> net = nn.Sequential(nn.Linear(6, 4))
+    >>> check_selection(net, dict(net.named_children()), ["0"], Pattern.parse("2:4"))
+    Traceback (most recent call last):
+    ...
+    ValueError: layer '0' has in_features=6, which is not divisible by M=4 of pattern '2:4'; skip it with filter_fn (e.g. filter_fn=lambda mod, fqn: mod.in_features % 4 == 0)
+    """
+    if not chosen:
+        if names:
+            listed = ", ".join(repr(n) for n in names[:6]) + (" ..." if len(names) > 6 else "")
+            where = f"the model's {len(names)} Linear layers are {listed}"
+        else:
+            others = [n for n, _ in model.named_modules() if n][:6]
+            where = f"the model has no nn.Linear layers (its modules include {others})"
+        raise ValueError(
+            f"filter_fn selected no layers to prune; {where}. filter_fn(module, fqn) is asked "
+            f'about every nn.Linear, e.g. filter_fn=lambda mod, fqn: "mlp" in fqn'
+        )
+    for fqn, mod in chosen.items():
+        rows, cols = mod.weight.shape
+        if pattern.kind == "nm" and cols % pattern.m:
+            raise ValueError(
+                f"layer {fqn!r} has in_features={cols}, which is not divisible by M={pattern.m} of "
+                f"pattern {pattern.name!r}; skip it with filter_fn "
+                f"(e.g. filter_fn=lambda mod, fqn: mod.in_features % {pattern.m} == 0)"
+            )
+        if pattern.kind == "block" and (rows % pattern.block or cols % pattern.block):
+            raise ValueError(
+                f"layer {fqn!r} has weight shape {rows}x{cols}, not divisible into "
+                f"{pattern.block}x{pattern.block} blocks of pattern {pattern.name!r}; skip it with "
+                f"filter_fn or choose a block size that divides both"
+            )
+        if mod.weight.is_meta:
+            raise ValueError(f"layer {fqn!r} is on the meta device; load its weights first")

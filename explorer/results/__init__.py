@@ -1,0 +1,12 @@
+"""Results: how every measurement is stored, looked up and reported, each one way.
+
+- :mod:`explorer.results.store`: the SQLite results store, its rows, provenance and the one
+  cache folder (:func:`~explorer.results.store.cache_dir`).
+- :mod:`explorer.results.speedup`: the recorded speed of a shape and the one speed-up estimate.
+- :mod:`explorer.results.tradeoff`: :class:`~explorer.results.tradeoff.TradeoffPoint` and the
+  Pareto front.
+- :mod:`explorer.results.html` and :mod:`explorer.results.markdown`: the HTML report and the
+  Markdown tables.
+
+Importing this package imports none of them; import the module you need.
+"""

@@ -1,0 +1,41 @@
+"""Markdown: the one table writer and number format, and the pages built from them.
+
+- :mod:`explorer.results.markdown.bench`: the benchmark's tables and page.
+- :mod:`explorer.results.markdown.accuracy`: the accuracy experiment's tables.
+
+Examples
+--------
+>>> print(markdown(["a", "b"], [[1, 2.5]]))
+| a | b |
+| --- | --- |
+| 1 | 2.500 |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+__all__ = ["fmt", "markdown"]
+
+
+def fmt(value: object, spec: str = ".3f", missing: str = "-") -> str:
+    """A table cell: a float in ``spec``, ``missing`` for None or NaN, anything else as text.
+
+    Examples
+    --------
+    >>> fmt(2.5), fmt(None), fmt(float("nan"), missing="n/a"), fmt(12345.6, ".4g"), fmt("x")
+    ('2.500', '-', 'n/a', '1.235e+04', 'x')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def markdown(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table from a header and rows of cells (each cell through :func:`fmt`)."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)

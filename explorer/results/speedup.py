@@ -1,0 +1,295 @@
+"""Speed-ups: what was recorded for a weight shape, and the one model speed-up estimate.
+
+:func:`recorded_speed` reads the sparse-versus-dense speed-ups recorded for one weight shape
+(layer speed rows and matmul benchmark rows of a store, or of the shipped reference
+database). :func:`combine_speedups` is the one estimator of a model's speed-up from per-layer
+ones: Amdahl's law over the layers' dense work. Both :func:`estimate_speedup` (the dashboard's
+per-configuration estimate) and :func:`model_speedups` (the HTML report's, from layer speed
+rows) go through it, and both results are estimates, labelled so wherever they are shown.
+
+Only the ``nn.Linear`` matmuls are counted (time proportional to ``out x in`` per token);
+attention, norms and embeddings are left out, so the estimate is an upper bound for the
+whole model. A 2:4-pruned layer uses the speedup recorded for its shape, token count and
+dtype when there is one, else the hardware bound of 2x; a layer the doctor marks
+"unsupported" (no sparse kernel runs it) or "slow" (too small for a sparse kernel to pay off)
+counts as 1x unless a measurement says otherwise, and so does every pattern other than 2:4.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from explorer.dtypes import dtype_name
+
+__all__ = [
+    "HARDWARE_BOUND",
+    "SpeedEstimate",
+    "combine_speedups",
+    "estimate_speedup",
+    "model_speedups",
+    "recorded_speed",
+    "row_speedup",
+]
+
+#: The speedup bound of sparse tensor cores (they double the math rate).
+HARDWARE_BOUND = 2.0
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    """An end-to-end speedup estimate and where its per-layer numbers came from."""
+
+    speedup: float
+    measured: int
+    bounded: int
+    unaccelerated: int
+    gpus: tuple[str, ...] = ()
+    bound: float = 1.0
+
+    @property
+    def source(self) -> str:
+        """How the estimate was obtained, in words."""
+        parts = []
+        if self.measured:
+            parts.append(f"{self.measured} layers recorded on {', '.join(self.gpus)}")
+        if self.bounded:
+            parts.append(f"{self.bounded} layers at the 2x bound (nothing recorded)")
+        if self.unaccelerated:
+            parts.append(f"{self.unaccelerated} layers at 1x (no speedup expected)")
+        return "; ".join(parts) or "nothing pruned"
+
+    def __repr__(self) -> str:
+        return f"SpeedEstimate({self.speedup:.3f}x: {self.source})"
+
+
+def estimate_speedup(
+    shapes: Mapping[str, tuple[int, int]],
+    pruned: Iterable[str],
+    pattern: str = "2:4",
+    tokens: int = 1024,
+    dtype: str = "float16",
+    verdicts: Mapping[str, str] | None = None,
+    store=None,
+    recorded: bool = True,
+) -> SpeedEstimate:
+    """Amdahl's law over the model's Linear layers.
+
+    Parameters
+    ----------
+    shapes : mapping of str to (int, int)
+        Every Linear layer's ``(out, in)``.
+    pruned : iterable of str
+        The layers that were pruned.
+    pattern : str
+        The pattern they were pruned to; only ``"2:4"`` is accelerated.
+    verdicts : mapping of str to str, optional
+        The doctor's verdicts for the pruned model; ``"unsupported"`` layers, and ``"slow"``
+        ones without a recorded measurement, count as 1x.
+    recorded : bool
+        Look up recorded measurements (False: use the 2x bound for every accelerated layer).
+
+    Examples
+    --------
+    >>> estimate_speedup({"a": (4, 4), "b": (4, 4)}, ["a"], recorded=False).speedup
+    1.3333333333333333
+    >>> estimate_speedup({"a": (4, 4)}, ["a"], pattern="4:8").speedup
+    1.0
+    >>> estimate_speedup({"a": (4, 4)}, ["a"], verdicts={"a": "slow"}, recorded=False).bound
+    2.0
+    """
+    pruned = set(pruned)
+    verdicts = verdicts or {}
+    actual: list[tuple[float, float]] = []  # (dense work, speedup) per layer
+    ideal: list[tuple[float, float]] = []
+    measured = bounded = unaccelerated = 0
+    gpus: list[str] = []
+    for name, (out, inp) in shapes.items():
+        cost = float(out) * float(inp)
+        if name not in pruned or pattern != "2:4":
+            unaccelerated += name in pruned
+            actual.append((cost, 1.0))
+            ideal.append((cost, 1.0))
+            continue
+        ideal.append((cost, HARDWARE_BOUND))
+        verdict = verdicts.get(name)
+        rows = (
+            []
+            if verdict == "unsupported" or not recorded
+            else recorded_speed((out, inp), tokens, dtype, store)
+        )
+        if verdict in ("unsupported", "slow") and not rows:
+            unaccelerated += 1
+            actual.append((cost, 1.0))
+        elif rows:
+            measured += 1
+            gpus += [rows[0]["gpu"]] if rows[0]["gpu"] not in gpus else []
+            actual.append((cost, rows[0]["speedup"]))
+        else:
+            bounded += 1
+            actual.append((cost, HARDWARE_BOUND))
+    speedup, bound = combine_speedups(actual), combine_speedups(ideal)
+    return SpeedEstimate(speedup, measured, bounded, unaccelerated, tuple(gpus), bound)
+
+
+def combine_speedups(layers: Iterable[tuple[float, float]]) -> float:
+    """A model's speed-up from its layers' ``(dense work, speed-up)``: Amdahl's law.
+
+    Dense time is taken proportional to a layer's work, so its sparse time is its work
+    divided by its speed-up. Layers with no work, or no positive speed-up, are left out;
+    with none left the answer is 1.0. The result is an estimate: the layers' times are
+    added as if nothing else ran.
+
+    Examples
+    --------
+    >>> combine_speedups([(1.0, 2.0), (1.0, 1.0)])  # half the work twice as fast
+    1.3333333333333333
+    >>> combine_speedups([])
+    1.0
+    """
+    dense = sparse = 0.0
+    for work, speedup in layers:
+        if work > 0 and speedup and speedup > 0:
+            dense += work
+            sparse += work / speedup
+    return dense / sparse if sparse else 1.0
+
+
+def row_speedup(row) -> float | None:
+    """The sparse-over-dense speed-up a stored row records, or None.
+
+    A ``speedup`` metric, else the ratio of ``dense_*`` to ``sparse_*`` times (in ``ms``,
+    ``us`` or ``s``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> row_speedup(SimpleNamespace(metrics={"dense_ms": 3.0, "sparse_ms": 2.0}))
+    1.5
+    >>> row_speedup(SimpleNamespace(metrics={"accuracy": 0.9})) is None
+    True
+    """
+    m = row.metrics
+    if isinstance(m.get("speedup"), (int, float)) and m["speedup"] > 0:
+        return float(m["speedup"])
+    for unit in ("ms", "us", "s"):
+        dense, sparse = m.get(f"dense_{unit}"), m.get(f"sparse_{unit}")
+        if isinstance(dense, (int, float)) and isinstance(sparse, (int, float)) and sparse > 0:
+            return float(dense) / float(sparse)
+    return None
+
+
+def model_speedups(rows: Iterable) -> dict[tuple, tuple[float, str]]:
+    """``{(model, pattern, layers, dtype, tokens): (speedup, source)}`` from layer speed rows.
+
+    Each key's layers are combined by :func:`combine_speedups`, weighting each layer by its
+    dense work (``out x in x count``); the result is an estimate of the model's speed-up.
+    ``source`` is ``"local"`` when any of the key's rows were measured here, else the
+    reference rows' origin.
+    """
+    layers: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    sources: dict[tuple, str] = {}
+    for row in rows:
+        speedup = row_speedup(row) if row.status == "ok" else None
+        shape = row.config.get("shape")
+        if speedup is None or not isinstance(shape, list) or len(shape) != 2:
+            continue
+        c = row.config
+        key = (c.get("model"), c.get("pattern"), c.get("layers"), c.get("dtype"), c.get("tokens"))
+        layers[key].append(
+            (float(shape[0]) * float(shape[1]) * float(c.get("count") or 1), speedup)
+        )
+        if row.source == "local":
+            sources[key] = "local"
+        else:
+            sources.setdefault(key, row.origin)
+    return {k: (combine_speedups(v), sources[k]) for k, v in layers.items()}
+
+
+def _shape_of(row) -> tuple[int, int] | None:
+    cfg = row.config
+    for a, b in (("out_features", "in_features"), ("m", "k"), ("rows", "cols")):
+        if a in cfg and b in cfg:
+            return int(cfg[a]), int(cfg[b])
+    shape = cfg.get("shape") or cfg.get("weight_shape")
+    if isinstance(shape, (list, tuple)) and len(shape) == 2:
+        return int(shape[0]), int(shape[1])
+    return None
+
+
+def _entry(row, speedup: float, what: str) -> dict:
+    return {
+        "gpu": str(row.provenance.get("gpu") or row.config.get("gpu") or "unknown GPU"),
+        "tokens": int(row.config.get("tokens", row.config.get("n", 0)) or 0),
+        "dtype": dtype_name(row.config.get("dtype", "?")),
+        "speedup": float(speedup),
+        "source": f"{getattr(row, 'source', 'local')} {what}".strip(),
+    }
+
+
+def _rows_for(store, shape: tuple[int, int]) -> list[dict]:
+    """Speedups for ``shape`` from a store's layer and matmul benchmark rows."""
+    found, dense, sparse = [], {}, {}
+    for row in store.query():
+        if row.status != "ok" or _shape_of(row) != tuple(shape):
+            continue
+        if row.kind == "bench-matmul":
+            # 1. pair the dense and the explorer (cached cuSPARSELt plan) rows of one cell,
+            # 2. eager mode only: what a model calling the layer sees, host overhead included.
+            cfg = row.config
+            if cfg.get("mode", "eager") != "eager" or not row.metrics.get("ms"):
+                continue
+            key = (cfg.get("tokens", cfg.get("n")), cfg.get("dtype"), row.provenance.get("gpu"))
+            if cfg.get("impl") == "dense":
+                dense[key] = row
+            elif cfg.get("impl") == "explorer":
+                sparse[key] = row
+            continue
+        pattern = row.config.get("pattern", "2:4")
+        if row.kind == "bench-unstructured" or str(pattern) != "2:4":
+            continue  # CSR, BSR and other patterns do not run on sparse tensor cores
+        speedup = row_speedup(row)
+        if speedup is not None:
+            found.append(_entry(row, speedup, row.kind))
+    for key, row in sparse.items():
+        if key in dense:
+            speedup = dense[key].metrics["ms"] / row.metrics["ms"]
+            found.append(_entry(row, speedup, "matmul benchmark"))
+    return found
+
+
+def recorded_speed(
+    shape: tuple[int, int], tokens: int | None = None, dtype: str | None = None, store=None
+) -> list[dict]:
+    """Recorded sparse-versus-dense speedups for a weight shape, closest token count first.
+
+    Reads ``store`` (an :class:`explorer.results.store.ResultStore`, whose attached reference rows
+    count too) or, when None, the shipped reference database: ``layer-speed`` rows and other
+    rows with a ``speedup`` metric, and ``bench-matmul`` rows (dense against the explorer's
+    cached cuSPARSELt plan, eager mode). Returns ``[]`` when nothing is recorded.
+
+    Examples
+    --------
+    >>> from explorer.results.store import ResultStore
+    >>> store = ResultStore(":memory:")
+    >>> config = {"shape": [48, 64], "tokens": 1024, "dtype": "float16", "pattern": "2:4"}
+    >>> _ = store.record("layer-speed", config, {"speedup": 1.4}, provenance={"gpu": "H100"})
+    >>> [(r["gpu"], r["speedup"]) for r in recorded_speed((48, 64), 1024, "float16", store)]
+    [('H100', 1.4)]
+    """
+    try:
+        from explorer.results.store import ResultStore
+    except ImportError:
+        return []
+    if store is None:
+        try:
+            store = ResultStore.reference()
+        except ValueError:
+            return []
+        if store is None:
+            return []
+    found = [r for r in _rows_for(store, shape) if not dtype or r["dtype"] in (dtype, "?")]
+    if tokens is not None:
+        found.sort(key=lambda r: abs(r["tokens"] - tokens))
+    return found

@@ -1,0 +1,121 @@
+"""Where and with what a measurement was made: attached to every row of the results store.
+
+The machine part (GPU, driver, CUDA, torch, cuSPARSELt, explorer, Python, platform) is
+collected once per process and cached; the time is taken afresh for every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+__all__ = ["explorer_version", "machine", "provenance"]
+
+
+def explorer_version() -> str:
+    """The installed sparsity-explorer version, or the package's ``__version__``.
+
+    Examples
+    --------
+    >>> import explorer
+    >>> explorer_version() == explorer.__version__
+    True
+    """
+    try:
+        return importlib.metadata.version("sparsity-explorer")
+    except importlib.metadata.PackageNotFoundError:
+        module = sys.modules.get("explorer")
+        return str(getattr(module, "__version__", "unknown"))
+
+
+def _driver_version() -> str | None:
+    # The NVIDIA driver release (e.g. "570.124.06"), read from nvidia-smi when present.
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def _cusparselt_version(torch) -> str | None:
+    # torch reports cuSPARSELt as an integer such as 800 (0.8.0) or 602 (0.6.2).
+    try:
+        raw = torch.backends.cusparselt.version()
+    except (AttributeError, RuntimeError):
+        return None
+    if raw is None:
+        return None
+    raw = int(raw)
+    return f"{raw // 1000 if raw >= 1000 else 0}.{raw // 100 % 10}.{raw % 100}"
+
+
+@functools.lru_cache(maxsize=1)
+def machine() -> dict:
+    """The machine part of the provenance, collected once per process.
+
+    Returns
+    -------
+    dict
+        Keys ``gpu`` (the device name, or ``"cpu"`` without a CUDA GPU), ``gpu_capability``
+        (``"9.0"``), ``gpu_count``, ``driver``, ``cuda``, ``torch``, ``cusparselt``,
+        ``explorer``, ``python``, ``platform`` and ``cpu``; unknown values are ``None``.
+
+    Examples
+    --------
+    >>> sorted(machine())[:3]
+    ['cpu', 'cuda', 'cusparselt']
+    """
+    info: dict = {
+        "gpu": "cpu",
+        "gpu_capability": None,
+        "gpu_count": 0,
+        "driver": None,
+        "cuda": None,
+        "torch": None,
+        "cusparselt": None,
+        "explorer": explorer_version(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    try:
+        import torch
+    except ImportError:
+        return info
+    info["torch"] = torch.__version__
+    info["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(0)
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_capability"] = f"{major}.{minor}"
+        info["gpu_count"] = torch.cuda.device_count()
+        info["driver"] = _driver_version()
+        info["cusparselt"] = _cusparselt_version(torch)
+    return info
+
+
+def provenance() -> dict:
+    """The machine's provenance plus the current UTC time (ISO 8601, key ``time``).
+
+    Examples
+    --------
+    >>> p = provenance()
+    >>> p["time"].endswith("+00:00") and "torch" in p
+    True
+    """
+    return {**machine(), "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,0 +1,35 @@
+"""The one speed-up estimator: per-layer speed-ups weighted by dense work."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from explorer.results.speedup import combine_speedups, estimate_speedup, model_speedups
+
+
+def _row(shape, speedup, source="local", count=1, tokens=1024, status="ok"):
+    config = {"model": "m", "pattern": "2:4", "layers": "all", "dtype": "float16"}
+    config.update(shape=shape, count=count, tokens=tokens)
+    return SimpleNamespace(
+        config=config, metrics={"speedup": speedup}, status=status, source=source, origin="ref"
+    )
+
+
+def test_combine_is_amdahl_over_dense_work():
+    # 3 units of work at 1.5x and 1 unit at 1x: 4 / (2 + 1)
+    assert combine_speedups([(3.0, 1.5), (1.0, 1.0)]) == pytest.approx(4 / 3)
+    assert combine_speedups([(0.0, 2.0), (1.0, 0.0)]) == 1.0
+
+
+def test_the_report_and_the_dashboard_estimate_agree():
+    rows = [_row([64, 64], 2.0), _row([64, 32], 1.0, count=2)]
+    (key, (speedup, source)), *_ = model_speedups(rows).items()
+    assert key == ("m", "2:4", "all", "float16", 1024) and source == "local"
+    shapes = {"a": (64, 64), "b1": (64, 32), "b2": (64, 32)}
+    est = estimate_speedup(shapes, ["a"], recorded=False)  # "a" at the 2x bound, the rest 1x
+    assert speedup == pytest.approx(est.speedup) == pytest.approx(8192 / (2048 + 4096))
+
+
+def test_failed_rows_and_rows_without_a_shape_are_left_out():
+    rows = [_row([64, 64], 2.0, status="failed"), _row(None, 2.0), _row([8, 8], 1.5, "reference")]
+    assert model_speedups(rows) == {("m", "2:4", "all", "float16", 1024): (1.5, "ref")}
