@@ -7,7 +7,7 @@ never raises on a wrong, missing (``...``) or crashing answer: it says what is w
 Examples
 --------
 >>> keep_pattern_count(...)
-Exercise 1.2: not yet. Replace the ... with your answer. Hint: ...
+Exercise 1.2: not yet. Replace the ... with your answer. Hint: choose which 4 of the 8 ...
 >>> keep_pattern_count(70)
 Exercise 1.2: right. C(8, 4) = 70 ways to keep 4 of 8; 2:4 has only C(4, 2) = 6.
 """
@@ -68,20 +68,25 @@ class Verdict:
     def __bool__(self) -> bool:
         return self.ok
 
+    @property
+    def sentence(self) -> str:
+        """The message as a sentence: capital first letter."""
+        return self.message[:1].upper() + self.message[1:]
+
     def __repr__(self) -> str:
         if self.ok:
-            return f"Exercise {self.exercise}: right. {self.message}"
-        hint = f" Hint: {self.hint}" if self.hint else ""
-        return f"Exercise {self.exercise}: not yet. {self.message}{hint}"
+            return f"Exercise {self.exercise}: right. {self.sentence}"
+        hint = f" Hint: {self.hint}." if self.hint else ""
+        return f"Exercise {self.exercise}: not yet. {self.sentence}{hint}"
 
     def _repr_html_(self) -> str:
         colour, word = ("#1a7f37", "right") if self.ok else ("#9a6700", "not yet")
-        hint = "" if self.ok or not self.hint else f"<br><i>Hint: {html.escape(self.hint)}</i>"
+        hint = "" if self.ok or not self.hint else f"<br><i>Hint: {html.escape(self.hint)}.</i>"
         return (
             f'<div style="border-left:4px solid {colour};padding:4px 8px">'
             f"<b>Exercise {html.escape(self.exercise)}: "
             f'<span style="color:{colour}">{word}</span></b>. '
-            f"{html.escape(self.message)}{hint}</div>"
+            f"{html.escape(self.sentence)}{hint}</div>"
         )
 
 
@@ -161,7 +166,9 @@ def mask_24(fn: Callable[[torch.Tensor], torch.Tensor]) -> tuple[bool, str]:
         if mask.dtype != torch.bool:
             raise _Wrong(f"the mask has dtype {mask.dtype}; return a bool tensor (True = keep)")
         if not check_pattern(mask, "2:4").valid:
-            raise _Wrong(f"on a {rows}x{cols} weight your mask keeps more than 2 of some group of 4")
+            raise _Wrong(
+                f"on a {rows}x{cols} weight your mask keeps more than 2 of some group of 4"
+            )
         if not torch.equal(mask, make_mask(w, "2:4")):
             wrong = int((mask != make_mask(w, "2:4")).sum())
             raise _Wrong(
@@ -315,7 +322,10 @@ def finding_code(answer: str, report: Any, layer: str) -> tuple[bool, str]:
         found = next(f for f in reasons if f.code == answer)
         return True, f"{answer}: {found.message}."
     known = sorted({f.code for d in report.layers for f in d.findings})
-    return False, f"{answer!r} is not among layer {layer}'s warnings or errors (codes seen: {known})."
+    return (
+        False,
+        f"{answer!r} is not among layer {layer}'s warnings or errors (codes seen: {known}).",
+    )
 
 
 @_exercise("4.2", "the doctor wants 16-bit (not float32) and enough tokens per call that the "
@@ -330,8 +340,14 @@ def doctor_fix(answer: Mapping[str, Any], model: torch.nn.Module) -> tuple[bool,
         report = doctor(model, dtype=answer["dtype"], tokens=answer["tokens"], device="H100")
     except (ValueError, TypeError) as exc:
         raise _Wrong(f"the doctor refused the settings: {exc}") from None
-    if report.counts()["fast"] == len(report.layers):
+    warned = [n for n in report.notes if n.severity in ("warn", "error")]
+    if report.counts()["fast"] == len(report.layers) and not warned:
         return True, f"{report!r}"
+    if warned:  # model-level warnings, e.g. float32 runs as TF32 and gains little
+        return (
+            False,
+            f"the doctor warns about the whole model: [{warned[0].code}] {warned[0].message}.",
+        )
     worst = next(d for d in report.layers if d.verdict != "fast")
     first = report.reasons(worst.name)[0]
     return False, f"layer {worst.name} is {worst.verdict}: [{first.code}] {first.message}."
@@ -366,5 +382,8 @@ def choice(answer: str, plot: Any, dense: float, tolerance: float) -> tuple[bool
     if chosen.speedup == best.speedup and chosen in ok:
         return True, f"{answer}: {chosen.speedup:.2f}x within {tolerance:.3g} of dense."
     if chosen not in ok:
-        return False, f"{answer} loses more than {tolerance:.3g} of the metric, or is off the frontier."
+        return (
+            False,
+            f"{answer} loses more than {tolerance:.3g} of the metric, or is off the frontier.",
+        )
     return False, f"{answer} is allowed, but another allowed point is faster."
