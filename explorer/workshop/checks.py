@@ -127,7 +127,7 @@ def _call(fn: Any, *args: Any) -> Any:
     except Exception as exc:  # the learner's code may raise anything; say what
         raise _Wrong(f"your function raised {type(exc).__name__}: {exc}") from None
     if out is None or out is ...:
-        raise _Wrong("your function returned nothing yet (None or ...): finish its body")
+        raise _Wrong("your function returned nothing yet (None or ...): finish its body.")
     return out
 
 
