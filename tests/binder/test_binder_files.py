@@ -38,6 +38,10 @@ def test_requirements_are_the_dependencies_of_the_models_and_widgets_extras():
     wanted = [*project["dependencies"], *project["optional-dependencies"]["models"]]
     wanted += project["optional-dependencies"]["widgets"]
     listed = [e for e in entries(BINDER / "requirements.txt") if not e.startswith("-")]
+    # torch is pinned to the release ./dev prefers; the rest is exactly pyproject's specifiers
+    torch_pin = re.search(r'"(torch==[\d.]+)"', (ROOT / "dev").read_text()).group(1)
+    assert torch_pin in listed and "torch>=2.4" in wanted
+    listed = ["torch>=2.4" if e == torch_pin else e for e in listed]
     assert sorted(listed, key=name_of) == sorted(wanted, key=name_of)
 
 
