@@ -1,0 +1,14 @@
+"""The workshop's helpers: check cells that say right or not yet, and the solutions filler.
+
+Examples
+--------
+>>> from explorer.workshop import checks
+>>> checks.padded_tokens((104, 112)).ok
+True
+"""
+
+from explorer.workshop import checks
+from explorer.workshop.checks import EXERCISES, Verdict
+from explorer.workshop.solutions import fill, read_solutions
+
+__all__ = ["EXERCISES", "Verdict", "checks", "fill", "read_solutions"]
