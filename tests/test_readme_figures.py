@@ -92,7 +92,9 @@ def test_every_readme_speed_figure_is_a_measured_row(speedups):
         if not close:
             problems.append(f"{figure}x: no speedup in the reference database rounds to it")
         elif not labelled:
-            rows = ", ".join(f"#{s['id']} {s['label']} ({s['commit'] or 'no commit'})" for s in close)
+            rows = ", ".join(
+                f"#{s['id']} {s['label']} ({s['commit'] or 'no commit'})" for s in close
+            )
             problems.append(
                 f"{figure}x: matches {rows}, but none is named with its commit and GPU in the README"
             )

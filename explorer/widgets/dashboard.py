@@ -154,9 +154,11 @@ class Dashboard:
         store=None,
         background: bool = False,
     ) -> None:
-        settings = {**_DEFAULT_SETTINGS, **MODEL_SETTINGS.get(model, {})} if isinstance(
-            model, str
-        ) else dict(_DEFAULT_SETTINGS)
+        settings = (
+            {**_DEFAULT_SETTINGS, **MODEL_SETTINGS.get(model, {})}
+            if isinstance(model, str)
+            else dict(_DEFAULT_SETTINGS)
+        )
         tokens = settings["tokens"] if tokens is None else tokens
         dtype = settings["dtype"] if dtype is None else dtype
         self.tokens, self.dtype, self.store = tokens, dtype, store

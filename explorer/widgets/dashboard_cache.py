@@ -97,9 +97,7 @@ class PageCache:
     @classmethod
     def of(cls, name, model: nn.Module, rows, prunable, metric: str, higher_is_better: bool):
         """The page of ``model`` (its weights are copied)."""
-        weights = {
-            r.name: model.get_submodule(r.name).weight.detach().cpu().clone() for r in rows
-        }
+        weights = {r.name: model.get_submodule(r.name).weight.detach().cpu().clone() for r in rows}
         return cls(name, weights, tuple(rows), tuple(prunable), metric, bool(higher_is_better))
 
     def model(self) -> nn.Module:

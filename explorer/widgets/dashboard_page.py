@@ -33,13 +33,17 @@ _CSS = """
 .explorer-layer-table td, .explorer-layer-table th, .explorer-pattern td, .explorer-pattern th {
   padding: 1px 6px !important; line-height: 1.25; }
 .explorer-layer-table caption, .explorer-pattern caption { font-family: sans-serif; }
-.explorer-status .status { font-size: 12px; line-height: 1.3; }
+.explorer-status .status { font-size: 12px; line-height: 1.3; display: -webkit-box;
+  -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
+.explorer-title { flex: 0 0 auto; white-space: nowrap; }
+.explorer-pattern td { white-space: normal; overflow-wrap: anywhere; }
 </style>
 """
 
 
 def _legend() -> str:
     """The zoom window's colours, in words."""
+
     def swatch(index: int, text: str) -> str:
         return (
             f"<span style='display:inline-block;width:10px;height:10px;"
@@ -86,6 +90,7 @@ class DashboardPage(DashboardView):
             control.style = narrow
         self.layer.description = "layer"
         self.title.value = "<h3 style='margin:0 12px 0 0'>sparsity-explorer</h3>"
+        self.title.add_class("explorer-title")
         self.model.layout = {"width": "230px"}
         self.model.style = {"description_width": "45px"}
         self.status.layout = {"flex": "1 1 auto", "overflow": "hidden"}
@@ -134,7 +139,11 @@ class DashboardPage(DashboardView):
         self.widget = w.VBox(
             [
                 w.HTML(_CSS),
-                w.HBox([self.title, self.model, self.status], layout={"align_items": "center"}),
+                # a fixed height: a two-line status does not push the page down
+                w.HBox(
+                    [self.title, self.model, self.status],
+                    layout={"align_items": "center", "height": "42px", "overflow": "hidden"},
+                ),
                 self.intro,
                 w.HBox([left, middle, right], layout={"width": "100%"}),
             ],

@@ -269,7 +269,9 @@ def test_first_page_opens_on_a_model_2to4_suits(page):
     assert "minilm" in status and " fast" in status, status
     options = page.locator(".explorer-layer select option")
     # ipywidgets pads the labels with non-breaking spaces
-    labels = [" ".join((options.nth(i).text_content() or "").split()) for i in range(options.count())]
+    labels = [
+        " ".join((options.nth(i).text_content() or "").split()) for i in range(options.count())
+    ]
     assert any("[fast at 2:4]" in label for label in labels), labels[:5]
     selected = page.locator(".explorer-layer select").input_value()
     assert "intermediate" in selected or "output" in selected, selected
