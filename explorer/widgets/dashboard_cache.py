@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import pickle
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -143,7 +144,15 @@ class PageCache:
                 payload["metric"],
                 bool(payload["higher_is_better"]),
             )
-        except (OSError, RuntimeError, KeyError, TypeError, ValueError, EOFError):
+        except (
+            OSError,
+            RuntimeError,
+            KeyError,
+            TypeError,
+            ValueError,
+            EOFError,
+            pickle.UnpicklingError,
+        ):
             return None  # an unreadable cache is only a slower start
 
     def __repr__(self) -> str:
