@@ -269,7 +269,9 @@ def _common_prefix(names: list[str]) -> str:
     Examples
     --------
     >>> _common_prefix(["bert.encoder.layer.0.query", "bert.encoder.layer.1.key"])
-    'bert.encoder.'
+    'bert.encoder.layer.'
+    >>> _common_prefix(["0", "2"])
+    ''
     """
     if len(names) < 2:
         return ""
