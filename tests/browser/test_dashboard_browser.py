@@ -175,8 +175,10 @@ def shots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def timings(shots):
-    found: dict[str, float] = {}
+    found: dict[str, float] = {"cpus": os.cpu_count() or 0}
+    found["load_average_before"] = round(os.getloadavg()[0], 2)
     yield found
+    found["load_average_after"] = round(os.getloadavg()[0], 2)
     (shots / "timings.json").write_text(json.dumps(found, indent=1))
     print(f"\ndashboard timings (s): {json.dumps(found)}")
 
