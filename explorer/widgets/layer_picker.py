@@ -1,4 +1,10 @@
-"""The layer picker: a model's layers with shape, dtype, 2:4 validity and the doctor's verdict."""
+"""The layer picker: a model's layers with shape, dtype, 2:4 validity and the doctor's verdict.
+
+Each row carries two verdicts: the doctor's on the weight as it is now (a dense weight is
+"unsupported" because it is not 2:4 yet) and the one it would give once the layer is pruned to
+2:4 (shape, dtype, token count and target GPU only). The picker shows the second, which is what
+tells a visitor where pruning can pay off.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ from explorer.dtypes import dtype_name
 __all__ = ["LayerPicker", "LayerRow"]
 
 _VERDICT_LEVEL = {"fast": "ok", "slow": "warn", "unsupported": "error"}
+#: The doctor's finding that only says "the weight is not 2:4 yet".
+_NOT_24 = "not-24"
 
 
 @dataclass(frozen=True)
@@ -28,11 +36,13 @@ class LayerRow:
     valid_24: bool
     verdict: str
     reason: str
+    verdict_24: str = "not checked"
+    reason_24: str = ""
 
     @property
     def label(self) -> str:
-        """Dropdown label: name, shape and verdict."""
-        return f"{self.name}  {'x'.join(map(str, self.shape))}  [{self.verdict}]"
+        """Dropdown label: name, shape and the verdict once pruned to 2:4."""
+        return f"{self.name}  {'x'.join(map(str, self.shape))}  [{self.verdict_24} at 2:4]"
 
 
 def _weight(module: nn.Module) -> torch.Tensor | None:
@@ -60,8 +70,26 @@ def _fallback_rows(model: nn.Module) -> list[LayerRow]:
     return rows
 
 
+def _verdict_once_24(findings, notes) -> tuple[str, str]:
+    """The doctor's verdict without its "not 2:4 yet" finding, and the reasons that remain."""
+    kept = [f for f in findings if getattr(f, "code", "") != _NOT_24]
+    severities = {f.severity for f in (*kept, *notes)}
+    verdict = "unsupported" if "error" in severities else "slow" if "warn" in severities else "fast"
+    reasons = [f for f in kept if f.severity in ("error", "warn")] or kept
+    reasons += [n for n in notes if n.severity == "error"]
+    return verdict, "; ".join(map(str, reasons))
+
+
 def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int = 1024):
-    """Rows for every layer with a 2-D weight, from :mod:`explorer.layers` and :mod:`explorer.doctor`."""
+    """Rows for every layer with a 2-D weight, from :mod:`explorer.layers` and :mod:`explorer.doctor`.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> row = layer_rows(nn.Sequential(nn.Linear(4096, 4096)), tokens=4096)[0]
+    >>> row.verdict, row.verdict_24
+    ('unsupported', 'fast')
+    """
     try:
         from explorer.layers import layers
     except ImportError:
@@ -80,8 +108,10 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
             verdict = str(report.verdict(info.name))
             reasons = report.reasons(info.name)
             reason = "; ".join(map(str, reasons)) if not isinstance(reasons, str) else reasons
+            verdict_24, reason_24 = _verdict_once_24(reasons, report.notes)
         else:
             verdict, reason = "not checked", "the doctor is not available"
+            verdict_24, reason_24 = verdict, reason
         rows.append(
             LayerRow(
                 name=info.name,
@@ -92,6 +122,8 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
                 valid_24=bool(info.valid_24),
                 verdict=verdict,
                 reason=reason,
+                verdict_24=verdict_24,
+                reason_24=reason_24,
             )
         )
     return rows
@@ -107,6 +139,9 @@ class LayerPicker:
         Dtype the doctor judges the layers for.
     tokens : int
         Token count the doctor judges the layers for.
+    rows : sequence of LayerRow, optional
+        Rows already computed for this model, dtype and token count (from a cache); the
+        doctor then runs only on :meth:`refresh`.
 
     Examples
     --------
@@ -119,14 +154,22 @@ class LayerPicker:
     """
 
     def __init__(
-        self, model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int = 1024
+        self,
+        model: nn.Module,
+        dtype: torch.dtype = torch.float16,
+        tokens: int = 1024,
+        rows=None,
     ) -> None:
         self.dtype, self.tokens = dtype, tokens
         self._listeners: list[Callable[[str | None], None]] = []
         self.selected: str | None = None
         self.model = model
         self.rows: list[LayerRow] = []
-        self.refresh(model)
+        self.reason = ""
+        if rows:
+            self.rows = list(rows)
+        else:
+            self.refresh(model)
 
     def refresh(self, model: nn.Module | None = None) -> None:
         """Re-read the layers (after pruning, validity changes); keeps the selection if it exists."""
@@ -168,31 +211,75 @@ class LayerPicker:
         for callback in list(self._listeners):
             callback(name)
 
+    def counts(self) -> dict[str, int]:
+        """How many layers get each verdict once pruned to 2:4.
+
+        Examples
+        --------
+        >>> from torch import nn
+        >>> LayerPicker(nn.Sequential(nn.Linear(64, 32)), tokens=1024).counts()
+        {'fast': 0, 'slow': 1, 'unsupported': 0}
+        """
+        counts = {"fast": 0, "slow": 0, "unsupported": 0}
+        for row in self.rows:
+            counts[row.verdict_24] = counts.get(row.verdict_24, 0) + 1
+        return counts
+
     def html(self) -> str:
-        """The table as HTML, the selected row in bold."""
+        """The table as HTML, the selected row in bold; hover a verdict for the doctor's reasons.
+
+        Names lose the prefix every layer shares (the caption names it), and a dtype every
+        layer shares goes to the caption too, so the table fits a narrow column.
+        """
         if not self.rows:
             return f"<div>{_html.escape(self.reason)}</div>"
+        prefix = _common_prefix([r.name for r in self.rows])
+        dtypes = {r.dtype for r in self.rows}
+        one_dtype = len(dtypes) == 1
         body = []
         for r in self.rows:
-            name = _html.escape(r.name)
-            body.append(
-                [
-                    f"<b>{name}</b>" if r.name == self.selected else name,
-                    "x".join(map(str, r.shape)),
-                    r.dtype,
-                    _html.badge("2:4", "ok") if r.valid_24 else _html.badge("dense", "info"),
-                    f'<span title="{_html.escape(r.reason)}">'
-                    f"{_html.badge(r.verdict, _VERDICT_LEVEL.get(r.verdict, 'info'))}</span>",
-                ]
-            )
-        return _html.table(
-            ["layer", "shape", "dtype", "pattern", f"verdict ({self.tokens} tokens)"],
-            body,
-            raw_columns=(0, 3, 4),
+            name = _html.escape(r.name[len(prefix) :])
+            row = [
+                f"<b>{name}</b>" if r.name == self.selected else name,
+                "x".join(map(str, r.shape)),
+                *([] if one_dtype else [r.dtype]),
+                _html.badge("2:4", "ok") if r.valid_24 else _html.badge("dense", "info"),
+                f'<span title="{_html.escape(r.reason_24)}">'
+                f"{_html.badge(r.verdict_24, _VERDICT_LEVEL.get(r.verdict_24, 'info'))}</span>",
+            ]
+            body.append(row)
+        where = f"under {prefix}, " if prefix else ""
+        caption = (
+            f"{len(self.rows)} layers {where}{dtypes.pop() + ', ' if one_dtype else ''}"
+            f"verdict once 2:4 at {self.tokens} tokens"
         )
+        header = ["layer", "shape", *([] if one_dtype else ["dtype"]), "now", "at 2:4"]
+        raw = (0, len(header) - 2, len(header) - 1)
+        return _html.table(header, body, caption=caption, raw_columns=raw)
 
     def __repr__(self) -> str:
         return f"LayerPicker({len(self.rows)} layers, selected={self.selected!r})"
 
     def _repr_html_(self) -> str:
         return self.html()
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The dotted prefix all ``names`` share, ending with a dot ("" when none or one name).
+
+    Examples
+    --------
+    >>> _common_prefix(["bert.encoder.layer.0.query", "bert.encoder.layer.1.key"])
+    'bert.encoder.layer.'
+    >>> _common_prefix(["0", "2"])
+    ''
+    """
+    if len(names) < 2:
+        return ""
+    parts = [n.split(".")[:-1] for n in names]
+    shared = []
+    for pieces in zip(*parts, strict=False):
+        if len(set(pieces)) != 1:
+            break
+        shared.append(pieces[0])
+    return ".".join(shared) + "." if shared else ""

@@ -283,6 +283,9 @@ class MaskViewer:
         Overview resolution bound.
     window_shape : tuple of int
         Zoom window (rows, columns).
+    start : {"overview", "zoom"}
+        What a new mask opens on: the whole layer, or the zoom window at its top-left corner
+        (single weights, groups of ``M`` striped, groups that break the pattern in red).
 
     Examples
     --------
@@ -293,6 +296,8 @@ class MaskViewer:
     >>> viewer.click(10, 100)
     >>> viewer.mode, viewer.heatmap()["z"].shape
     ('zoom', (64, 128))
+    >>> MaskViewer(torch.ones(1024, 2048, dtype=torch.bool), start="zoom").zoomed
+    Window(rows 0:64, cols 0:128, 2048/2048 groups break the pattern)
     """
 
     def __init__(
@@ -303,10 +308,14 @@ class MaskViewer:
         max_cells: int = 512,
         window_shape: tuple[int, int] = (64, 128),
         device: str | None = "auto",
+        start: str = "overview",
     ) -> None:
+        if start not in ("overview", "zoom"):
+            raise ValueError(f"start must be 'overview' or 'zoom', got {start!r}")
         self.max_cells = max_cells
         self.window_shape = window_shape
         self.device = device
+        self.start = start
         self.mask: torch.Tensor | None = None
         self.name = name
         self.pattern = pattern
@@ -342,7 +351,15 @@ class MaskViewer:
         self.name = self.name if name is None else name
         self.pattern = self.pattern if pattern is None else pattern
         self.mode, self.zoomed = "overview", None
+        if self.start == "zoom":
+            self._zoom(0, 0)
         self._changed()
+
+    def _zoom(self, row: float, col: float) -> None:
+        n, m = self._nm()
+        height, width = self.window_shape
+        self.zoomed = window(self.mask, int(row), int(col), height, width, n, m)
+        self.mode = "zoom"
 
     def clear(self, message: str = "") -> None:
         """Show nothing (with ``message`` as the title)."""
@@ -357,10 +374,7 @@ class MaskViewer:
         if self.mode == "zoom":
             self.show_overview()
             return
-        n, m = self._nm()
-        height, width = self.window_shape
-        self.zoomed = window(self.mask, int(row), int(col), height, width, n, m)
-        self.mode = "zoom"
+        self._zoom(row, col)
         self._changed()
 
     def show_overview(self) -> None:
@@ -378,15 +392,19 @@ class MaskViewer:
         h, w = self.mask.shape
         if self.mode == "overview":
             ov = self.overview
+            gap = "<br>" if self.start == "zoom" else " "
             return (
-                f"{self.name} {h}x{w}: kept weights per {ov.block_rows}x{ov.block_cols} block "
+                f"{self.name}{gap}{h}x{w}: kept weights per {ov.block_rows}x{ov.block_cols} block "
                 f"(click to zoom)"
             )
         z = self.zoomed
         zh, zw = z.codes.shape
+        back = "click for the whole layer" if self.start == "zoom" else "click to go back"
+        # Zoom-first viewers sit in narrow panels: the name gets a line of its own.
+        gap = "<br>" if self.start == "zoom" else " "
         return (
-            f"{self.name} rows {z.row0}-{z.row0 + zh - 1}, cols {z.col0}-{z.col0 + zw - 1}: "
-            f"{z.bad_groups} of {z.groups} groups break {self.pattern} (click to go back)"
+            f"{self.name}{gap}rows {z.row0}-{z.row0 + zh - 1}, cols {z.col0}-{z.col0 + zw - 1}: "
+            f"{z.bad_groups} of {z.groups} groups break {self.pattern} ({back})"
         )
 
     def heatmap(self) -> dict:
@@ -403,6 +421,8 @@ class MaskViewer:
                 "zmax": ov.block_rows * ov.block_cols,
                 "colorscale": "Blues",
                 "showscale": True,
+                "xgap": 0,
+                "ygap": 0,
                 "hovertemplate": "row %{y}, col %{x}<br>%{z} kept<extra></extra>",
             }
         if self.mode == "zoom":
@@ -421,6 +441,8 @@ class MaskViewer:
                 "zmax": k - 0.5,
                 "colorscale": scale,
                 "showscale": False,
+                "xgap": 1,
+                "ygap": 1,
                 "hovertemplate": "row %{y}, col %{x}<br>code %{z}<extra></extra>",
             }
         return {"z": np.zeros((1, 1), np.uint8), "x0": 0, "dx": 1, "y0": 0, "dy": 1}

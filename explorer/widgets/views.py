@@ -51,7 +51,7 @@ def _go():
     return require("plotly.graph_objects", "widgets")
 
 
-def mask_figure(viewer, height: int = 420, on_click=None):
+def mask_figure(viewer, height: int = 420, on_click=None, width: int | None = None):
     """A heatmap ``FigureWidget`` that redraws when ``viewer`` changes; a click zooms."""
     go = _go()
     # The layout goes into the constructor: updates sent before the figure is displayed
@@ -59,6 +59,7 @@ def mask_figure(viewer, height: int = 420, on_click=None):
     layout = {
         "title": {"text": viewer.title, "font": {"size": 12}},
         "height": height,
+        **({"width": width} if width else {}),
         "margin": {"l": 60, "r": 10, "t": 40, "b": 40},
         "xaxis": {"title": {"text": "input feature"}},
         "yaxis": {"title": {"text": "output feature"}, "autorange": "reversed"},
@@ -88,7 +89,7 @@ def comparison_box(comparison, height: int = 360):
     return w.HBox(figs)
 
 
-def tradeoff_figure(plot, height: int = 380, follow: bool = True):
+def tradeoff_figure(plot, height: int = 380, follow: bool = True, width: int | None = None):
     """Scatter of the configurations plus the Pareto frontier; a click loads a configuration.
 
     With ``follow`` the figure redraws itself when points are added; without, it is a
@@ -98,6 +99,7 @@ def tradeoff_figure(plot, height: int = 380, follow: bool = True):
     points, front = plot.traces()
     layout = {
         "height": height,
+        **({"width": width} if width else {}),
         "margin": {"l": 60, "r": 10, "t": 40, "b": 40},
         "title": {
             "text": "trade-off: click a point to load its configuration",
@@ -144,6 +146,11 @@ class DashboardView:
     ``DashboardView(dash).widget`` is the root ``VBox``; ``Dashboard.view()`` builds it.
     """
 
+    #: Sizes of the mask heatmap and the trade-off plot, in pixels (subclasses resize them;
+    #: a width of None lets plotly choose).
+    mask_height, tradeoff_height = 420, 380
+    mask_width = tradeoff_width = None
+
     def __init__(self, dash) -> None:
         w = _widgets()
         self.dash = dash
@@ -155,7 +162,7 @@ class DashboardView:
             "explorer-layer"
         )
         self.table = w.HTML().add_class("explorer-layer-table")
-        self.mask = mask_figure(dash.mask_viewer)
+        self.mask = mask_figure(dash.mask_viewer, self.mask_height, width=self.mask_width)
         self.mask_box = w.Box([self.mask]).add_class("explorer-mask")
         self.pattern = w.HTML(dash.pattern_panel.html()).add_class("explorer-pattern")
         cfg = dash.method_picker.config
@@ -196,7 +203,9 @@ class DashboardView:
         self.bar_text = w.Label("")
         self.kernel = w.Button(description="Run kernel", icon="bolt").add_class("explorer-kernel")
         self.kernel_out = w.HTML("<i>compress the selected layer and run its sparse matmul</i>")
-        self.tradeoff = tradeoff_figure(dash.tradeoff, follow=False)
+        self.tradeoff = tradeoff_figure(
+            dash.tradeoff, self.tradeoff_height, follow=False, width=self.tradeoff_width
+        )
         self.tradeoff_box = w.Box([self.tradeoff]).add_class("explorer-tradeoff")
 
         controls = w.VBox(
@@ -289,7 +298,9 @@ class DashboardView:
     def _on_tradeoff(self, plot) -> None:
         # A new figure per change: it arrives with its whole state, where an incremental
         # update sent right after a run's burst of messages was sometimes not applied.
-        self.tradeoff = tradeoff_figure(plot, follow=False)
+        self.tradeoff = tradeoff_figure(
+            plot, self.tradeoff_height, follow=False, width=self.tradeoff_width
+        )
         self.tradeoff_box.children = [self.tradeoff]
 
     # -- widgets -> state -----------------------------------------------------------------

@@ -24,7 +24,7 @@ def dash(tmp_path_factory):
 def test_loads_with_layers_and_a_dense_point(dash):
     assert dash.status.level == "ok"
     assert dash.layer_picker.names == ["0", "2", "4"]
-    assert dash.selected == "0"
+    assert dash.selected == "0"  # no layer is fast at 2:4: the first prunable one
     assert [p.label for p in dash.tradeoff.points] == ["dense"]
     assert dash.tradeoff.metric == "accuracy"
 
@@ -32,10 +32,24 @@ def test_loads_with_layers_and_a_dense_point(dash):
 def test_selecting_a_layer_updates_mask_and_panel(dash):
     dash.layer_picker.select("2")
     hm = dash.mask_viewer.heatmap()
-    assert hm["z"].shape == (256, 256)
-    assert int(hm["z"].sum()) == int((dash.model.get_submodule("2").weight != 0).sum())
-    assert dash.mask_viewer.title.startswith("2 (dense) 256x256")
+    # zoomed on single weights: 32 x 64 of them, groups of 4 striped
+    assert hm["z"].shape == (32, 64) and hm["xgap"] == 1
+    # before any run the view previews what magnitude 2:4 keeps: two of every four
+    weight = dash.model.get_submodule("2").weight.detach()
+    kept = torch.from_numpy(hm["z"] & 1).bool()
+    assert kept.reshape(32, 16, 4).sum(-1).eq(2).all()
+    top2 = weight[:32, :64].abs().reshape(32, 16, 4).topk(2, dim=-1).indices
+    assert kept.reshape(32, 16, 4).gather(-1, top2).all()
+    assert dash.mask_viewer.zoomed.bad_groups == 0
+    assert dash.mask_viewer.title.startswith("2: magnitude 2:4 preview<br>rows 0-31, cols 0-63")
+    # the panel speaks of the weight as it is: dense, so every group breaks 2:4
     assert dash.pattern_panel.summary()["valid"] is False
+    assert dash._previews[("2", "2:4")] is dash.mask_viewer.mask  # computed once, cached
+    dash.mask_viewer.click(0, 0)
+    assert dash.mask_viewer.mode == "overview" and dash.mask_viewer.heatmap()["z"].shape == (
+        256,
+        256,
+    )
     with pytest.raises(ValueError, match="no layer named"):
         dash.layer_picker.select("nope")
 
@@ -47,9 +61,9 @@ def test_pruning_adds_a_point_and_updates_the_views(dash):
     assert "magnitude 2:4 all float16" in dash.status.text and "speedup" in dash.status.text
     assert [p.label for p in dash.tradeoff.points] == ["dense", "magnitude 2:4 all float16"]
     assert dash.pattern_panel.summary()["valid"] is True
-    assert dash.mask_viewer.title.startswith("2 (magnitude)")
+    assert dash.mask_viewer.title.startswith("2 (magnitude 2:4)")
     z = dash.mask_viewer.heatmap()["z"]
-    assert z.mean() == pytest.approx(0.5)
+    assert (z & 1).mean() == pytest.approx(0.5) and dash.mask_viewer.zoomed.bad_groups == 0
     assert dash.progress == (1.0, "done")
     assert not dash.busy
 
@@ -75,7 +89,7 @@ def test_views_mirror_the_logic(dash):
     assert heat.z.shape == dash.mask_viewer.heatmap()["z"].shape
     view.layer.value = "0"
     assert dash.selected == "0"
-    assert view.mask.layout.title.text.startswith("0 ")
+    assert view.mask.layout.title.text.startswith("0 (magnitude 2:4)")
     before = len(view.tradeoff.data[0].x)
     view.method.value = "random"
     view.run.click()
@@ -109,7 +123,7 @@ def test_errors_become_messages(dash, monkeypatch):
     assert dash.status.level == "error"
     assert "divisible by 4" in dash.status.text and "Traceback" not in dash.status.text
     dash.layer_picker.select("0")  # still usable
-    assert dash.mask_viewer.mode == "overview"
+    assert dash.mask_viewer.mode == "zoom"
 
 
 def test_a_model_without_prunable_layers():
@@ -128,7 +142,7 @@ def test_a_layer_too_narrow_for_the_pattern():
     assert "failed" in dash.status.text
     assert torch.equal(model[0].weight != 0, torch.ones(8, 3, dtype=torch.bool))
     dash.layer_picker.select("2")
-    assert dash.mask_viewer.mode == "overview"
+    assert dash.mask_viewer.mode == "zoom"
 
 
 def test_unknown_model_name_is_a_message():
