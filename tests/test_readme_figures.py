@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.store.location import reference_path
+from explorer.results.store.location import reference_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: A speed ratio as prose writes it: 1.18x, 0.80x, 1.2×.
