@@ -224,7 +224,8 @@ def _recorder(db: str, provenance: dict | None = None):
         metrics = {
             k: v
             for k, v in r.items()
-            if k not in config and k not in ("status", "error", "trace", "timings")
+            if k not in config
+            and k not in ("status", "error", "trace", "timings", "timings_decode")
         }
         store.record(
             f"bench-{r.get('suite', 'unknown')}",

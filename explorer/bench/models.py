@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from explorer.dtypes import dtype_name
 from explorer.gpu.timing import eager_ms
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
@@ -154,6 +155,7 @@ def bench_whole_model(
     torch_path: bool = True,
     runs: tuple[tuple[int, int], ...] | None = None,
     log=None,
+    decode_kernel: bool = True,
 ) -> list[dict]:
     """Time one model of :data:`MODEL_SPECS` every way, at each of its runs.
 
@@ -169,6 +171,9 @@ def bench_whole_model(
         Also time torch's semi-structured path (eager, prefill runs: it fails on decode).
     runs : tuple of (batch, sequence), optional
         Defaults to the spec's.
+    decode_kernel : bool
+        For decode runs, also time the model after ``sparsify(..., decode=True)``, which offers
+        every layer the explorer's decode kernel (``decode_*`` keys of the row).
 
     Returns
     -------
@@ -186,6 +191,15 @@ def bench_whole_model(
         rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=counts)
     say = (lambda msg: print(f"[models] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     say(f"{name} {dtype}: {rep!r}")
+    decoding = decode_kernel and spec.kind != "bert" and any(s == 1 for _, s in runs)
+    with_decode = None
+    if decoding:
+        with_decode = copy.deepcopy(dense)
+        with torch.no_grad():
+            rep_decode = sparsify(
+                with_decode, filter_fn=_sparse_candidate, tokens=counts, decode=True
+            )
+        say(f"{name} {dtype} with the decode kernel: {rep_decode!r}")
     torch_model = None
     if torch_path:
         torch_model = copy.deepcopy(dense)
@@ -217,7 +231,7 @@ def bench_whole_model(
             model=name,
             label=f"{name} {batch}x{seq}",
             description=spec.description,
-            dtype=str(dtype).removeprefix("torch."),
+            dtype=dtype_name(dtype),
             batch=batch,
             seq=seq,
             n=n_tokens,
@@ -239,6 +253,11 @@ def bench_whole_model(
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est
             row["ceiling"] = ceiling(row["dense_ms"], *est)
+        if with_decode is not None and decode:
+            with torch.no_grad():
+                row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
+            row["decode_ms"] = _time(call(with_decode))
+            row["decode_speedup"] = row["dense_ms"] / row["decode_ms"]
         if torch_model is not None and not decode:
             try:
                 row["torch_ms"] = _time(call(torch_model))
@@ -247,13 +266,20 @@ def bench_whole_model(
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         if compiled:
             mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
-            for key, model in (("dense_compiled_ms", dense), ("explorer_compiled_ms", sparse)):
+            variants = [("dense_compiled_ms", dense), ("explorer_compiled_ms", sparse)]
+            if with_decode is not None and decode:
+                variants.append(("decode_compiled_ms", with_decode))
+            for key, model in variants:
                 torch._dynamo.reset()
                 try:
                     fn = torch.compile(model, mode=mode, dynamic=False)
                     row[key] = _time(call(fn), compiled=True)
                 except Exception as exc:  # a compile failure is a result to report, not a crash
                     row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if row.get("dense_compiled_ms") and row.get("decode_compiled_ms"):
+                row["decode_speedup_compiled"] = (
+                    row["dense_compiled_ms"] / row["decode_compiled_ms"]
+                )
             if row.get("dense_compiled_ms") and row.get("explorer_compiled_ms"):
                 row["speedup_compiled"] = row["dense_compiled_ms"] / row["explorer_compiled_ms"]
                 if est:  # the graph-replayed dense time is the GPU's: the truer base
@@ -268,7 +294,9 @@ def bench_whole_model(
         )
         rows.append(row)
     rows[0]["timings"] = rep.timing_table()
-    del dense, sparse, torch_model
+    if with_decode is not None:
+        rows[0]["timings_decode"] = rep_decode.timing_table()
+    del dense, sparse, torch_model, with_decode
     torch.cuda.empty_cache()
     return rows
 

@@ -282,7 +282,7 @@ def format_models(rows: list[dict]) -> str:
     --------
     >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
     ...     dense_ms=2.0, speedup=1.1, ceiling=1.2, relerr=1e-3)]).splitlines()[2])
-    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | 1.20x | - | 1.0e-03 |
+    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | - | 1.20x | - | 1.0e-03 |
     """
     out = []
     for r in rows:
@@ -294,6 +294,9 @@ def format_models(rows: list[dict]) -> str:
         comp = _x(r.get("speedup_compiled"))
         if r.get("explorer_compiled_error"):
             comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
+        dec = "-"
+        if r.get("decode_speedup") or r.get("decode_speedup_compiled"):
+            dec = f"{_x(r.get('decode_speedup'))} / {_x(r.get('decode_speedup_compiled'))}"
         out.append(
             [
                 r["model"],
@@ -303,6 +306,7 @@ def format_models(rows: list[dict]) -> str:
                 _x(r.get("speedup")),
                 r.get("dense_compiled_ms"),
                 comp,
+                dec,
                 _x(r.get("ceiling_compiled") or r.get("ceiling")),
                 torch_cell,
                 "-" if r.get("relerr") is None else f"{r['relerr']:.1e}",
@@ -317,6 +321,7 @@ def format_models(rows: list[dict]) -> str:
             "sparsify() eager",
             "dense compiled ms",
             "sparsify() compiled",
+            "decode=True eager / compiled",
             "ceiling (estimate)",
             "torch 2:4 eager",
             "rel. error",
@@ -356,22 +361,28 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "could gain if nothing else changed). Compiled: `torch.compile(mode="
             '"reduce-overhead")`, i.e. with CUDA graphs, for dense and sparse alike. Decode '
             "steps are 1 token per sequence without a KV cache. `torch 2:4` is torch's "
-            "`to_sparse_semi_structured` path, eager.",
+            "`to_sparse_semi_structured` path, eager. `decode=True` is the same model after "
+            "`sparsify(..., decode=True)`, which also offers each layer the explorer's decode "
+            "kernel at 1 to 64 tokens (decode runs only).",
             "",
             format_models(rows),
             "",
         ]
         for r in models:
-            if r.get("timings"):
-                parts += [
-                    f"<details><summary>{r['model']} {r['dtype']}: per-layer times measured by "
-                    "sparsify()</summary>",
-                    "",
-                    r["timings"],
-                    "",
-                    "</details>",
-                    "",
-                ]
+            for key, how in (
+                ("timings", "sparsify()"),
+                ("timings_decode", "sparsify(decode=True)"),
+            ):
+                if r.get(key):
+                    parts += [
+                        f"<details><summary>{r['model']} {r['dtype']}: per-layer times measured "
+                        f"by {how}</summary>",
+                        "",
+                        r[key],
+                        "",
+                        "</details>",
+                        "",
+                    ]
     if any(r.get("suite") == "decode" for r in rows):
         parts += [
             "## Decode: the explorer's 2:4 decode kernel per layer",
