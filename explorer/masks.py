@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_matrix, check_scores, chunk_rows
+from ._threads import fair_cpu_threads
+from ._validate import check_matrix, check_scores, chunk_rows, rankable
 from .patterns import Pattern
 
 __all__ = ["make_mask", "top_k_mask"]
@@ -27,7 +28,9 @@ def make_mask(
     Parameters
     ----------
     weight : torch.Tensor
-        A 2-D weight ``(out_features, in_features)``.
+        A 2-D weight ``(out_features, in_features)``. fp8 weights (and scores) are ranked
+        through a float32 copy, which holds every fp8 value exactly: the same order and ties,
+        at 4 bytes per weight of extra memory.
     pattern : str or Pattern
         ``"2:4"`` (default), any ``"N:M"``, ``"unstructured:S"``, ``"unstructured-row:S"``,
         ``"blockB:S"`` or ``"rows:S"``; see :mod:`explorer.patterns`.
@@ -47,7 +50,8 @@ def make_mask(
         divide; scores of another shape; a sparsity that keeps nothing of this layer (see
         :meth:`Pattern.keep_count`).
     TypeError
-        Integer or bool weights without ``scores``, or scores that are not numbers.
+        Integer or bool weights without ``scores``, scores that are not numbers, or a
+        storage-only dtype (packed fp4, sub-byte integers) that must be unpacked first.
 
     Examples
     --------
@@ -58,12 +62,19 @@ def make_mask(
     """
     weight = check_matrix(weight, "weight")
     pattern = Pattern.parse(pattern)
+    # Threads capped at the free cores: on a busy machine two threads were 10-20x slower than one.
+    with fair_cpu_threads(weight.device, weight.numel()):
+        return _make_mask(weight, pattern, scores)
+
+
+def _make_mask(weight: torch.Tensor, pattern: Pattern, scores: torch.Tensor | None) -> torch.Tensor:
     if scores is None:
         if not weight.is_floating_point():
             raise TypeError(
                 f"weight has dtype {weight.dtype}, which has no magnitude to rank by; "
                 f"pass scores=... (e.g. weight.float().abs()) or a floating-point weight"
             )
+        weight = rankable(weight)  # fp8 is scored in float32, which holds every fp8 value
         sixteen_bit = weight.dtype in _SIXTEEN_BIT and weight.is_contiguous()
         if pattern.kind == "nm" and pattern.m == 4 and sixteen_bit:
             _check_divides(weight.shape[1], 4, "in_features (columns)", pattern)
@@ -79,6 +90,7 @@ def make_mask(
                 f"give one score per weight entry"
             )
         check_scores(scores)
+        scores = rankable(scores)
         if scores.device != weight.device:
             scores = scores.to(weight.device)
 
@@ -225,7 +237,7 @@ def top_k_mask(scores: torch.Tensor, k: int, dim: int = 1) -> torch.Tensor:
         return torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     if k == size:
         return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
-    values = scores if scores.dtype != torch.int16 else scores.to(torch.int32)
+    values = rankable(scores) if scores.dtype != torch.int16 else scores.to(torch.int32)
     # 1. the k-th largest value is the threshold; everything above it is kept.
     threshold = values.kthvalue(size - k + 1, dim=dim, keepdim=True).values
     above = values > threshold
