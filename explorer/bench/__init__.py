@@ -16,8 +16,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from explorer.bench.table import (
     TARGETS,
@@ -27,6 +26,9 @@ from explorer.bench.table import (
     format_targets,
     markdown,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "TARGETS",
@@ -38,12 +40,13 @@ __all__ = [
     "run_bench",
 ]
 
+# dtype names to torch's; torch itself is imported only when a benchmark runs (fast --help).
 _DTYPES = {
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "int8": torch.int8,
+    "float16": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "int8": "int8",
 }
 _SUITES = ("models", "matmul", "mlp", "unstructured", "kernel")
 
@@ -60,7 +63,7 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
 
 def run_bench(
     shapes: Iterable[tuple[int, int, int]] | None = None,
-    dtypes: Iterable[torch.dtype | str] = (torch.float16, torch.bfloat16),
+    dtypes: Iterable[torch.dtype | str] = ("float16", "bfloat16"),
     quick: bool = False,
     suites: Iterable[str] = _SUITES,
     graph: bool = True,
@@ -110,6 +113,7 @@ def run_bench(
     --------
     >>> rows = run_bench([(4096, 1024, 4096)], suites=["matmul"])  # doctest: +SKIP
     """
+    import torch
     from tqdm.auto import tqdm
 
     from explorer.bench import runner as R
@@ -118,7 +122,7 @@ def run_bench(
         raise RuntimeError(
             "the benchmark needs a CUDA GPU with sparse tensor cores; none is visible here"
         )
-    dts = [_DTYPES[d] if isinstance(d, str) else d for d in dtypes]
+    dts = [getattr(torch, _DTYPES[d]) if isinstance(d, str) else d for d in dtypes]
     shapes = list(shapes) if shapes is not None else (R.QUICK_SHAPES if quick else R.FULL_SHAPES)
     suites = set(suites)
     jobs = []
@@ -190,6 +194,8 @@ def run_bench(
 
 def environment() -> dict:
     """Device and library versions for the table's header."""
+    import torch
+
     env = {"torch": torch.__version__}
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
@@ -376,7 +382,7 @@ def _recorder(db: str, provenance: dict | None = None):
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (``python -m explorer.bench --help``)."""
     p = argparse.ArgumentParser(
-        prog="python -m explorer.bench",
+        prog="sparsity-explorer bench",
         description="Time dense cuBLAS against torch's eager cuSPARSELt and the explorer's "
         "cached-plan 2:4 path (eager and CUDA-graph replay), on the current GPU.",
     )
@@ -404,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in suites if s not in _SUITES]
     if bad:
         p.error(f"unknown suite(s) {bad}; expected any of {list(_SUITES)}")
+    import torch
+
     if not torch.cuda.is_available():
         print("explorer.bench: no CUDA GPU visible; nothing to time.", file=sys.stderr)
         return 2
