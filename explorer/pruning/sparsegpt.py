@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .._threads import fair_cpu_threads, one_cpu_thread
+from .._validate import check_scores
 from ..masks import make_mask
 from ..patterns import Pattern
 from .calibration import check_finite_inputs
@@ -81,8 +82,8 @@ def sparsegpt_prune(
     Raises
     ------
     ValueError
-        The Hessian holds NaN or Inf (the calibration inputs did), or it cannot be factorised
-        even with extra damping.
+        The weight or the Hessian holds NaN or Inf (for the Hessian: the calibration inputs
+        did), or the Hessian cannot be factorised even with extra damping.
 
     Examples
     --------
@@ -95,6 +96,7 @@ def sparsegpt_prune(
     """
     if pattern.kind == "nm" and blocksize % pattern.m:
         blocksize = max(pattern.m, blocksize - blocksize % pattern.m)
+    check_scores(weight.detach(), "weight")  # NaN weights would spread through the updates
     w = weight.detach().to(torch.float32).clone()
     h = hessian.to(w.device, torch.float32).clone()
     check_finite_inputs(h)  # NaN inputs are not "too little data": say so before factorising
