@@ -35,7 +35,7 @@ def _csv(text: str) -> list[str]:
 def _int_at_least(low: int, what: str, high: int | None = None):
     def parse(text: str) -> int:
         try:
-            value = int(text)
+            value = int(text) if text.isascii() else None  # int() also reads full-width digits
         except ValueError:
             value = None
         if value is None or value < low or (high is not None and value > high):
