@@ -97,6 +97,8 @@ def _make_mask(weight: torch.Tensor, pattern: Pattern, scores: torch.Tensor | No
     rows, cols = weight.shape
     if pattern.kind == "nm":
         _check_divides(cols, pattern.m, "in_features (columns)", pattern)
+        if pattern.m == 4 and scores.dtype != torch.bool:
+            return _top_of_four(lambda a, b: scores[a:b], (rows, cols), pattern.n, scores.device)
         return _nm_mask(scores, pattern.n, pattern.m)
     if pattern.kind == "unstructured":
         if pattern.per_row:
@@ -167,25 +169,37 @@ _NON_FINITE = {torch.float16: 0x7C00, torch.bfloat16: 0x7F80}
 
 
 def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
-    """Top-n magnitudes of every group of 4 fp16/bf16 values, from six pairwise comparisons.
+    """Top-n magnitudes of every group of 4 fp16/bf16 values, compared as int16.
 
     Clearing the sign bit leaves each 16-bit value an integer ordered like ``|w|``, so the four
-    members of a group are compared as int16 without converting them. ``ab`` says that the first
-    beats the second (ties go to the earlier one); a member is kept when it beats at least
-    ``4 - n`` of the other three.
+    members of a group are compared without converting them.
     """
-    rows, cols = weight.shape
-    mask = torch.empty((rows, cols), dtype=torch.bool, device=weight.device)
     keys16 = weight.view(torch.int16)
     non_finite = _NON_FINITE[weight.dtype]
+
+    def keys(start: int, stop: int) -> torch.Tensor:
+        magnitude = keys16[start:stop] & 0x7FFF
+        if int(magnitude.max()) >= non_finite:
+            check_scores(weight, "weight")  # raises, naming the first NaN or Inf
+        return magnitude
+
+    return _top_of_four(keys, weight.shape, n, weight.device)
+
+
+def _top_of_four(keys, shape: tuple[int, int], n: int, device: torch.device) -> torch.Tensor:
+    """Top-n of every group of 4 scores, from six pairwise comparisons per group.
+
+    ``keys(start, stop)`` gives the scores of rows ``start:stop``. ``ab`` says that the first
+    beats the second (ties go to the earlier one); a member is kept when it beats at least
+    ``4 - n`` of the other three. Six comparisons replace the sixteen of :func:`_nm_mask`.
+    """
+    rows, cols = shape
+    mask = torch.empty((rows, cols), dtype=torch.bool, device=device)
     need = 4 - n
     step = chunk_rows(rows, cols)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        magnitude = keys16[start:stop] & 0x7FFF
-        if int(magnitude.max()) >= non_finite:
-            check_scores(weight, "weight")  # raises, naming the first NaN or Inf
-        a, b, c, d = magnitude.view(-1, 4).unbind(dim=1)
+        a, b, c, d = keys(start, stop).reshape(-1, 4).unbind(dim=1)
         # 1. the six comparisons, as 0/1 int8 so they can be added.
         ab, ac, ad = (
             (a >= b).view(torch.int8),

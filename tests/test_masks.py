@@ -3,7 +3,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from explorer import Pattern, check_pattern, make_mask
+from explorer import Pattern, check_pattern, make_mask, masks
 from explorer.masks import top_k_mask
 
 
@@ -210,7 +210,24 @@ def test_storage_only_dtypes_are_refused_with_a_hint():
     if fp4 is None:
         pytest.skip("this torch has no float4_e2m1fn_x2")
     packed = torch.zeros(4, 8, dtype=torch.uint8).view(fp4)
-    with pytest.raises(TypeError, match="float4_e2m1fn_x2.*storage-only.*float16"):
+    with pytest.raises(TypeError, match=r"float4_e2m1fn_x2.*storage-only.*float16"):
         make_mask(packed)
     with pytest.raises(TypeError, match="storage-only"):
         check_pattern(packed)
+
+
+@given(
+    rows=st.integers(1, 40),
+    groups=st.integers(1, 12),
+    n=st.integers(1, 3),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int32, torch.uint8]),
+    seed=st.integers(0, 2**16),
+)
+def test_six_comparisons_agree_with_the_ranking_of_any_group_size(rows, groups, n, dtype, seed):
+    # Scores drawn from a few values, so ties are common; ties go to the earlier column.
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, 4, (rows, 4 * groups), generator=g).to(dtype)
+    assert torch.equal(
+        masks._top_of_four(lambda a, b: scores[a:b], scores.shape, n, scores.device),
+        masks._nm_mask(scores, n, 4),
+    )
