@@ -3,8 +3,8 @@
 torch runs element-wise work on as many threads as the machine has cores. Each operation ends
 at a barrier where the threads wait for each other, so when another process holds one of the
 cores, every operation waits for the scheduler to hand that core back. On a 2-core machine
-with one other busy torch process, ``check_pattern`` on an 11008 x 4096 fp16 weight took 2.3 s
-on two threads against 0.25 s on one (docs/performance.md has the measurements). The core's
+with one other busy torch process, ``check_pattern`` on an 11008 x 4096 fp16 weight took
+1.9-3.4 s on two threads against 0.28-0.37 s with the cap (docs/performance.md). The core's
 CPU paths (checks, masks, pruning scores) therefore run inside :func:`fair_cpu_threads`, which
 caps torch's threads at the cores no other task is using right now and restores the previous
 count afterwards. Results never depend on the thread count.
@@ -147,17 +147,22 @@ def busy_elsewhere() -> int | None:
 
     ``/proc/loadavg`` counts every runnable thread on the machine at this instant, this
     process's included; this process's own runnable threads (the reader, and torch's workers
-    still spinning after the previous operation) are subtracted. Elsewhere the one-minute load
-    average stands in for it.
+    still spinning after the previous operation) are counted first and subtracted. Of two such
+    readings the smaller is kept, so that a task that was runnable for an instant does not
+    count as busy. Elsewhere the one-minute load average stands in for it.
     """
-    try:
-        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
+    readings = []
+    for _ in range(2):
+        own = _own_runnable_threads()  # first: our workers only ever go to sleep meanwhile
         try:
-            return round(os.getloadavg()[0])
-        except (AttributeError, OSError):
-            return None
-    return max(0, running - _own_runnable_threads())
+            running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            try:
+                return round(os.getloadavg()[0])
+            except (AttributeError, OSError):
+                return None
+        readings.append(max(0, running - own))
+    return min(readings)
 
 
 def _own_runnable_threads() -> int:

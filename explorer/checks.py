@@ -165,7 +165,8 @@ def check_pattern(tensor: torch.Tensor, pattern: str | Pattern = "2:4") -> Patte
     """
     tensor = check_matrix(tensor, "tensor")
     pattern = Pattern.parse(pattern)
-    # Threads capped at the free cores: on a busy machine two threads were 10-20x slower than one.
+    # Threads capped at the free cores: with another process busy, torch's two threads were
+    # 5-16x slower than the cap (docs/performance.md).
     with fair_cpu_threads(tensor.device, tensor.numel()):
         return _check(tensor, pattern)
 

@@ -62,7 +62,8 @@ def make_mask(
     """
     weight = check_matrix(weight, "weight")
     pattern = Pattern.parse(pattern)
-    # Threads capped at the free cores: on a busy machine two threads were 10-20x slower than one.
+    # Threads capped at the free cores: with another process busy, torch's two threads were
+    # 5-16x slower than the cap (docs/performance.md).
     with fair_cpu_threads(weight.device, weight.numel()):
         return _make_mask(weight, pattern, scores)
 
