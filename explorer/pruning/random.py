@@ -53,7 +53,7 @@ def random_mask(
     >>> torch.equal(m, random_mask(torch.ones(2, 8), Pattern.parse("2:4"), seed=0, name="fc"))
     True
     """
-    weight = check_matrix(weight.detach(), "weight")
+    weight = check_matrix(weight, "weight").detach()
     check_scores(weight, f"the weight of layer {name!r}" if name else "weight")
     gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
     scores = torch.rand(weight.shape, generator=gen).to(weight.device)
