@@ -13,19 +13,28 @@ first use, so ``import explorer`` stays fast and works without the optional extr
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
-from .checks import PatternReport, check_pattern, keep_patterns
-from .devices import DeviceTarget
-from .doctor import DoctorReport, Finding, doctor
 from .errors import MissingExtraError
-from .layers import LayerInfo, LayerTable, layers
-from .masks import make_mask
 from .patterns import Pattern
 
 __version__ = "0.1.0"
 
-# name -> module that defines it, imported on first access
+# name -> module that defines it, imported on first access. The torch-based core is lazy too,
+# so that the command line answers --help without importing torch.
 _LAZY = {
+    "PatternReport": "explorer.checks",
+    "check_pattern": "explorer.checks",
+    "keep_patterns": "explorer.checks",
+    "DeviceTarget": "explorer.devices",
+    "DoctorReport": "explorer.doctor",
+    "Finding": "explorer.doctor",
+    "doctor": "explorer.doctor",
+    "LayerInfo": "explorer.layers",
+    "LayerTable": "explorer.layers",
+    "layers": "explorer.layers",
+    "make_mask": "explorer.masks",
     "prune": "explorer.pruning",
     "PruneResult": "explorer.pruning",
     "PruningCancelled": "explorer.pruning",
@@ -77,3 +86,19 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """Keeps ``explorer.doctor`` and ``explorer.layers`` the functions once their modules load.
+
+    Importing a submodule binds it as an attribute of the package; for the two functions named
+    like their modules, the function is bound instead (the module stays in ``sys.modules``).
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("doctor", "layers") and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_matrix", "check_scores", "chunk_rows"]
+__all__ = ["check_matrix", "check_scores", "chunk_rows", "rankable"]
 
 # Work on about this many elements at a time so intermediate arrays stay in the CPU cache.
 CHUNK_ELEMENTS = 1 << 20
+
+
+# Types torch only stores: sub-byte integers, raw bits and packed fp4 have no arithmetic on the CPU.
+_STORAGE_ONLY = frozenset(
+    getattr(torch, name)
+    for name in (
+        *(f"int{b}" for b in range(1, 8)),
+        *(f"uint{b}" for b in range(1, 8)),
+        "bits1x8",
+        "bits2x4",
+        "bits4x2",
+        "bits8",
+        "bits16",
+        "float4_e2m1fn_x2",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+)
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -58,6 +75,11 @@ def check_matrix(tensor: object, what: str = "weight") -> torch.Tensor:
             f"{what} must be 2-D (out_features, in_features), got a {tensor.dim()}-D "
             f"{_describe(tensor)}; {hint}"
         )
+    if tensor.dtype in _STORAGE_ONLY:
+        raise TypeError(
+            f"{what} has dtype {tensor.dtype}, a storage-only type torch cannot compute with; "
+            f"unpack or dequantize it to float16, bfloat16 or float32 first"
+        )
     if tensor.numel() == 0:
         raise ValueError(
             f"{what} is empty ({_describe(tensor)}); there is nothing to prune or check"
@@ -65,8 +87,27 @@ def check_matrix(tensor: object, what: str = "weight") -> torch.Tensor:
     return tensor
 
 
+def rankable(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in a dtype torch can compare and sort: 8-bit floats become float32 (exactly).
+
+    torch has no comparisons, sorting or ``isfinite`` for the fp8 types on the CPU; every fp8
+    value is a float32 value, so ranking the float32 copy gives the same order and ties.
+
+    Examples
+    --------
+    >>> rankable(torch.ones(2, dtype=torch.float8_e4m3fn)).dtype
+    torch.float32
+    >>> rankable(torch.ones(2, dtype=torch.float16)).dtype
+    torch.float16
+    """
+    if tensor.is_floating_point() and tensor.element_size() == 1:
+        return tensor.float()
+    return tensor
+
+
 def check_scores(scores: torch.Tensor, what: str = "scores") -> None:
     """Scores must be real floating point and finite."""
+    scores = rankable(scores)
     if scores.dtype == torch.bool or not (
         scores.is_floating_point()
         or scores.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)

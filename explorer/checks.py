@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _html
+from ._threads import fair_cpu_threads
 from ._validate import check_matrix, chunk_rows
 from .patterns import Pattern
 
@@ -164,6 +165,13 @@ def check_pattern(tensor: torch.Tensor, pattern: str | Pattern = "2:4") -> Patte
     """
     tensor = check_matrix(tensor, "tensor")
     pattern = Pattern.parse(pattern)
+    # Threads capped at the free cores: with another process busy, torch's two threads were
+    # 5-16x slower than the cap (docs/performance.md).
+    with fair_cpu_threads(tensor.device, tensor.numel()):
+        return _check(tensor, pattern)
+
+
+def _check(tensor: torch.Tensor, pattern: Pattern) -> PatternReport:
     cols = tensor.shape[1]
     if pattern.kind == "nm":
         if cols % pattern.m:

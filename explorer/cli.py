@@ -35,7 +35,7 @@ def _csv(text: str) -> list[str]:
 def _int_at_least(low: int, what: str, high: int | None = None):
     def parse(text: str) -> int:
         try:
-            value = int(text)
+            value = int(text) if text.isascii() else None  # int() also reads full-width digits
         except ValueError:
             value = None
         if value is None or value < low or (high is not None and value > high):
@@ -282,6 +282,20 @@ def _bench(argv: list[str]) -> int:
     return int(code or 0)
 
 
+def _tune(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        # The tuner's parser needs no torch, but its package (explorer.gpu) imports it: for
+        # --help, read the module file on its own so the answer comes back at once.
+        path = Path(__file__).with_name("gpu") / "tune_cli.py"
+        spec = importlib.util.spec_from_file_location("_sparsity_explorer_tune_help", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.main(argv)
+    from explorer.gpu.tune_cli import main as tune
+
+    return tune(argv)
+
+
 def _sweep(args) -> int:
     from explorer.results.store import ResultStore
     from explorer.sweeps import sweep
@@ -499,9 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["bench"]:
             return _bench(argv[1:])
         if argv[:1] == ["tune"]:
-            from explorer.gpu.tune_cli import main as tune
-
-            return tune(argv[1:])
+            return _tune(argv[1:])
         args = _parser().parse_args(argv)
         if args.verb is None:
             _parser().print_help()
@@ -541,3 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

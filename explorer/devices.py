@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["KNOWN_GPUS", "DeviceTarget"]
+__all__ = ["KNOWN_CAPABILITIES", "KNOWN_GPUS", "DeviceTarget"]
 
 # Compute capabilities of common data-centre and workstation GPUs.
 KNOWN_GPUS: dict[str, tuple[int, int]] = {
@@ -28,7 +28,36 @@ KNOWN_GPUS: dict[str, tuple[int, int]] = {
     "RTX 5090": (12, 0),
 }
 
-_CAPABILITY = re.compile(r"^\s*(?:sm_?|cc|compute_?)?\s*(\d+)(?:[._](\d))?\s*$", re.IGNORECASE)
+#: Every compute capability NVIDIA has shipped (Kepler 3.0 to Blackwell 12.1), as (major, minor).
+KNOWN_CAPABILITIES: tuple[tuple[int, int], ...] = (
+    (3, 0), (3, 2), (3, 5), (3, 7),
+    (5, 0), (5, 2), (5, 3),
+    (6, 0), (6, 1), (6, 2),
+    (7, 0), (7, 2), (7, 5),
+    (8, 0), (8, 6), (8, 7), (8, 9),
+    (9, 0),
+    (10, 0), (10, 1), (10, 3),
+    (11, 0),
+    (12, 0), (12, 1),
+)  # fmt: skip
+
+# ASCII digits only (int() would also read full-width ones); sm_90a and sm_100f name their base.
+_CAPABILITY = re.compile(
+    r"^\s*(?:sm_?|cc|compute_?)?\s*([0-9]+)(?:[._]([0-9]))?[af]?\s*$", re.IGNORECASE | re.ASCII
+)
+
+
+def _known(device: object, capability: tuple[int, int]) -> tuple[int, int]:
+    """``capability`` if some NVIDIA GPU has it, else a ValueError listing those that exist."""
+    if capability not in KNOWN_CAPABILITIES:
+        major, minor = capability
+        known = ", ".join(f"{a}.{b}" for a, b in KNOWN_CAPABILITIES)
+        raise ValueError(
+            f"device={device!r} means compute capability {major}.{minor}, which no NVIDIA GPU "
+            f"has; expected one of {known} (8.0 for an A100, 9.0 for an H100, 10.0 for a B200), "
+            f"or a GPU name such as {', '.join(list(KNOWN_GPUS)[:4])}"
+        )
+    return capability
 
 
 @dataclass(frozen=True)
@@ -69,7 +98,9 @@ class DeviceTarget:
         Raises
         ------
         ValueError
-            For a name or capability that cannot be understood.
+            For a name or capability that cannot be understood, or a capability no NVIDIA GPU
+            has (see :data:`KNOWN_CAPABILITIES`). A GPU that is present is taken as it reports
+            itself.
         """
         if isinstance(device, DeviceTarget):
             return device
@@ -82,9 +113,10 @@ class DeviceTarget:
         if (
             isinstance(device, tuple)
             and len(device) == 2
-            and all(isinstance(v, int) for v in device)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in device)
         ):
-            return cls(f"sm_{device[0]}{device[1]}", (device[0], device[1]))
+            major, minor = _known(device, (int(device[0]), int(device[1])))
+            return cls(f"sm_{major}{minor}", (major, minor))
         if isinstance(device, str):
             text = device.strip()
             if text.lower() == "cpu" or text.lower().startswith("cuda"):
@@ -96,7 +128,8 @@ class DeviceTarget:
                 major, minor = match.group(1), match.group(2)
                 if minor is None and len(major) >= 2:
                     major, minor = major[:-1], major[-1]
-                return cls(f"sm_{major}{minor or 0}", (int(major), int(minor or 0)))
+                major, minor = _known(device, (int(major), int(minor or 0)))
+                return cls(f"sm_{major}{minor}", (major, minor))
         raise ValueError(
             f"cannot tell which GPU {device!r} is; pass a GPU name ({', '.join(KNOWN_GPUS)}), "
             f'a compute capability such as "9.0" or (8, 0), or a torch.device'

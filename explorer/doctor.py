@@ -165,13 +165,14 @@ class DoctorReport:
 
 
 def resolve_target(device: object = None) -> DeviceTarget:
-    """The doctor's target GPU: :meth:`DeviceTarget.resolve`, refusing impossible capabilities.
+    """The doctor's target GPU: :meth:`DeviceTarget.resolve`, which refuses capabilities no
+    NVIDIA GPU has.
 
     Raises
     ------
     ValueError
-        A device that cannot be understood, or a capability no NVIDIA GPU has (major version
-        outside 3 to 12).
+        A device that cannot be understood, or a capability not in
+        :data:`explorer.devices.KNOWN_CAPABILITIES` (the message lists them).
 
     Examples
     --------
@@ -180,17 +181,9 @@ def resolve_target(device: object = None) -> DeviceTarget:
     >>> resolve_target((99, 0))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: device=(99, 0) means compute capability 99.0, which no NVIDIA GPU has: ...
+    ValueError: device=(99, 0) means compute capability 99.0, which no NVIDIA GPU has; ...
     """
-    target = DeviceTarget.resolve(device)
-    major, minor = target.capability
-    if target.name != "CPU" and not (3 <= major <= 12 and 0 <= minor <= 9):
-        raise ValueError(
-            f"device={device!r} means compute capability {major}.{minor}, which no NVIDIA GPU "
-            "has: expected a major version from 3 to 12 (8.0 for an A100, 9.0 for an H100, "
-            "10.0 for a B200); pass a GPU name or a real capability"
-        )
-    return target
+    return DeviceTarget.resolve(device)
 
 
 def doctor(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_matrix, check_scores, chunk_rows
+from ._threads import fair_cpu_threads
+from ._validate import check_matrix, check_scores, chunk_rows, rankable
 from .patterns import Pattern
 
 __all__ = ["make_mask", "top_k_mask"]
@@ -27,7 +28,9 @@ def make_mask(
     Parameters
     ----------
     weight : torch.Tensor
-        A 2-D weight ``(out_features, in_features)``.
+        A 2-D weight ``(out_features, in_features)``. fp8 weights (and scores) are ranked
+        through a float32 copy, which holds every fp8 value exactly: the same order and ties,
+        at 4 bytes per weight of extra memory.
     pattern : str or Pattern
         ``"2:4"`` (default), any ``"N:M"``, ``"unstructured:S"``, ``"unstructured-row:S"``,
         ``"blockB:S"`` or ``"rows:S"``; see :mod:`explorer.patterns`.
@@ -47,7 +50,8 @@ def make_mask(
         divide; scores of another shape; a sparsity that keeps nothing of this layer (see
         :meth:`Pattern.keep_count`).
     TypeError
-        Integer or bool weights without ``scores``, or scores that are not numbers.
+        Integer or bool weights without ``scores``, scores that are not numbers, or a
+        storage-only dtype (packed fp4, sub-byte integers) that must be unpacked first.
 
     Examples
     --------
@@ -58,12 +62,20 @@ def make_mask(
     """
     weight = check_matrix(weight, "weight")
     pattern = Pattern.parse(pattern)
+    # Threads capped at the free cores: with another process busy, torch's two threads were
+    # 5-16x slower than the cap (docs/performance.md).
+    with fair_cpu_threads(weight.device, weight.numel()):
+        return _make_mask(weight, pattern, scores)
+
+
+def _make_mask(weight: torch.Tensor, pattern: Pattern, scores: torch.Tensor | None) -> torch.Tensor:
     if scores is None:
         if not weight.is_floating_point():
             raise TypeError(
                 f"weight has dtype {weight.dtype}, which has no magnitude to rank by; "
                 f"pass scores=... (e.g. weight.float().abs()) or a floating-point weight"
             )
+        weight = rankable(weight)  # fp8 is scored in float32, which holds every fp8 value
         sixteen_bit = weight.dtype in _SIXTEEN_BIT and weight.is_contiguous()
         if pattern.kind == "nm" and pattern.m == 4 and sixteen_bit:
             _check_divides(weight.shape[1], 4, "in_features (columns)", pattern)
@@ -79,12 +91,15 @@ def make_mask(
                 f"give one score per weight entry"
             )
         check_scores(scores)
+        scores = rankable(scores)
         if scores.device != weight.device:
             scores = scores.to(weight.device)
 
     rows, cols = weight.shape
     if pattern.kind == "nm":
         _check_divides(cols, pattern.m, "in_features (columns)", pattern)
+        if pattern.m == 4 and scores.dtype != torch.bool:
+            return _top_of_four(lambda a, b: scores[a:b], (rows, cols), pattern.n, scores.device)
         return _nm_mask(scores, pattern.n, pattern.m)
     if pattern.kind == "unstructured":
         if pattern.per_row:
@@ -155,25 +170,37 @@ _NON_FINITE = {torch.float16: 0x7C00, torch.bfloat16: 0x7F80}
 
 
 def _top_of_four_16bit(weight: torch.Tensor, n: int) -> torch.Tensor:
-    """Top-n magnitudes of every group of 4 fp16/bf16 values, from six pairwise comparisons.
+    """Top-n magnitudes of every group of 4 fp16/bf16 values, compared as int16.
 
     Clearing the sign bit leaves each 16-bit value an integer ordered like ``|w|``, so the four
-    members of a group are compared as int16 without converting them. ``ab`` says that the first
-    beats the second (ties go to the earlier one); a member is kept when it beats at least
-    ``4 - n`` of the other three.
+    members of a group are compared without converting them.
     """
-    rows, cols = weight.shape
-    mask = torch.empty((rows, cols), dtype=torch.bool, device=weight.device)
     keys16 = weight.view(torch.int16)
     non_finite = _NON_FINITE[weight.dtype]
+
+    def keys(start: int, stop: int) -> torch.Tensor:
+        magnitude = keys16[start:stop] & 0x7FFF
+        if int(magnitude.max()) >= non_finite:
+            check_scores(weight, "weight")  # raises, naming the first NaN or Inf
+        return magnitude
+
+    return _top_of_four(keys, weight.shape, n, weight.device)
+
+
+def _top_of_four(keys, shape: tuple[int, int], n: int, device: torch.device) -> torch.Tensor:
+    """Top-n of every group of 4 scores, from six pairwise comparisons per group.
+
+    ``keys(start, stop)`` gives the scores of rows ``start:stop``. ``ab`` says that the first
+    beats the second (ties go to the earlier one); a member is kept when it beats at least
+    ``4 - n`` of the other three. Six comparisons replace the sixteen of :func:`_nm_mask`.
+    """
+    rows, cols = shape
+    mask = torch.empty((rows, cols), dtype=torch.bool, device=device)
     need = 4 - n
     step = chunk_rows(rows, cols)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        magnitude = keys16[start:stop] & 0x7FFF
-        if int(magnitude.max()) >= non_finite:
-            check_scores(weight, "weight")  # raises, naming the first NaN or Inf
-        a, b, c, d = magnitude.view(-1, 4).unbind(dim=1)
+        a, b, c, d = keys(start, stop).reshape(-1, 4).unbind(dim=1)
         # 1. the six comparisons, as 0/1 int8 so they can be added.
         ab, ac, ad = (
             (a >= b).view(torch.int8),
@@ -225,7 +252,7 @@ def top_k_mask(scores: torch.Tensor, k: int, dim: int = 1) -> torch.Tensor:
         return torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     if k == size:
         return torch.ones(scores.shape, dtype=torch.bool, device=scores.device)
-    values = scores if scores.dtype != torch.int16 else scores.to(torch.int32)
+    values = rankable(scores) if scores.dtype != torch.int16 else scores.to(torch.int32)
     # 1. the k-th largest value is the threshold; everything above it is kept.
     threshold = values.kthvalue(size - k + 1, dim=dim, keepdim=True).values
     above = values > threshold

@@ -25,22 +25,25 @@ __all__ = ["KINDS", "Pattern", "as_pattern"]
 
 KINDS = ("nm", "unstructured", "block", "rows")
 
-_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
-_UNSTRUCTURED = re.compile(r"^\s*unstructured(-row)?\s*:\s*(\S*)\s*$")
-_BLOCK = re.compile(r"^\s*block\s*(\d+)(?:x(\d+))?\s*:\s*(\S*)\s*$")
-_ROWS = re.compile(r"^\s*rows\s*:\s*(\S*)\s*$")
+# ASCII only: with Unicode matching, \d and int() or float() also read full-width and other
+# scripts' digits ("２:４"), which no pattern string written by this package contains.
+_NM = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$", re.ASCII)
+_UNSTRUCTURED = re.compile(r"^\s*unstructured(-row)?\s*:\s*(\S*)\s*$", re.ASCII)
+_BLOCK = re.compile(r"^\s*block\s*(\d+)(?:x(\d+))?\s*:\s*(\S*)\s*$", re.ASCII)
+_ROWS = re.compile(r"^\s*rows\s*:\s*(\S*)\s*$", re.ASCII)
+_DECIMAL = re.compile(r"^(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$", re.ASCII)
 
 _EXAMPLES = '"2:4", "4:8", "unstructured:0.5", "unstructured-row:0.5", "block16:0.5", "rows:0.25"'
 
 
 def _sparsity(text: str, spec: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
+    # float() alone would also take "nan", "1_0" and non-ASCII digits.
+    if not _DECIMAL.match(text):
         raise ValueError(
-            f"pattern {spec!r}: sparsity {text!r} must be a fraction of zeros in [0, 1), "
-            f'e.g. "unstructured:0.5" for half the weights zero'
-        ) from None
+            f"pattern {spec!r}: sparsity {text!r} must be a fraction of zeros in [0, 1) written "
+            f'with ASCII digits, e.g. "unstructured:0.5" for half the weights zero'
+        )
+    return float(text)
 
 
 def _is_int(value: object) -> bool:
@@ -195,6 +198,11 @@ class Pattern:
             fields.update(kind="block", block=side, sparsity=_sparsity(match.group(3), spec))
         elif match := _ROWS.match(spec):
             fields.update(kind="rows", sparsity=_sparsity(match.group(1), spec))
+        elif not spec.isascii():
+            raise ValueError(
+                f"sparsity pattern {spec!r} holds characters outside ASCII (full-width digits or "
+                f"spaces?); type it with ASCII digits, e.g. {_EXAMPLES}"
+            )
         else:
             raise ValueError(f"unknown sparsity pattern {spec!r}; expected one of {_EXAMPLES}")
         try:

@@ -212,3 +212,8 @@ def test_no_progress_hides_the_training_bar_too(tmp_path, capsys, monkeypatch):
     assert code == 0 and "training the bundled model" not in err and "sweep" not in err
     code, _, err = run(["sweep", "--db", str(tmp_path / "s.db")], capsys)
     assert code == 0 and "training the bundled model" in err  # shown without the flag
+
+
+def test_numbers_on_the_command_line_are_ascii(capsys):
+    code, _, err = run(["dashboard", "--port", "８８６６"], capsys)
+    assert code == 2 and "'８８６６' is not a valid port" in err

@@ -137,3 +137,33 @@ def test_device_targets():
         with pytest.raises(ValueError, match="CUDA is not available"):
             DeviceTarget.resolve("cuda:0")
     assert parse_dtype("bf16") is torch.bfloat16 and parse_dtype(torch.int8) is torch.int8
+
+
+@pytest.mark.parametrize(
+    "device", [(99, 0), "sm_990", (8, 99), (-1, 0), (12, 5), (4, 0), "8.8", "sm_130"]
+)
+def test_capabilities_no_gpu_has_are_refused_with_the_known_list(device):
+    with pytest.raises(ValueError, match=r"which no NVIDIA GPU has; expected one of 3\.0, .*12\.1"):
+        DeviceTarget.resolve(device)
+    with pytest.raises(ValueError, match="no NVIDIA GPU has"):
+        doctor(nn.Sequential(nn.Linear(64, 64).half()), device=device)
+
+
+@pytest.mark.parametrize(
+    ("device", "capability"),
+    [
+        ("sm_90a", (9, 0)),
+        ("sm_100f", (10, 0)),
+        ("121", (12, 1)),
+        ((11, 0), (11, 0)),
+        ("7.5", (7, 5)),
+    ],
+)
+def test_every_shipped_capability_and_arch_suffix_is_read(device, capability):
+    assert DeviceTarget.resolve(device).capability == capability
+
+
+@pytest.mark.parametrize("device", ["sm_９０", "９.０", (True, False)])
+def test_capabilities_are_ascii_integers(device):
+    with pytest.raises(ValueError, match="cannot tell which GPU"):
+        DeviceTarget.resolve(device)

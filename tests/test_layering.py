@@ -19,6 +19,7 @@ ROOMS = (
     "bench",
     "sweeps",
     "experiments",
+    "workshop",
     "widgets",
     "cli",
 )

@@ -3,7 +3,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from explorer import Pattern, check_pattern, make_mask
+from explorer import Pattern, check_pattern, make_mask, masks
 from explorer.masks import top_k_mask
 
 
@@ -166,3 +166,68 @@ def test_a_sparsity_that_empties_the_layer_is_refused_unless_allowed(spec, shape
         make_mask(w, spec)
     assert repr(spec) in str(info.value) and what in str(info.value)
     assert not make_mask(w, Pattern.parse(spec, allow_empty=True)).any()
+
+
+FP8 = [
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+]
+
+
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize(
+    "spec", ["2:4", "1:8", "unstructured:0.5", "unstructured-row:0.25", "block4:0.5", "rows:0.5"]
+)
+def test_fp8_weights_get_the_mask_of_their_float32_values(dtype, spec):
+    g = torch.Generator().manual_seed(3)
+    w8 = torch.randn(8, 16, generator=g).to(dtype)
+    mask = make_mask(w8, spec)
+    assert mask.dtype == torch.bool and torch.equal(mask, make_mask(w8.float(), spec))
+    assert check_pattern(w8.float() * mask, spec).valid
+    # fp8 scores rank the same way too.
+    assert torch.equal(make_mask(w8.float(), spec, scores=w8.float().abs().to(dtype)), mask)
+
+
+def test_fp8_exponent_only_weights_and_ties():
+    e8m0 = getattr(torch, "float8_e8m0fnu", None)
+    if e8m0 is None:
+        pytest.skip("this torch has no float8_e8m0fnu")
+    w = torch.tensor([[1.0, 4.0, 4.0, 2.0]]).to(e8m0)
+    assert make_mask(w).tolist() == [[False, True, True, False]]
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_nan_is_refused_by_position(dtype):
+    w = torch.ones(2, 8).to(dtype)
+    w[1, 5] = float("nan")
+    with pytest.raises(ValueError, match=r"weight holds 1 NaN .* at \(1, 5\)"):
+        make_mask(w)
+
+
+def test_storage_only_dtypes_are_refused_with_a_hint():
+    fp4 = getattr(torch, "float4_e2m1fn_x2", None)
+    if fp4 is None:
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    packed = torch.zeros(4, 8, dtype=torch.uint8).view(fp4)
+    with pytest.raises(TypeError, match=r"float4_e2m1fn_x2.*storage-only.*float16"):
+        make_mask(packed)
+    with pytest.raises(TypeError, match="storage-only"):
+        check_pattern(packed)
+
+
+@given(
+    rows=st.integers(1, 40),
+    groups=st.integers(1, 12),
+    n=st.integers(1, 3),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int32, torch.uint8]),
+    seed=st.integers(0, 2**16),
+)
+def test_six_comparisons_agree_with_the_ranking_of_any_group_size(rows, groups, n, dtype, seed):
+    # Scores drawn from a few values, so ties are common; ties go to the earlier column.
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, 4, (rows, 4 * groups), generator=g).to(dtype)
+    assert torch.equal(
+        masks._top_of_four(lambda a, b: scores[a:b], scores.shape, n, scores.device),
+        masks._nm_mask(scores, n, 4),
+    )

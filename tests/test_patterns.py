@@ -129,3 +129,23 @@ def test_check_pattern_cannot_be_handed_an_impossible_pattern():
     assert not check_pattern(torch.ones(4, 8), "2:4").valid
     with pytest.raises(ValueError):
         check_pattern(torch.ones(4, 8), Pattern(kind="nm", n=5, m=4))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["２:４", "٢:٤", "2:4\u3000", "block１６:0.5", "unstructured:０.５", "rows:0.２５"],
+)
+def test_only_ascii_digits_are_read(spec):
+    with pytest.raises(ValueError, match="ASCII"):
+        Pattern.parse(spec)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "0_5", "0x1", "-0.5", ""])
+def test_sparsity_must_be_a_plain_decimal(text):
+    with pytest.raises(ValueError, match=f"sparsity {text!r} must be a fraction"):
+        Pattern.parse(f"unstructured:{text}")
+
+
+@pytest.mark.parametrize(("text", "value"), [(".5", 0.5), ("5e-1", 0.5), ("0", 0.0), ("0.", 0.0)])
+def test_decimal_spellings_still_parse(text, value):
+    assert Pattern.parse(f"rows:{text}").sparsity == value

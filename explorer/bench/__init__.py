@@ -16,10 +16,11 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from explorer.dtypes import SPARSE_DTYPES, parse_dtype
 from explorer.results.markdown.bench import (
     format_decode,
     format_models,
@@ -45,7 +46,7 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
 
 def run_bench(
     shapes: Iterable[tuple[int, int, int]] | None = None,
-    dtypes: Iterable[torch.dtype | str] = (torch.float16, torch.bfloat16),
+    dtypes: Iterable[torch.dtype | str] = ("float16", "bfloat16"),
     quick: bool = False,
     suites: Iterable[str] = _SUITES,
     graph: bool = True,
@@ -98,9 +99,11 @@ def run_bench(
     >>> sorted({(r["impl"], r["mode"]) for r in rows if r["status"] == "ok"})[:2]
     [('dense', 'eager'), ('dense', 'graph')]
     """
+    import torch
     from tqdm.auto import tqdm
 
     from explorer.bench import runner as R
+    from explorer.dtypes import SPARSE_DTYPES, parse_dtype
 
     if not torch.cuda.is_available():
         raise RuntimeError(
@@ -183,6 +186,8 @@ def run_bench(
 
 def environment() -> dict:
     """Device and library versions for the table's header."""
+    import torch
+
     env = {"torch": torch.__version__}
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
@@ -242,7 +247,7 @@ def _recorder(db: str, provenance: dict | None = None):
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (``python -m explorer.bench --help``)."""
     p = argparse.ArgumentParser(
-        prog="python -m explorer.bench",
+        prog="sparsity-explorer bench",
         description="Time dense cuBLAS against torch's eager cuSPARSELt and the explorer's "
         "cached-plan 2:4 path (eager and CUDA-graph replay), on the current GPU.",
     )
@@ -261,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--job-timeout", type=float, help="abandon one case after this many seconds")
     args = p.parse_args(argv)
+    from explorer.dtypes import SPARSE_DTYPES, parse_dtype  # imports torch: after --help
+
     try:
         shapes = [_parse_shape(s) for s in args.shapes.split(",")] if args.shapes else None
         dtypes = [parse_dtype(d.strip(), SPARSE_DTYPES, "--dtypes") for d in args.dtypes.split(",")]
@@ -270,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in suites if s not in _SUITES]
     if bad:
         p.error(f"unknown suite(s) {bad}; expected any of {list(_SUITES)}")
+    import torch
+
     if not torch.cuda.is_available():
         print("explorer.bench: no CUDA GPU visible; nothing to time.", file=sys.stderr)
         return 2

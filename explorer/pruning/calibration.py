@@ -24,6 +24,7 @@ __all__ = [
     "as_batches",
     "call_model",
     "check_cancel",
+    "check_finite_inputs",
     "progress_bar",
     "reconstruction_error",
     "record_inputs",
@@ -162,6 +163,8 @@ class InputStats:
     full : bool, optional
         Keep the full ``in x in`` matrix (default: when ``in_features`` is at most 4096);
         otherwise only its diagonal, the squared input-column norms.
+    layer : str, optional
+        The layer's name, for messages.
 
     Examples
     --------
@@ -171,8 +174,11 @@ class InputStats:
     ([1.0, 4.0, 0.0], 1)
     """
 
-    def __init__(self, in_features: int, device: torch.device, full: bool | None = None):
+    def __init__(
+        self, in_features: int, device: torch.device, full: bool | None = None, layer: str = ""
+    ):
         self.in_features = in_features
+        self.layer = layer
         self.full = in_features <= FULL_STATS_MAX_WIDTH if full is None else full
         shape = (in_features, in_features) if self.full else (in_features,)
         self.xtx = torch.zeros(shape, dtype=torch.float32, device=device)
@@ -199,18 +205,53 @@ class InputStats:
 
     @property
     def col_norms_sq(self) -> torch.Tensor:
-        """``||X_j||_2^2`` for every input column ``j``."""
-        return self.xtx.diagonal() if self.full else self.xtx
+        """``||X_j||_2^2`` for every input column ``j``; ValueError if the inputs held NaN/Inf."""
+        norms = self.xtx.diagonal() if self.full else self.xtx
+        check_finite_inputs(norms, self.layer)
+        return norms
 
     @property
     def hessian(self) -> torch.Tensor:
-        """The full ``X^T X`` (proportional to SparseGPT's ``H = 2 X X^T``)."""
+        """The full ``X^T X`` (proportional to SparseGPT's ``H = 2 X X^T``).
+
+        Raises
+        ------
+        ValueError
+            Only the diagonal was kept, or the inputs held NaN or Inf.
+        """
         if not self.full:
             raise ValueError(
                 f"only the diagonal of X^T X was kept for this {self.in_features}-wide layer; "
                 f"the full matrix is kept up to {FULL_STATS_MAX_WIDTH} inputs"
             )
+        check_finite_inputs(self.xtx, self.layer)
         return self.xtx
+
+
+def check_finite_inputs(xtx: torch.Tensor, layer: str = "") -> None:
+    """Raise a ValueError saying the calibration inputs held NaN or Inf, if ``xtx`` is not finite.
+
+    Any NaN or Inf in a layer's inputs spreads through ``X^T X``; pruning from it would fail
+    (SparseGPT's factorisation) or rank by garbage (Wanda's scores), so the data is blamed
+    before either happens.
+
+    Examples
+    --------
+    >>> check_finite_inputs(torch.tensor([1.0, float("nan")]), "fc1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the inputs of layer 'fc1' held NaN or Inf during calibration ...
+    """
+    bad = ~torch.isfinite(xtx)
+    if bool(bad.any()):
+        where = f"of layer {layer!r}" if layer else "of this layer"
+        raise ValueError(
+            f"the inputs {where} held NaN or Inf during calibration ({int(bad.sum())} of the "
+            f"{bad.numel()} entries of X^T X are not finite), so it cannot be pruned from them; "
+            "check the batches (all(torch.isfinite(x).all() for x in calibration)) and, if they "
+            "are finite, look for activations that overflow before this layer (e.g. calibrate a "
+            "float16 model in float32)"
+        )
 
 
 @contextlib.contextmanager
@@ -228,7 +269,8 @@ def record_inputs(
     4
     """
     stats = {
-        name: InputStats(mod.in_features, mod.weight.device, full) for name, mod in modules.items()
+        name: InputStats(mod.in_features, mod.weight.device, full, layer=name)
+        for name, mod in modules.items()
     }
     # Layers fed the very same tensor (q/k/v projections, gate/up) share one X^T X product.
     last: dict[str, Any] = {"input": None, "key": None, "inc": None, "rows": 0}
@@ -271,7 +313,7 @@ def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, stats: Input
     """
     if not stats.full or stats.rows == 0:
         return float("nan")
-    h = stats.hessian
+    h = stats.xtx  # not stats.hessian: non-finite inputs give NaN here rather than an error
     w = dense.detach().to(h.device, torch.float32)
     d = w - pruned.detach().to(h.device, torch.float32)
     both = torch.cat([w, d]) @ h

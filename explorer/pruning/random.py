@@ -10,6 +10,7 @@ import zlib
 
 import torch
 
+from .._validate import check_matrix, check_scores
 from ..masks import make_mask
 from ..patterns import Pattern
 
@@ -24,7 +25,9 @@ def random_mask(
     Parameters
     ----------
     weight : torch.Tensor
-        ``(out_features, in_features)`` weight (only its shape and device are used).
+        ``(out_features, in_features)`` weight. Only its shape and device choose the mask, but a
+        weight holding NaN or Inf is refused, as every other method refuses it: a random mask
+        would keep some of them and hide that the layer diverged.
     pattern : Pattern
         Any pattern kind.
     seed : int
@@ -37,6 +40,11 @@ def random_mask(
     torch.Tensor
         Bool mask, True where kept.
 
+    Raises
+    ------
+    ValueError
+        The weight holds NaN or Inf (the message names the layer and the first one).
+
     Examples
     --------
     >>> m = random_mask(torch.ones(2, 8), Pattern.parse("2:4"), seed=0, name="fc")
@@ -45,6 +53,8 @@ def random_mask(
     >>> torch.equal(m, random_mask(torch.ones(2, 8), Pattern.parse("2:4"), seed=0, name="fc"))
     True
     """
+    weight = check_matrix(weight, "weight").detach()
+    check_scores(weight, f"the weight of layer {name!r}" if name else "weight")
     gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
     scores = torch.rand(weight.shape, generator=gen).to(weight.device)
-    return make_mask(weight.detach(), pattern, scores=scores)
+    return make_mask(weight, pattern, scores=scores)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from .._threads import one_cpu_thread
+from .._threads import fair_cpu_threads, one_cpu_thread
+from .._validate import check_scores
 from ..masks import make_mask
 from ..patterns import Pattern
+from .calibration import check_finite_inputs
 
 __all__ = ["sparsegpt_prune"]
 
@@ -77,6 +79,12 @@ def sparsegpt_prune(
     tuple of torch.Tensor
         The new weight (zeros in place, dtype of ``weight``) and the bool keep-mask.
 
+    Raises
+    ------
+    ValueError
+        The weight or the Hessian holds NaN or Inf (for the Hessian: the calibration inputs
+        did), or the Hessian cannot be factorised even with extra damping.
+
     Examples
     --------
     >>> g = torch.Generator().manual_seed(0)
@@ -88,14 +96,17 @@ def sparsegpt_prune(
     """
     if pattern.kind == "nm" and blocksize % pattern.m:
         blocksize = max(pattern.m, blocksize - blocksize % pattern.m)
+    check_scores(weight.detach(), "weight")  # NaN weights would spread through the updates
     w = weight.detach().to(torch.float32).clone()
     h = hessian.to(w.device, torch.float32).clone()
+    check_finite_inputs(h)  # NaN inputs are not "too little data": say so before factorising
     rows, cols = w.shape
     # 1. dead inputs: never active in calibration; give them a unit diagonal and zero weights.
     dead = torch.diagonal(h) == 0
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
-    hinv = _inverse_cholesky(h, percdamp)
+    with fair_cpu_threads(w.device):
+        hinv = _inverse_cholesky(h, percdamp)
     del h
     with one_cpu_thread(w.device):
         # Work on W^T so that each weight column is a contiguous row (much faster updates).

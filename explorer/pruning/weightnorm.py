@@ -16,6 +16,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .._threads import fair_cpu_threads
+from .._validate import check_scores
 from ..patterns import Pattern
 
 __all__ = ["sparsifier_arguments", "weightnorm_masks"]
@@ -60,7 +62,8 @@ def weightnorm_masks(
     """Run prepare / step / squash_mask on the selected layers and return their keep-masks.
 
     The weights are left with zeros in place and no parametrization; if anything fails, the
-    parametrizations are removed without applying their masks.
+    parametrizations are removed without applying their masks. Weights holding NaN or Inf are
+    refused before anything changes (the sparsifier would keep NaNs and rank by them).
 
     Parameters
     ----------
@@ -76,6 +79,11 @@ def weightnorm_masks(
     dict of str to torch.Tensor
         Bool keep-masks by layer name.
 
+    Raises
+    ------
+    ValueError
+        A selected weight holds NaN or Inf (the message names the layer and the first one).
+
     Examples
     --------
     >>> net = nn.Sequential(nn.Linear(8, 4))
@@ -86,6 +94,9 @@ def weightnorm_masks(
     from torch.ao.pruning import WeightNormSparsifier
     from torch.nn.utils import parametrize
 
+    # 0. refuse non-finite weights while nothing has changed yet.
+    for fqn, module in modules.items():
+        check_scores(module.weight.detach(), f"the weight of layer {fqn!r}")
     # 1. the sparsifier, configured as in the tutorial.
     sparsifier = WeightNormSparsifier(**sparsifier_arguments(pattern))
     config = [{"tensor_fqn": f"{fqn}.weight"} for fqn in modules]
@@ -93,8 +104,10 @@ def weightnorm_masks(
     try:
         # 2. prepare attaches a FakeSparsity parametrization to each selected weight.
         sparsifier.prepare(model, config)
-        # 3. step computes the masks from the weight norms.
-        sparsifier.step()
+        # 3. step computes the masks from the weight norms (threads capped at the free cores).
+        device = next(iter(modules.values())).weight.device if modules else "cpu"
+        with fair_cpu_threads(device):
+            sparsifier.step()
         masks = {
             fqn: sparsifier.state[f"{fqn}.weight"]["mask"].detach().to(torch.bool).clone()
             for fqn in modules

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from explorer._threads import fair_cpu_threads
+
 __all__ = [
     "MaskComparison",
     "MaskViewer",
@@ -169,7 +171,8 @@ def block_density(
         u = mask.to(target).contiguous().view(torch.uint8)
         row_type = torch.uint8 if br <= 255 else torch.int32
         col_type = torch.int16 if br * bc <= 32767 else torch.int32
-        counts = _sum_blocks(_sum_blocks(u, br, 0, row_type), bc, 1, col_type)
+        with fair_cpu_threads(target, u.numel()):  # no waiting on cores others are using
+            counts = _sum_blocks(_sum_blocks(u, br, 0, row_type), bc, 1, col_type)
     counts = counts.cpu().numpy()
     block = br * bc
     dtype = np.uint8 if block <= 255 else np.uint16 if block <= 65535 else np.uint32
