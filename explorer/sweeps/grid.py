@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from explorer.dtypes import dtype_name
 from explorer.results.store.canonical import config_key
 
-__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig"]
+__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig", "check_known"]
 
 #: Bumped when a cell's measurement changes meaning, so old results are not reused.
 CELL_VERSION = 1
@@ -35,7 +35,16 @@ def _names(value: object, what: str, example: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _check_known(model: str, methods: tuple[str, ...]) -> None:
+def check_known(model: str, methods: tuple[str, ...]) -> None:
+    """Refuse a model that is not bundled or a method that is not in the pruning registry.
+
+    Examples
+    --------
+    >>> check_known("digits-mlp", ("magnitude", "prune-it"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'prune-it' is not a pruning method; expected one of ...
+    """
     from explorer.models import MODELS
     from explorer.pruning import METHODS
 
@@ -125,7 +134,7 @@ class SweepConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected a non-negative int")
         method_names = _names(methods, "methods", '["magnitude", "wanda"]')
-        _check_known(model, method_names)
+        check_known(model, method_names)
         return cls(
             model=model,
             methods=method_names,
