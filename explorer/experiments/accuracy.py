@@ -122,8 +122,10 @@ def run(
         methods=list(methods), patterns=list(patterns), variants=list(variants), seed=0
     )
 
+    headline: dict[str, tuple[str, bool]] = {}
+
     def measured(entries: list[dict]) -> None:
-        for row in table_rows(entries):
+        for row in table_rows(entries, headline):
             results.rows.append(row)
             if on_row is not None:
                 on_row(row)

@@ -86,7 +86,7 @@ def run(
 
 
 def _table(rows: list[Any]) -> list[dict]:
-    # 1. The dense row names the headline metric; a GPU row names its device.
+    # The dense row names the headline metric; a GPU row names its device.
     metric = next(r.metrics["metric"] for r in rows if r.kind == "dense" and r.status == "ok")
     table = []
     for r in rows:

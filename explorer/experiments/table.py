@@ -141,13 +141,14 @@ def _fields(row: Any) -> tuple[str, dict, dict, str, str | None]:
     return row.kind, row.config, row.metrics or {}, row.status, row.error
 
 
-def table_rows(rows: Iterable[Any]) -> list[Row]:
+def table_rows(rows: Iterable[Any], headline: dict | None = None) -> list[Row]:
     """The accuracy table's lines from a named grid's rows (dense rows first per model).
 
     ``rows`` are the store's rows (:class:`explorer.results.store.Row`) or the cells' rows as
     committed (dicts with the same fields).
 
-    A failed cell becomes a line with its ``error``, the metric named by its model's dense row.
+    A failed cell becomes a line with its ``error``, the metric named by its model's dense row
+    (kept in ``headline``, ``{model: (metric, higher_is_better)}``, across calls when given).
 
     Examples
     --------
@@ -160,7 +161,7 @@ def table_rows(rows: Iterable[Any]) -> list[Row]:
     [('dense', 0.9, None), ('wanda + admm', nan, 'ValueError: no')]
     """
     out: list[Row] = []
-    headline: dict[str, tuple[str, bool]] = {}
+    headline = {} if headline is None else headline
     for row in rows:
         kind, config, metrics, status, error = _fields(row)
         dense = kind == "dense"
