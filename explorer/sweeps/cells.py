@@ -29,7 +29,7 @@ from explorer.sweeps.loading import (
 from explorer.sweeps.speed import speed_cell
 from explorer.sweeps.steps import evaluate, int8_rows, prune_metrics, retrain
 
-__all__ = ["hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
+__all__ = ["failed_rows", "hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
 
 
 def _dense(config: dict) -> list[dict]:
@@ -79,6 +79,27 @@ _RUNNERS = {"dense": _dense, "prune": _prune, "speed": speed_cell}
 _KINDS = {"dense": "dense", "prune": "prune", "speed": "layer-speed"}
 
 
+def failed_rows(config: dict, exc: BaseException) -> list[dict]:
+    """The one row that records a cell that could not be measured, with the reason.
+
+    Examples
+    --------
+    >>> (row,) = failed_rows({"cell": "speed"}, RuntimeError("no GPU"))
+    >>> row["kind"], row["error"]
+    ('layer-speed', 'RuntimeError: no GPU')
+    """
+    kind = config.get("cell")
+    message = f"{type(exc).__name__}: {exc}".strip()
+    return [
+        {
+            "kind": _KINDS.get(kind, str(kind)),
+            "config": config,
+            "status": "failed",
+            "error": message if len(message) <= 1000 else message[:997] + "...",
+        }
+    ]
+
+
 def run_cell(config: dict, cancel: Any = None) -> list[dict]:
     """Measure one cell and return its rows; a failure becomes one ``failed`` row.
 
@@ -109,15 +130,7 @@ def run_cell(config: dict, cancel: Any = None) -> list[dict]:
     except Exception as exc:  # every failure is recorded; the sweep goes on
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
-        message = f"{type(exc).__name__}: {exc}".strip()
-        rows = [
-            {
-                "kind": _KINDS.get(kind, str(kind)),
-                "config": config,
-                "status": "failed",
-                "error": message if len(message) <= 1000 else message[:997] + "...",
-            }
-        ]
+        rows = failed_rows(config, exc)
     here = provenance()
     for row in rows:
         row.setdefault("metrics", {})

@@ -8,11 +8,12 @@ their provenance, and a stopped run resumes where it stopped.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 from explorer.results.store import ResultStore, Row
 from explorer.results.store.canonical import config_key
-from explorer.sweeps.grid import CELL_VERSION, Cell, check_known
+from explorer.sweeps.grid import CELL_VERSION, Cell, check_known, prune_cell
 
 __all__ = ["VARIANTS", "model_grid", "run_named"]
 
@@ -80,25 +81,15 @@ def model_grid(
     base = {"model": model, "version": CELL_VERSION, "dtype": "float32"}
     base.update((k, v) for k, v in {"load": load, **steps}.items() if v)
     out = [Cell({"cell": "dense", **base})]
-    for pattern in parsed:
-        for method in methods:
-            for variant in variants:
-                if "permute" in variant and pattern.kind != "nm":
-                    continue
-                config = {
-                    "cell": "prune",
-                    **base,
-                    "method": method,
-                    "pattern": pattern.name,
-                    "layers": "all",
-                    "calibration_samples": calibration_samples,
-                    "seed": seed,
-                }
-                if "permute" in variant:
-                    config["permute"] = True
-                if "admm" in variant:
-                    config["update"] = "admm"
-                out.append(Cell(config))
+    for pattern, method, variant in itertools.product(parsed, methods, variants):
+        if "permute" in variant and pattern.kind != "nm":
+            continue
+        chosen: dict = {"permute": True} if "permute" in variant else {}
+        if "admm" in variant:
+            chosen["update"] = "admm"
+        out.append(
+            prune_cell(base, method, pattern.name, "all", calibration_samples, seed, **chosen)
+        )
     return out
 
 

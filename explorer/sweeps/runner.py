@@ -109,12 +109,6 @@ def _entries(cell: Cell, rows: list[dict]) -> list[dict]:
     ]
 
 
-def _failure(cell: Cell, exc: BaseException) -> list[dict]:
-    kind = {"speed": "layer-speed"}.get(cell.kind, cell.kind)
-    reason = f"{type(exc).__name__}: {exc}"
-    return [{"kind": kind, "config": cell.config, "status": "failed", "error": reason[:1000]}]
-
-
 def _as_completed(futures: Iterable) -> Iterable:
     futures = list(futures)
     if futures and type(futures[0]).__module__.startswith("distributed"):
@@ -334,7 +328,9 @@ def run_grid(
             except Exception as exc:
                 if executor is None:
                     raise
-                return _failure(cell, exc)  # the worker died or could not run the cell
+                return _cells.failed_rows(
+                    cell.config, exc
+                )  # the worker died or could not run the cell
 
         def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
             """Claim and run each cell here; return the cells other writers hold, and
@@ -372,7 +368,7 @@ def run_grid(
                         try:
                             rows = future.result()
                         except Exception as exc:  # the worker died or could not run the cell
-                            rows = _failure(cell, exc)
+                            rows = _cells.failed_rows(cell.config, exc)
                         commit(cell, rows)  # a finished cell is kept, even when cancelling
                         if stopping():
                             cancelled = True
