@@ -134,8 +134,8 @@ def run(
     store = db if isinstance(db, ResultStore) else ResultStore(db)
     try:
         for name, cells in grids.items():
-            rows = run_named(f"accuracy-{name}", cells, store, progress, measured)
             results.meta.setdefault("models", {})[name] = _model_meta(cells[0].config, chosen[name])
+            rows = run_named(f"accuracy-{name}", cells, store, progress, measured)
             results.rows[:] = [r for r in results.rows if r.model != name] + table_rows(rows)
     finally:
         if store is not db:
