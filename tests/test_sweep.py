@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from explorer.results.store import ResultStore
-from explorer.sweeps import SweepConfig, cells, sweep
+from explorer.sweeps import SweepConfig, cells, speed, sweep
 from explorer.sweeps.grid import Cell
 
 GRID = {"methods": "magnitude,random,wanda", "patterns": "2:4,4:8", "dtypes": "float16,bfloat16"}
@@ -264,8 +264,8 @@ def test_speed_cell_pivots_benchmark_rows(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(explorer.bench, "run_bench", _fake_bench)
     monkeypatch.setattr(cells, "provenance", lambda: {"gpu": "fake"})
-    real_find_spec = cells.importlib.util.find_spec
-    monkeypatch.setattr(cells.importlib.util, "find_spec", lambda name: None)
+    real_find_spec = speed.importlib.util.find_spec
+    monkeypatch.setattr(speed.importlib.util, "find_spec", lambda name: None)
     config = {
         "cell": "speed",
         "model": "digits-mlp",
@@ -278,7 +278,7 @@ def test_speed_cell_pivots_benchmark_rows(monkeypatch):
     (missing,) = cells.run_cell(config)
     assert missing["status"] == "skipped" and "sparsity-explorer[gpu]" in missing["error"]
     monkeypatch.setattr(
-        cells.importlib.util, "find_spec", lambda name: name == "nvmath" or real_find_spec(name)
+        speed.importlib.util, "find_spec", lambda name: name == "nvmath" or real_find_spec(name)
     )
     rows = cells.run_cell(config)
     by_shape = {tuple(r["config"]["shape"]): r for r in rows}

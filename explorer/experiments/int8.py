@@ -1,6 +1,7 @@
 """The sparse + int8 accuracy experiment: what int8 adds to 2:4 pruning on the shipped models.
 
-Run it with ``python -m explorer.experiments.int8``. For each model and method it evaluates the
+Run it with ``python -m explorer.experiments.int8``. Each model is a named grid of sweep cells
+(:func:`explorer.sweeps.named.model_grid` with ``int8=True``): for each method it evaluates the
 dense model, the dense model in int8, the 2:4-pruned model, and the 2:4-pruned model in int8:
 weights quantized symmetrically per output channel (zeros stay zeros), activations dynamically
 per token, exactly as ``sparsify(model, dtype=torch.int8)`` runs them. The int8 numbers come from
@@ -19,132 +20,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
+from explorer.experiments.settings import model_settings
 from explorer.models import MODELS
+from explorer.results.store import ResultStore
+from explorer.sweeps.named import model_grid, run_named
+from explorer.sweeps.steps import OnDevice
 
 __all__ = ["OnDevice", "main", "run", "to_markdown"]
 
 DEFAULT_MODELS = tuple(MODELS)  # every bundled model
-CALIBRATION = {"digits-mlp": 512, "fashion-mlp": 1024, "minilm": 256, "smollm2": 16}
-LOAD = {"minilm": {"n_eval": 300}, "smollm2": {"n_eval": 16, "seq_len": 256}}
 
-
-class OnDevice(nn.Module):
-    """Run ``model`` on a GPU for a CPU caller: tensor arguments go to ``device`` (floating
-    ones in ``dtype``), outputs come back to the CPU in float32.
-
-    Examples
-    --------
-    >>> OnDevice(nn.Identity(), "cpu", torch.float16)(torch.ones(1)).dtype
-    torch.float32
-    """
-
-    def __init__(self, model: nn.Module, device: str, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.model, self.device, self.dtype = model, torch.device(device), dtype
-
-    def _to(self, v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.to(self.device, self.dtype if v.is_floating_point() else v.dtype)
-        return v
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.model(
-            *(self._to(a) for a in args), **{k: self._to(v) for k, v in kwargs.items()}
-        )
-        return _back(out)
-
-
-def _back(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.float().cpu() if out.is_floating_point() else out.cpu()
-    if isinstance(out, dict):  # transformers' ModelOutput is a dict
-        for k in list(out.keys()):
-            out[k] = _back(out[k])
-        return out
-    if isinstance(out, tuple):
-        return type(out)(_back(v) for v in out)
-    return out
-
-
-def _metric(bundle: Any, model: nn.Module) -> float:
-    return float(bundle.evaluate(model)[bundle.metric])
-
-
-def _model_rows(name: str, methods: Sequence[str], gpu: bool, progress: bool) -> list[dict]:
-    from explorer.gpu.quant import int8_reference
-    from explorer.models import load
-    from explorer.pruning import prune
-
-    bundle = load(name, **LOAD.get(name, {}))
-    base = {"model": name, "metric": bundle.metric}
-    rows = [dict(base, method="-", config="dense", value=_metric(bundle, bundle.model))]
-    q_dense, names = int8_reference(bundle.model, bundle.filter_fn, require_24=False)
-    rows.append(
-        dict(
-            base,
-            method="-",
-            config="dense + int8",
-            value=_metric(bundle, q_dense),
-            layers=len(names),
-        )
-    )
-    for method in methods:
-        cal = (
-            bundle.calibration(CALIBRATION.get(name, 128))
-            if method in ("wanda", "sparsegpt")
-            else None
-        )
-        t0 = time.perf_counter()
-        res = prune(
-            bundle.model,
-            method,
-            "2:4",
-            calibration=cal,
-            filter_fn=bundle.filter_fn,
-            inplace=False,
-            progress=progress,
-        )
-        secs = time.perf_counter() - t0
-        pruned = res.model
-        rows.append(dict(base, method=method, config="2:4", value=_metric(bundle, pruned)))
-        q_model, names = int8_reference(pruned, bundle.filter_fn)
-        rows.append(
-            dict(
-                base,
-                method=method,
-                config="2:4 + int8",
-                value=_metric(bundle, q_model),
-                layers=len(names),
-                prune_seconds=secs,
-            )
-        )
-        if gpu:
-            rows.append(dict(base, method=method, **_gpu_row(bundle, pruned)))
-    return rows
-
-
-def _gpu_row(bundle: Any, pruned: nn.Module) -> dict:
-    import copy
-
-    from explorer.gpu import sparsify
-
-    model = copy.deepcopy(pruned).to("cuda", torch.float16)
-    rep = sparsify(model, filter_fn=bundle.filter_fn, dtype=torch.int8)
-    value = _metric(bundle, OnDevice(rep.model, "cuda", torch.float16))
-    return {
-        "config": "2:4 + int8 (GPU kernel)",
-        "value": value,
-        "layers": len(rep.swapped),
-        "device": torch.cuda.get_device_name(),
-    }
+_CONFIGS = {None: "", "int8": " + int8", "int8-gpu": " + int8 (GPU kernel)"}
 
 
 def run(
@@ -152,6 +42,7 @@ def run(
     methods: Sequence[str] = ("magnitude", "sparsegpt"),
     gpu: bool = False,
     progress: bool = True,
+    db: str | Path | ResultStore = ":memory:",
 ) -> list[dict]:
     """Measure dense, dense + int8, 2:4 and 2:4 + int8 for each model and method.
 
@@ -164,17 +55,54 @@ def run(
     gpu : bool
         Also run the 2:4 + int8 model through the cuSPARSELt int8 kernel (needs a GPU).
     progress : bool
-        Show tqdm bars while pruning.
+        Show a progress bar per model.
+    db : path or ResultStore
+        Where the store rows go; a file keeps them, so the same run resumes there.
 
     Returns
     -------
     list of dict
         One row per (model, method, config) with the headline metric's ``value``.
     """
-    rows: list[dict] = []
-    for name in models:
-        rows += _model_rows(name, methods, gpu, progress)
-    return rows
+    store = db if isinstance(db, ResultStore) else ResultStore(db)
+    out: list[dict] = []
+    try:
+        for name in models:
+            settings = model_settings(name)
+            cells = model_grid(
+                name,
+                methods,
+                ["2:4"],
+                calibration_samples=settings["calibration"],
+                load=settings["load"],
+                int8=True,
+                gpu=gpu,
+            )
+            out += _table(run_named(f"int8-{name}", cells, store, progress))
+    finally:
+        if store is not db:
+            store.close()
+    return out
+
+
+def _table(rows: list[Any]) -> list[dict]:
+    # The dense row names the headline metric; a GPU row names its device.
+    metric = next(r.metrics["metric"] for r in rows if r.kind == "dense" and r.status == "ok")
+    table = []
+    for r in rows:
+        quant = r.config.get("quant")
+        config = ("dense" if r.kind == "dense" else r.pattern) + _CONFIGS[quant]
+        row = {"model": r.model, "metric": metric, "method": r.method or "-", "config": config}
+        row["value"] = float(r.metrics.get(metric, float("nan")))
+        row.update(
+            (k, r.metrics[k]) for k in ("layers", "prune_seconds") if quant and k in r.metrics
+        )
+        if quant == "int8-gpu":
+            row["device"] = r.provenance.get("gpu")
+        if r.status != "ok":
+            row["error"] = r.error
+        table.append(row)
+    return table
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -199,6 +127,7 @@ def to_markdown(rows: list[dict]) -> str:
         for r in mine:
             v = r["value"]
             text = f"{v:,.1f}" if metric == "perplexity" else f"{v:.3f}"
+            text = "error" if r.get("error") else text
             out.append(f"| {r['method']} | {r['config']} | {text} |")
         out.append("")
     return "\n".join(out[:-1]) if out else ""

@@ -7,13 +7,14 @@ machine: that key is what makes an interrupted sweep resumable.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 
 from explorer.dtypes import dtype_name
 from explorer.results.store.canonical import config_key
 
-__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig"]
+__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig", "check_known", "prune_cell"]
 
 #: Bumped when a cell's measurement changes meaning, so old results are not reused.
 CELL_VERSION = 1
@@ -35,7 +36,16 @@ def _names(value: object, what: str, example: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _check_known(model: str, methods: tuple[str, ...]) -> None:
+def check_known(model: str, methods: tuple[str, ...]) -> None:
+    """Refuse a model that is not bundled or a method that is not in the pruning registry.
+
+    Examples
+    --------
+    >>> check_known("digits-mlp", ("magnitude", "prune-it"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: method 'prune-it' is not a pruning method; expected one of ...
+    """
     from explorer.models import MODELS
     from explorer.pruning import METHODS
 
@@ -125,7 +135,7 @@ class SweepConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected a non-negative int")
         method_names = _names(methods, "methods", '["magnitude", "wanda"]')
-        _check_known(model, method_names)
+        check_known(model, method_names)
         return cls(
             model=model,
             methods=method_names,
@@ -163,37 +173,57 @@ class SweepConfig:
         """
         base = {"model": self.model, "version": CELL_VERSION}
         out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
-        for method in self.methods:
-            for pattern in self.patterns:
-                for layers in self.layer_sets:
-                    for dtype in self.dtypes:
-                        config = {
-                            "cell": "prune",
-                            **base,
-                            "method": method,
-                            "pattern": pattern,
-                            "layers": layers,
-                            "dtype": dtype,
-                            "calibration_samples": self.calibration_samples,
-                            "seed": self.seed,
-                        }
-                        out.append(Cell(config))
-        for pattern in self.patterns:
-            if pattern not in SPEED_PATTERNS:
-                continue
-            for layers in self.layer_sets:
-                for dtype in self.dtypes:
-                    for tokens in self.tokens:
-                        config = {
-                            "cell": "speed",
-                            **base,
-                            "pattern": pattern,
-                            "layers": layers,
-                            "dtype": dtype,
-                            "tokens": tokens,
-                        }
-                        out.append(Cell(config))
+        for method, pattern, layers, dtype in itertools.product(
+            self.methods, self.patterns, self.layer_sets, self.dtypes
+        ):
+            out.append(
+                prune_cell(
+                    {**base, "dtype": dtype},
+                    method,
+                    pattern,
+                    layers,
+                    self.calibration_samples,
+                    self.seed,
+                )
+            )
+        timed = [p for p in self.patterns if p in SPEED_PATTERNS]
+        for pattern, layers, dtype, tokens in itertools.product(
+            timed, self.layer_sets, self.dtypes, self.tokens
+        ):
+            config = {"pattern": pattern, "layers": layers, "dtype": dtype, "tokens": tokens}
+            out.append(Cell({"cell": "speed", **base, **config}))
         return out
+
+
+def prune_cell(
+    base: dict,
+    method: str,
+    pattern: str,
+    layers: str = "all",
+    calibration_samples: int = 128,
+    seed: int = 0,
+    **steps: object,
+) -> Cell:
+    """A prune cell: ``base`` (model, version, dtype, ...), what it prunes, and its extra steps.
+
+    Examples
+    --------
+    >>> prune_cell({"model": "m", "dtype": "float32"}, "wanda", "2:4", update="admm").config
+    {'cell': 'prune', 'model': 'm', 'dtype': 'float32', 'method': 'wanda', 'pattern': '2:4', \
+'layers': 'all', 'calibration_samples': 128, 'seed': 0, 'update': 'admm'}
+    """
+    return Cell(
+        {
+            "cell": "prune",
+            **base,
+            "method": method,
+            "pattern": pattern,
+            "layers": layers,
+            "calibration_samples": calibration_samples,
+            "seed": seed,
+            **steps,
+        }
+    )
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import concurrent.futures
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
 from explorer.sweeps.grid import Cell, SweepConfig
 
-__all__ = ["SweepResult", "sweep"]
+__all__ = ["SweepResult", "run_grid", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,6 @@ def _entries(cell: Cell, rows: list[dict]) -> list[dict]:
     ]
 
 
-def _failure(cell: Cell, exc: BaseException) -> list[dict]:
-    kind = {"speed": "layer-speed"}.get(cell.kind, cell.kind)
-    reason = f"{type(exc).__name__}: {exc}"
-    return [{"kind": kind, "config": cell.config, "status": "failed", "error": reason[:1000]}]
-
-
 def _as_completed(futures: Iterable) -> Iterable:
     futures = list(futures)
     if futures and type(futures[0]).__module__.startswith("distributed"):
@@ -192,8 +186,6 @@ def sweep(
     >>> result.total, result.ran, result.failed
     (3, 3, 0)
     """
-    from tqdm.auto import tqdm
-
     config = SweepConfig.make(
         model, methods, patterns, layer_sets, dtypes, tokens, calibration_samples, seed
     )
@@ -211,7 +203,64 @@ def sweep(
         or not (0 < lease_timeout < float("inf"))
     ):
         raise ValueError(f"lease_timeout={lease_timeout!r}: expected a positive number of seconds")
-    sweep_id = name or config.sweep_id
+    return run_grid(
+        name or config.sweep_id,
+        config.cells(),
+        asdict(config),
+        db,
+        progress,
+        cancel,
+        executor,
+        retry_failed=retry_failed,
+        lease_timeout=lease_timeout,
+        desc=f"sweep {config.model}",
+    )
+
+
+def run_grid(
+    sweep_id: str,
+    grid: list[Cell],
+    spec: dict,
+    db: str | Path | ResultStore | None = None,
+    progress: bool = True,
+    cancel: threading.Event | None = None,
+    executor: Any = None,
+    *,
+    retry_failed: bool = False,
+    lease_timeout: float = 120.0,
+    desc: str = "sweep",
+    on_rows: Callable[[list[dict]], None] | None = None,
+) -> SweepResult:
+    """Run the cells of a grid into the store: the loop behind :func:`sweep` and the named grids.
+
+    Parameters
+    ----------
+    sweep_id : str
+        The sweep's id in the store; the same id and cells resume a stopped run.
+    grid : list of Cell
+        The cells, in the order they are run.
+    spec : dict
+        The grid's description, kept with the sweep in the store.
+    db, progress, cancel, executor, retry_failed, lease_timeout
+        As for :func:`sweep` (arguments are not checked again here).
+    desc : str
+        The progress bar's label.
+    on_rows : callable, optional
+        Called with each cell's rows once they are committed.
+
+    Returns
+    -------
+    SweepResult
+
+    Examples
+    --------
+    >>> from explorer.sweeps.grid import SweepConfig
+    >>> cfg = SweepConfig.make("digits-mlp", patterns="4:8")
+    >>> run_grid("mine", cfg.cells(), {}, db=":memory:", progress=False).ran
+    2
+    """
+    from tqdm.auto import tqdm
+
     own = not isinstance(db, ResultStore)
     store = ResultStore(db) if own else db
     writer = _leases.new_writer_id()
@@ -219,15 +268,14 @@ def sweep(
     counts = {"ran": 0, "failed": 0, "skipped": 0, "by_other_writer": 0}
     cancelled = False
     try:
-        store.add_sweep(sweep_id, asdict(config))
-        grid = config.cells()
+        store.add_sweep(sweep_id, spec)
         done = store.done_cells(sweep_id)
         finished = ("ok", "failed") if not retry_failed else ("ok",)
         pending = [c for c in grid if done.get(c.key) not in finished]
         bar = tqdm(
             total=len(grid),
             initial=len(grid) - len(pending),
-            desc=f"sweep {config.model}",
+            desc=desc,
             unit="cell",
             disable=not progress,
         )
@@ -257,6 +305,8 @@ def sweep(
                     raise
                 other()
                 return
+            if on_rows is not None:
+                on_rows(entries)
             counts["ran"] += 1
             counts["failed"] += any(r.get("status") == "failed" for r in rows)
             counts["skipped"] += all(r.get("status") == "skipped" for r in rows)
@@ -278,7 +328,9 @@ def sweep(
             except Exception as exc:
                 if executor is None:
                     raise
-                return _failure(cell, exc)  # the worker died or could not run the cell
+                return _cells.failed_rows(
+                    cell.config, exc
+                )  # the worker died or could not run the cell
 
         def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
             """Claim and run each cell here; return the cells other writers hold, and
@@ -316,7 +368,7 @@ def sweep(
                         try:
                             rows = future.result()
                         except Exception as exc:  # the worker died or could not run the cell
-                            rows = _failure(cell, exc)
+                            rows = _cells.failed_rows(cell.config, exc)
                         commit(cell, rows)  # a finished cell is kept, even when cancelling
                         if stopping():
                             cancelled = True

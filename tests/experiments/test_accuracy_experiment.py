@@ -144,3 +144,19 @@ def test_main_writes_markdown_and_json(tmp_path, capsys):
     merged = tmp_path / "merged.md"
     assert main(["--merge", str(out.with_suffix(".json")), "--out", str(merged)]) == 0
     assert "### digits-mlp" in merged.read_text()
+
+
+def test_main_resumes_from_its_store(tmp_path, monkeypatch):
+    from explorer.sweeps import cells
+
+    args = ["--models", "digits-mlp", "--methods", "magnitude", "--patterns", "2:4"]
+    args += ["--db", str(tmp_path / "acc.db"), "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a.md")]) == 0
+
+    def refuse(config, cancel=None):
+        raise AssertionError("a finished cell ran again")
+
+    monkeypatch.setattr(cells, "run_cell", refuse)
+    assert main([*args, "--out", str(tmp_path / "b.md")]) == 0
+    tables = [(tmp_path / f).read_text().split("### ")[1] for f in ("a.md", "b.md")]
+    assert tables[0] == tables[1] and "| magnitude |" in tables[0]

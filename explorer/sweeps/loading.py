@@ -1,0 +1,130 @@
+"""What a sweep cell works on: the bundled model (loaded once per process) and its layers."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import functools
+import json
+import threading
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["bundle_for", "hide_training_bars", "layer_filter", "quiet_progress", "round_weights"]
+
+_QUIET_LOCK = threading.Lock()
+_QUIET_DEPTH = [0, None]  # nesting depth, the original tqdm of the training loop
+
+
+@contextlib.contextmanager
+def quiet_progress(quiet: bool = True):
+    """Hide the progress bar of training a bundled model on its first load while this runs.
+
+    A sweep run with ``progress=False`` (``--no-progress``) shows no bar at all, the model's
+    one-off training included.
+
+    Examples
+    --------
+    >>> with quiet_progress():
+    ...     pass
+    """
+    if not quiet:
+        yield
+        return
+    from explorer.models import _mlp
+
+    with _QUIET_LOCK:
+        if _QUIET_DEPTH[0] == 0:
+            _QUIET_DEPTH[1] = _mlp.tqdm
+            _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
+        _QUIET_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _QUIET_DEPTH[0] -= 1
+            if _QUIET_DEPTH[0] == 0:
+                _mlp.tqdm = _QUIET_DEPTH[1]
+
+
+def hide_training_bars() -> None:
+    """Hide model-training progress bars in this process for good (a sweep worker's initializer).
+
+    Examples
+    --------
+    >>> import concurrent.futures
+    >>> pool = concurrent.futures.ThreadPoolExecutor(1, initializer=hide_training_bars)
+    """
+    from explorer.models import _mlp
+
+    if not isinstance(_mlp.tqdm, functools.partial):
+        _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
+
+
+@functools.lru_cache(maxsize=2)
+def _bundle(name: str, options: str = "{}"):
+    # Loaded once per process (per loader options); every cell works on a deep copy of the model.
+    from explorer.models import load
+
+    return load(name, **json.loads(options))
+
+
+def bundle_for(config: dict):
+    """The bundled model a cell measures: ``config["model"]`` loaded with ``config["load"]``.
+
+    Examples
+    --------
+    >>> bundle_for({"model": "digits-mlp"}).name
+    'digits-mlp'
+    """
+    return _bundle(config["model"], json.dumps(config.get("load") or {}, sort_keys=True))
+
+
+def layer_filter(
+    layer_set: str, default: Callable | None = None
+) -> Callable[[nn.Module, str], bool]:
+    """The ``filter_fn`` of a layer set: ``"all"``, ``"every"`` or globs joined by ``|``.
+
+    Examples
+    --------
+    >>> f = layer_filter("0|2")
+    >>> f(nn.Linear(4, 4), "0"), f(nn.Linear(4, 4), "4"), f(nn.ReLU(), "2")
+    (True, False, False)
+    """
+    if layer_set == "all":
+        return default or (lambda module, fqn: isinstance(module, nn.Linear))
+    if layer_set == "every":
+        return lambda module, fqn: isinstance(module, nn.Linear)
+    globs = [g.strip() for g in layer_set.split("|") if g.strip()]
+
+    def filter_fn(module: nn.Module, fqn: str) -> bool:
+        return isinstance(module, nn.Linear) and any(fnmatch.fnmatchcase(fqn, g) for g in globs)
+
+    return filter_fn
+
+
+def round_weights(model: nn.Module, dtype: str) -> None:
+    """Round a model's weights to ``dtype`` and back: its accuracy "at" that dtype.
+
+    The model keeps its own dtype and device, so every bundled evaluation runs unchanged on a
+    CPU.
+
+    Examples
+    --------
+    >>> layer = nn.Linear(1, 1, bias=False)
+    >>> _ = layer.weight.data.fill_(1 + 2**-12)
+    >>> round_weights(layer, "bfloat16"); layer.weight.item()
+    1.0
+    """
+    target = getattr(torch, dtype)
+    if not target.is_floating_point or target.itemsize < 2:
+        raise ValueError(
+            f"dtype {dtype!r}: accuracy cells emulate float32, float16 and bfloat16 weights only; "
+            "quantised weights need a quantisation step a sweep does not perform"
+        )
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.is_floating_point():
+                param.copy_(param.to(target).to(param.dtype))

@@ -1,0 +1,205 @@
+"""Steps a cell may add after pruning: fine-tuning, distillation, and evaluation in int8.
+
+A cell's configuration asks for them (``"finetune"``, ``"recovery"``, ``"int8"``, ``"gpu"``); the
+accuracy and int8 experiments are grids of such cells (:mod:`explorer.sweeps.named`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["STEP_METRICS", "OnDevice", "evaluate", "int8_rows", "prune_metrics", "retrain"]
+
+#: Metrics a cell adds to the model's own evaluation (the rest are the bundle's metrics).
+STEP_METRICS = (
+    "eval_seconds",
+    "prune_seconds",
+    "density",
+    "pruned_layers",
+    "pruned_params",
+    "mean_error",
+    "permute_seconds",
+    "permute_gain",
+    "update_seconds",
+    "finetuned",
+    "finetune_seconds",
+    "finetune_steps",
+    "layers",
+)
+
+
+def evaluate(bundle: Any, model: nn.Module) -> dict:
+    """The bundle's metrics of ``model`` plus ``eval_seconds``.
+
+    Examples
+    --------
+    >>> from explorer.sweeps.loading import bundle_for
+    >>> bundle = bundle_for({"model": "digits-mlp"})
+    >>> metrics = evaluate(bundle, bundle.model)
+    >>> metrics["metric"], metrics["accuracy"] > 0.9, metrics["eval_seconds"] > 0
+    ('accuracy', True, True)
+    """
+    start = time.perf_counter()
+    metrics = bundle.evaluate(model)
+    metrics["eval_seconds"] = time.perf_counter() - start
+    return metrics
+
+
+def prune_metrics(result: Any) -> dict:
+    """What a :class:`~explorer.pruning.PruneResult` records: time, density, layers, steps.
+
+    Examples
+    --------
+    >>> from explorer.pruning import prune
+    >>> res = prune(nn.Sequential(nn.Linear(8, 8)), "magnitude", "2:4", progress=False)
+    >>> prune_metrics(res)["density"], prune_metrics(res)["pruned_layers"]
+    (0.5, 1)
+    """
+    out = {
+        "prune_seconds": result.seconds,
+        "density": result.density,
+        "pruned_layers": len(result.masks),
+        "pruned_params": sum(m.numel() for m in result.masks.values()),
+        "mean_error": result.mean_error,
+    }
+    perm = result.permutation
+    if perm is not None:
+        out["permute_seconds"] = perm.seconds
+        if math.isfinite(perm.mean_gain):
+            out["permute_gain"] = perm.mean_gain
+    if result.update is not None:
+        out["update_seconds"] = result.update_seconds
+    return out
+
+
+def retrain(bundle: Any, model: nn.Module, masks: Any, config: dict, cancel: Any = None) -> dict:
+    """Masked fine-tuning (``config["finetune"]``) or distillation from the dense model
+    (``config["recovery"]``) of a pruned model; the metric after it, its seconds and steps.
+
+    Fine-tuning runs one fixed list of training batches (drawn with the cell's seed), so every
+    method is fine-tuned on the same data in the same order; distillation reads
+    ``recovery["samples"]`` calibration samples drawn with ``recovery["seed"]``, never the
+    evaluation data, for at most ``recovery["minutes"]``.
+
+    Examples
+    --------
+    >>> retrain(None, nn.Linear(1, 1), {}, {})
+    {}
+    """
+    from explorer.pruning import finetune
+
+    tune, recovery = config.get("finetune"), config.get("recovery")
+    if tune and bundle.train_data is not None:
+        torch.manual_seed(config.get("seed", 0))
+        data = list(bundle.train_data)
+        torch.manual_seed(0)
+        curve = finetune(model, masks, data, progress=False, cancel=cancel, **tune)
+    elif recovery:
+        data = bundle.calibration(recovery["samples"], seed=recovery["seed"])
+        teacher = copy.deepcopy(bundle.model).eval()
+        torch.manual_seed(0)
+        curve = finetune(
+            model,
+            masks,
+            data,
+            steps=10**9,
+            lr=recovery["lr"],
+            teacher=teacher,
+            max_minutes=recovery["minutes"],
+            train=recovery["train"],
+            progress=False,
+            cancel=cancel,
+        )
+    else:
+        return {}
+    return {
+        "finetuned": float(bundle.evaluate(model)[bundle.metric]),
+        "finetune_seconds": curve.seconds,
+        "finetune_steps": curve.steps,
+    }
+
+
+def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: dict) -> list[dict]:
+    """Rows of ``model`` with int8 weights and activations, where ``config["int8"]`` asks.
+
+    ``quant="int8"``: :func:`explorer.gpu.quant.int8_reference`, which sums the integer
+    products exactly on any device; ``quant="int8-gpu"`` (``config["gpu"]``): the cuSPARSELt
+    int8 kernel through :func:`explorer.sparsify`. A dense model is quantized whether or not
+    it is 2:4; ``metrics["prune_seconds"]`` travels to the int8 row.
+
+    Examples
+    --------
+    >>> int8_rows("dense", {}, None, nn.Linear(1, 1), {})
+    []
+    """
+    if not config.get("int8"):
+        return []
+    from explorer.gpu.quant import int8_reference
+
+    timing = {k: metrics[k] for k in ("prune_seconds",) if k in metrics}
+    quantized, names = int8_reference(model, bundle.filter_fn, require_24=kind != "dense")
+    rows = [
+        {
+            "kind": kind,
+            "config": {**config, "quant": "int8"},
+            "metrics": {**evaluate(bundle, quantized), "layers": len(names), **timing},
+        }
+    ]
+    if config.get("gpu"):
+        from explorer.gpu import sparsify
+
+        on_gpu = copy.deepcopy(model).to("cuda", torch.float16)
+        report = sparsify(on_gpu, filter_fn=bundle.filter_fn, dtype=torch.int8)
+        runner = OnDevice(report.model, "cuda", torch.float16)
+        rows.append(
+            {
+                "kind": kind,
+                "config": {**config, "quant": "int8-gpu"},
+                "metrics": {**evaluate(bundle, runner), "layers": len(report.swapped)},
+            }
+        )
+    return rows
+
+
+class OnDevice(nn.Module):
+    """Run ``model`` on a GPU for a CPU caller: tensor arguments go to ``device`` (floating
+    ones in ``dtype``), outputs come back to the CPU in float32.
+
+    Examples
+    --------
+    >>> OnDevice(nn.Identity(), "cpu", torch.float16)(torch.ones(1)).dtype
+    torch.float32
+    """
+
+    def __init__(self, model: nn.Module, device: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.model, self.device, self.dtype = model, torch.device(device), dtype
+
+    def _to(self, v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(self.device, self.dtype if v.is_floating_point() else v.dtype)
+        return v
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.model(
+            *(self._to(a) for a in args), **{k: self._to(v) for k, v in kwargs.items()}
+        )
+        return _back(out)
+
+
+def _back(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.float().cpu() if out.is_floating_point() else out.cpu()
+    if isinstance(out, dict):  # transformers' ModelOutput is a dict
+        for k in list(out.keys()):
+            out[k] = _back(out[k])
+        return out
+    if isinstance(out, tuple):
+        return type(out)(_back(v) for v in out)
+    return out
