@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from .._validate import check_scores
 from ..masks import make_mask
 from ..patterns import Pattern
 
 __all__ = ["magnitude_mask"]
 
 
-def magnitude_mask(weight: torch.Tensor, pattern: Pattern) -> torch.Tensor:
+def magnitude_mask(weight: torch.Tensor, pattern: Pattern, name: str | None = None) -> torch.Tensor:
     """The keep-mask of the largest ``|w|`` under ``pattern``.
 
     Parameters
@@ -24,6 +25,8 @@ def magnitude_mask(weight: torch.Tensor, pattern: Pattern) -> torch.Tensor:
         ``(out_features, in_features)`` weight.
     pattern : Pattern
         Any pattern kind.
+    name : str, optional
+        The layer's name, for the error a NaN or Inf weight gets.
 
     Returns
     -------
@@ -36,4 +39,5 @@ def magnitude_mask(weight: torch.Tensor, pattern: Pattern) -> torch.Tensor:
     >>> magnitude_mask(w, Pattern.parse("2:4")).tolist()
     [[False, True, True, False]]
     """
+    check_scores(weight.detach(), f"the weight of layer {name!r}" if name else "weight")
     return make_mask(weight.detach(), pattern, scores=weight.detach().abs().float())

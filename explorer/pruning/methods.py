@@ -179,7 +179,7 @@ METHODS: MappingProxyType[str, MethodInfo] = MappingProxyType(
             False,
             False,
             "keep the largest |w| the pattern allows",
-            from_weights=lambda weight, pattern, seed, fqn: magnitude_mask(weight, pattern),
+            from_weights=lambda weight, pattern, seed, fqn: magnitude_mask(weight, pattern, fqn),
         ),
         "weightnorm": MethodInfo(
             "weightnorm",

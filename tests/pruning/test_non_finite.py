@@ -76,3 +76,14 @@ def test_reconstruction_error_stays_nan_tolerant():
         stats.hessian  # noqa: B018
     with pytest.raises(ValueError, match="layer 'fc'"):
         stats.col_norms_sq  # noqa: B018
+
+
+def test_magnitude_names_the_layer():
+    net = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 4))
+    with torch.no_grad():
+        net[2].weight[2, 3] = float("nan")
+    before = _bits(net)
+    with pytest.raises(ValueError, match=r"weight of layer '2' holds 1 NaN .* at \(2, 3\)"):
+        prune(net, "magnitude", "2:4", progress=False)
+    after = _bits(net)
+    assert all(torch.equal(after[k], before[k]) for k in before)
