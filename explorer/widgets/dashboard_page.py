@@ -128,6 +128,7 @@ class DashboardPage(DashboardView):
             [
                 step("3 · accuracy versus speedup, one point per run"),
                 self.tradeoff_box,
+                self.tradeoff_note,
                 step("kernel: the selected layer's sparse matmul"),
                 self.kernel,
                 self.kernel_out,
