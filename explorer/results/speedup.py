@@ -51,13 +51,16 @@ class SpeedEstimate:
     unaccelerated: int
     gpus: tuple[str, ...] = ()
     bound: float = 1.0
+    #: The token counts the recorded layers were measured at (the closest to the one asked).
+    tokens: tuple[int, ...] = ()
 
     @property
     def source(self) -> str:
         """How the estimate was obtained, in words."""
         parts = []
         if self.measured:
-            parts.append(f"{self.measured} layers recorded on {', '.join(self.gpus)}")
+            at = f" at {', '.join(map(str, self.tokens))} tokens" if self.tokens else ""
+            parts.append(f"{self.measured} layers recorded on {', '.join(self.gpus)}{at}")
         if self.bounded:
             parts.append(f"{self.bounded} layers at the 2x bound (nothing recorded)")
         if self.unaccelerated:
@@ -109,6 +112,7 @@ def estimate_speedup(
     ideal: list[tuple[float, float]] = []
     measured = bounded = unaccelerated = 0
     gpus: list[str] = []
+    counts: list[int] = []
     for name, (out, inp) in shapes.items():
         cost = float(out) * float(inp)
         if name not in pruned or pattern != "2:4":
@@ -129,12 +133,15 @@ def estimate_speedup(
         elif rows:
             measured += 1
             gpus += [rows[0]["gpu"]] if rows[0]["gpu"] not in gpus else []
+            counts += [rows[0]["tokens"]] if rows[0]["tokens"] not in counts else []
             actual.append((cost, rows[0]["speedup"]))
         else:
             bounded += 1
             actual.append((cost, HARDWARE_BOUND))
     speedup, bound = combine_speedups(actual), combine_speedups(ideal)
-    return SpeedEstimate(speedup, measured, bounded, unaccelerated, tuple(gpus), bound)
+    return SpeedEstimate(
+        speedup, measured, bounded, unaccelerated, tuple(gpus), bound, tuple(sorted(counts))
+    )
 
 
 def combine_speedups(layers: Iterable[tuple[float, float]]) -> float:

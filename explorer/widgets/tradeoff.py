@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from explorer import _html
 from explorer.results.speedup import ESTIMATE_FORMULA
-from explorer.results.tradeoff import SPEED_SOURCES, TradeoffPoint, pareto_front
+from explorer.results.tradeoff import TradeoffPoint, pareto_front
 
 __all__ = ["SPEED_MARKERS", "TradeoffPlot", "TradeoffPoint", "pareto_front"]
 
@@ -167,7 +167,8 @@ class TradeoffPlot:
                 {
                     "x": [NO_DATA if none else p.speedup for p in pts],
                     "y": [p.score for p in pts],
-                    "text": [p.label for p in pts],
+                    # the strip is too narrow for labels: its points name themselves on hover
+                    "text": ["" if none else p.label for p in pts],
                     "hovertext": [p.hover() for p in pts],
                     "textposition": [positions[i] for i in idx],
                     "customdata": idx,

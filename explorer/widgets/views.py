@@ -211,7 +211,7 @@ class DashboardView:
             value=cfg.pattern,
             description="pattern",
             ensure_option=False,
-        )
+        ).add_class("explorer-pattern-choice")
         self.calibration = w.IntSlider(
             value=cfg.calibration, min=0, max=256, step=8, description="calibration"
         )

@@ -110,3 +110,13 @@ def test_report_points_use_the_whole_model_measurement():
     assert by_pattern["2:4"].speed_source == "measured-model"
     assert (by_pattern["2:4"].speedup, by_pattern["2:4"].tokens) == (1.05, 4096)
     assert by_pattern["4:8"].speed_source == "none" and by_pattern["4:8"].speedup is None
+
+
+def test_an_estimate_says_at_which_token_count_its_layers_were_measured():
+    from explorer.results.speedup import estimate_speedup
+
+    store = ResultStore(":memory:")
+    config = {"shape": [64, 64], "tokens": 1024, "dtype": "float16", "pattern": "2:4"}
+    store.record("layer-speed", config, {"speedup": 1.5}, provenance={"gpu": "H100"})
+    est = estimate_speedup({"a": (64, 64), "b": (64, 64)}, ["a", "b"], tokens=4096, store=store)
+    assert est.tokens == (1024,) and "2 layers recorded on H100 at 1024 tokens" in est.source

@@ -90,6 +90,7 @@ def test_views_mirror_the_logic(dash):
     view.layer.value = "0"
     assert dash.selected == "0"
     assert view.mask.layout.title.text.startswith("0 (magnitude 2:4)")
+
     def markers():  # every trace but the frontier (the last) is one speed source
         return sum(len(trace.x) for trace in view.tradeoff.data[:-1])
 
@@ -219,3 +220,17 @@ def test_say_is_the_status_line():
     assert dash.status.text == "careful" and seen == ["status"]
     with pytest.raises(ValueError, match="status level 'loud' unknown"):
         dash.say("loud", "x")
+
+
+def test_prebuild_writes_the_first_page_once(tmp_path, monkeypatch):
+    from explorer.widgets import dashboard
+    from explorer.widgets.dashboard_cache import PageCache
+
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    path = dashboard.prebuild_first_page("digits-mlp")
+    assert path.parent == tmp_path and PageCache.load(path).name == "digits-mlp"
+    # cached: nothing is loaded again
+    monkeypatch.setattr(dashboard, "Dashboard", None)
+    assert dashboard.prebuild_first_page("digits-mlp") == path
+    with pytest.raises(ValueError, match="model 'nope' is not one the dashboard offers"):
+        dashboard.prebuild_first_page("nope")

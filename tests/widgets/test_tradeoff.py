@@ -134,4 +134,3 @@ def test_figure_draws_the_kinds_and_a_click_finds_the_right_point():
     plot.clear()
     plot.add(TradeoffPoint("dense", 1.0, 0.9, speed_source="baseline"))
     assert fig.layout.xaxis2.visible is False and len(fig.data) == 2
-
