@@ -37,6 +37,7 @@ _CSS = """
   -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
 .explorer-title { flex: 0 0 auto; white-space: nowrap; }
 .explorer-pattern td { white-space: normal; overflow-wrap: anywhere; }
+.explorer-pattern td:first-child { white-space: nowrap; overflow-wrap: normal; }
 </style>
 """
 
