@@ -24,17 +24,21 @@ from dataclasses import dataclass
 from explorer.dtypes import dtype_name
 
 __all__ = [
+    "ESTIMATE_FORMULA",
     "HARDWARE_BOUND",
     "SpeedEstimate",
     "combine_speedups",
     "estimate_speedup",
     "model_speedups",
+    "recorded_model_speed",
     "recorded_speed",
     "row_speedup",
 ]
 
 #: The speedup bound of sparse tensor cores (they double the math rate).
 HARDWARE_BOUND = 2.0
+#: How :func:`combine_speedups` turns per-layer speed-ups into a model's, in one line.
+ESTIMATE_FORMULA = "speedup = Σ w / Σ (w / s), w = out × in of each Linear layer, s its speed-up"
 
 
 @dataclass(frozen=True)
@@ -47,13 +51,16 @@ class SpeedEstimate:
     unaccelerated: int
     gpus: tuple[str, ...] = ()
     bound: float = 1.0
+    #: The token counts the recorded layers were measured at (the closest to the one asked).
+    tokens: tuple[int, ...] = ()
 
     @property
     def source(self) -> str:
         """How the estimate was obtained, in words."""
         parts = []
         if self.measured:
-            parts.append(f"{self.measured} layers recorded on {', '.join(self.gpus)}")
+            at = f" at {', '.join(map(str, self.tokens))} tokens" if self.tokens else ""
+            parts.append(f"{self.measured} layers recorded on {', '.join(self.gpus)}{at}")
         if self.bounded:
             parts.append(f"{self.bounded} layers at the 2x bound (nothing recorded)")
         if self.unaccelerated:
@@ -105,6 +112,7 @@ def estimate_speedup(
     ideal: list[tuple[float, float]] = []
     measured = bounded = unaccelerated = 0
     gpus: list[str] = []
+    counts: list[int] = []
     for name, (out, inp) in shapes.items():
         cost = float(out) * float(inp)
         if name not in pruned or pattern != "2:4":
@@ -125,12 +133,15 @@ def estimate_speedup(
         elif rows:
             measured += 1
             gpus += [rows[0]["gpu"]] if rows[0]["gpu"] not in gpus else []
+            counts += [rows[0]["tokens"]] if rows[0]["tokens"] not in counts else []
             actual.append((cost, rows[0]["speedup"]))
         else:
             bounded += 1
             actual.append((cost, HARDWARE_BOUND))
     speedup, bound = combine_speedups(actual), combine_speedups(ideal)
-    return SpeedEstimate(speedup, measured, bounded, unaccelerated, tuple(gpus), bound)
+    return SpeedEstimate(
+        speedup, measured, bounded, unaccelerated, tuple(gpus), bound, tuple(sorted(counts))
+    )
 
 
 def combine_speedups(layers: Iterable[tuple[float, float]]) -> float:
@@ -160,18 +171,25 @@ def row_speedup(row) -> float | None:
     """The sparse-over-dense speed-up a stored row records, or None.
 
     A ``speedup`` metric, else the ratio of ``dense_*`` to ``sparse_*`` times (in ``ms``,
-    ``us`` or ``s``).
+    ``us`` or ``s``). A layer row that also has ``speedup_graph`` (the GPU's time alone, in a
+    CUDA graph) counts with the lower of the two: a layer too small to gain can look faster
+    eagerly only because the two paths' host overheads differ, and the GPU time says so.
 
     Examples
     --------
     >>> from types import SimpleNamespace
     >>> row_speedup(SimpleNamespace(metrics={"dense_ms": 3.0, "sparse_ms": 2.0}))
     1.5
+    >>> row_speedup(SimpleNamespace(metrics={"speedup": 1.42, "speedup_graph": 0.51}))
+    0.51
     >>> row_speedup(SimpleNamespace(metrics={"accuracy": 0.9})) is None
     True
     """
     m = row.metrics
     if isinstance(m.get("speedup"), (int, float)) and m["speedup"] > 0:
+        graph = m.get("speedup_graph")
+        if isinstance(graph, (int, float)) and 0 < graph < m["speedup"]:
+            return float(graph)
         return float(m["speedup"])
     for unit in ("ms", "us", "s"):
         dense, sparse = m.get(f"dense_{unit}"), m.get(f"sparse_{unit}")
@@ -293,3 +311,73 @@ def recorded_speed(
     if tokens is not None:
         found.sort(key=lambda r: abs(r["tokens"] - tokens))
     return found
+
+
+def recorded_model_speed(
+    model: str, dtype: str | None = None, tokens: int | None = None, store=None
+) -> list[dict]:
+    """Whole-model 2:4 speed-ups measured for ``model``: local rows first, then reference ones.
+
+    Reads ``bench-models`` rows (``sparsity-explorer bench --suites models``: every Linear layer
+    but the output head pruned 2:4, the model timed end to end against its dense self) of
+    ``store`` (an :class:`explorer.results.store.ResultStore`, its attached reference rows
+    included) or, when None, of the shipped reference database. Only rows of exactly this model,
+    dtype and token count are returned (a different count is a different measurement).
+
+    Returns
+    -------
+    list of dict
+        ``{"model", "label", "gpu", "tokens", "dtype", "speedup", "source", "commit"}`` per row,
+        ``source`` being ``"local"`` or the reference's origin; ``[]`` when nothing matches.
+
+    Examples
+    --------
+    >>> from explorer.results.store import ResultStore
+    >>> store = ResultStore(":memory:")
+    >>> config = {"model": "m", "dtype": "bfloat16", "tokens": 4096, "label": "m 4x1024"}
+    >>> _ = store.record("bench-models", config, {"speedup": 1.1}, provenance={"gpu": "H100"})
+    >>> [(r["label"], r["speedup"], r["source"]) for r in recorded_model_speed("m", "bf16", 4096, store)]
+    [('m 4x1024', 1.1, 'local')]
+    >>> recorded_model_speed("m", "bfloat16", 1024, store)
+    []
+    """
+    try:
+        from explorer.results.store import ResultStore
+    except ImportError:
+        return []
+    if store is None:
+        try:
+            store = ResultStore.reference()
+        except ValueError:
+            return []
+        if store is None:
+            return []
+    want = dtype_name(dtype) if dtype else None
+    found = []
+    for row in store.query("bench-models", status="ok", model=model):
+        entry = _model_entry(row)
+        if entry is None or (want and entry["dtype"] != want):
+            continue
+        if tokens is not None and entry["tokens"] != tokens:
+            continue
+        found.append(entry)
+    found.sort(key=lambda r: r["source"] != "local")
+    return found
+
+
+def _model_entry(row) -> dict | None:
+    """One ``bench-models`` row as :func:`recorded_model_speed` returns it (None: no speed-up)."""
+    c = row.config
+    speedup = row_speedup(row) if row.status == "ok" else None
+    if speedup is None:
+        return None
+    return {
+        "model": str(c.get("model")),
+        "label": str(c.get("label") or c.get("model")),
+        "gpu": str(row.provenance.get("gpu") or "unknown GPU"),
+        "tokens": c.get("tokens", c.get("n")),
+        "dtype": dtype_name(c.get("dtype", "?")),
+        "speedup": speedup,
+        "source": "local" if row.source == "local" else row.origin,
+        "commit": str(row.provenance.get("commit") or ""),
+    }

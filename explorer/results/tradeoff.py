@@ -3,7 +3,9 @@
 The HTML report (:mod:`explorer.results.html`) and the dashboard's plot
 (:class:`explorer.widgets.TradeoffPlot`) draw the same points. Each point says where its
 speed-up came from (:attr:`TradeoffPoint.speed_source`, one of :data:`SPEED_SOURCES`), so a
-view can draw measured and estimated points differently.
+view can draw measured and estimated points differently. :func:`choose_speed` is the one rule
+that picks a configuration's speed-up and its source: a whole-model measurement, else an
+estimate from measured layers, else no data.
 """
 
 from __future__ import annotations
@@ -13,14 +15,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from explorer import _html
-from explorer.results.speedup import model_speedups
+from explorer.results.speedup import ESTIMATE_FORMULA, _model_entry, model_speedups
 
-__all__ = ["SPEED_SOURCES", "TradeoffPoint", "pareto_front", "pareto_points", "tradeoff_points"]
+__all__ = [
+    "SPEED_SOURCES",
+    "SpeedChoice",
+    "TradeoffPoint",
+    "choose_speed",
+    "pareto_front",
+    "pareto_points",
+    "tradeoff_points",
+]
 
 #: Where a point's speed-up came from, each with the short label a view shows.
 SPEED_SOURCES = {
     "measured-model": "measured on the whole model",
     "estimate-layers": "estimate from per-layer speed-ups",
+    "bound": "upper bound, pruned layers at 2x (estimate, nothing measured)",
     "baseline": "dense baseline (1.0x by definition)",
     "none": "no speed-up measured",
 }
@@ -98,13 +109,23 @@ class TradeoffPoint:
         return SPEED_SOURCES[self.speed_source]
 
     def hover(self) -> str:
-        """Hover text: label, both numbers, where the speed-up came from and the details."""
+        """Hover text: label, both numbers, where the speed-up came from and the details.
+
+        An estimate from per-layer speed-ups also shows its formula; a point without a
+        speed-up says that it is drawn apart, not at 1.0x.
+        """
         speed = "no speedup" if self.speedup is None else f"speedup {self.speedup:.3f}x"
         lines = [
             f"<b>{_html.escape(self.label)}</b>",
             f"{speed} ({_html.escape(self.speed_label)})",
             f"score {self.score:.4g}",
         ]
+        if self.speed_from and self.speed_source != "baseline":
+            lines.append(f"measured by: {_html.escape(self.speed_from)}")
+        if self.speed_source == "estimate-layers":
+            lines.append(f"formula: {_html.escape(ESTIMATE_FORMULA)}")
+        if self.speed_source == "none":
+            lines.append("drawn in the no-data strip, not at 1.0x")
         lines += [f"{_html.escape(k)}: {_html.escape(v)}" for k, v in self.details.items()]
         return "<br>".join(lines)
 
@@ -122,6 +143,111 @@ class TradeoffPoint:
             ("speed from", self.speed_label),
             ("score", f"{self.score:.4g}"),
         ]
+
+
+@dataclass(frozen=True)
+class SpeedChoice:
+    """A configuration's speed-up, where it came from and the hover lines that explain it.
+
+    Attributes
+    ----------
+    speedup : float or None
+        None when nothing was measured (:attr:`source` ``"none"``).
+    source : str
+        One of :data:`SPEED_SOURCES`.
+    speed_from : str
+        Who measured it: ``"local"``, the reference's GPU and date, or ``""``.
+    details : dict
+        Hover lines.
+    """
+
+    speedup: float | None
+    source: str
+    speed_from: str = ""
+    details: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def label(self) -> str:
+        """The source in a few words (:data:`SPEED_SOURCES`)."""
+        return SPEED_SOURCES[self.source]
+
+    def __repr__(self) -> str:
+        speed = "no speedup" if self.speedup is None else f"{self.speedup:.2f}x"
+        return f"SpeedChoice({speed}, {self.label})"
+
+
+def choose_speed(
+    measured=(), estimate=None, pattern: str = "2:4", whole_model: bool = True
+) -> SpeedChoice:
+    """The one rule for a configuration's speed-up: measured, else estimated, else no data.
+
+    1. A whole-model measurement of this model, dtype and token count
+       (:func:`explorer.results.speedup.recorded_model_speed`) wins when the configuration is
+       the one measured: 2:4 on every prunable layer. With several rows (batch shapes of the
+       same token count) the lowest is used and each is listed.
+    2. Else an estimate (:class:`explorer.results.speedup.SpeedEstimate`) that rests on at
+       least one layer measured for its shape: ``"estimate-layers"``, combined by
+       :func:`explorer.results.speedup.combine_speedups`.
+    3. Else no data: ``speedup=None``. An estimate with no layer measured is only the 2x
+       bound, and 1.0x for layers that cannot run sparse is an assumption, not a measurement.
+
+    Parameters
+    ----------
+    measured : sequence of dict
+        :func:`~explorer.results.speedup.recorded_model_speed` rows.
+    estimate : SpeedEstimate, optional
+        The per-layer estimate for the same configuration.
+    pattern : str
+        The configuration's pattern; only 2:4 runs on sparse tensor cores.
+    whole_model : bool
+        Whether every prunable layer was pruned (False: one layer or a subset).
+
+    Examples
+    --------
+    >>> rows = [{"label": "m 4x1024", "speedup": 1.02, "gpu": "H100", "source": "local",
+    ...          "commit": "", "tokens": 4096}]
+    >>> choose_speed(rows)
+    SpeedChoice(1.02x, measured on the whole model)
+    >>> from explorer.results.speedup import SpeedEstimate
+    >>> choose_speed(estimate=SpeedEstimate(1.3, 2, 0, 1, ("H100",), 1.6))
+    SpeedChoice(1.30x, estimate from per-layer speed-ups)
+    >>> choose_speed(estimate=SpeedEstimate(1.6, 0, 3, 0, (), 1.6))
+    SpeedChoice(no speedup, no speed-up measured)
+    >>> choose_speed(rows, pattern="4:8")
+    SpeedChoice(no speedup, no speed-up measured)
+    """
+    measured = list(measured) if pattern == "2:4" and whole_model else []
+    # the user's own measurements win over the shipped reference's
+    measured = [r for r in measured if r.get("source") == "local"] or measured
+    if measured:
+        # 1. the whole model, measured: the lowest of the rows, each listed.
+        low = min(measured, key=lambda r: r["speedup"])
+        where = f"{low['gpu']}" + (f", commit {low['commit']}" if low.get("commit") else "")
+        details = {
+            "measured": "; ".join(f"{r['label']}: {r['speedup']:.2f}x" for r in measured),
+            "on": where,
+        }
+        if len(measured) > 1:
+            details["shown"] = "the lowest of these"
+        if estimate is not None:
+            details["per-layer estimate (not shown)"] = f"{estimate.speedup:.2f}x"
+        return SpeedChoice(low["speedup"], "measured-model", low["source"], details)
+    if pattern != "2:4":
+        why = f"no sparse kernel runs {pattern}: only 2:4 runs on sparse tensor cores"
+        return SpeedChoice(None, "none", "", {"why": why})
+    if estimate is not None and estimate.measured > 0:
+        # 2. an estimate that rests on measured layers.
+        details = {
+            "layers": estimate.source,
+            "bound (every 2:4 layer at 2x)": f"{estimate.bound:.2f}x",
+        }
+        return SpeedChoice(estimate.speedup, "estimate-layers", ", ".join(estimate.gpus), details)
+    # 3. nothing measured for this configuration.
+    details = {"why": "no speed recorded for this model or for its pruned layers' shapes"}
+    if estimate is not None:
+        details["layers"] = estimate.source
+        details["bound (every 2:4 layer at 2x)"] = f"{estimate.bound:.2f}x"
+    return SpeedChoice(None, "none", "", details)
 
 
 def pareto_front(points: Sequence[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
@@ -189,10 +315,12 @@ def pareto_points(points: Sequence[TradeoffPoint]) -> list[TradeoffPoint]:
 def tradeoff_points(rows) -> list[TradeoffPoint]:
     """The report's points: every ok prune row of a results table, at each token count measured.
 
-    A point's speed-up is the estimate :func:`explorer.results.speedup.model_speedups` makes
-    from the layer speed rows of the same model, pattern, layers and dtype. Local speed rows win
-    over reference ones for the same key; a configuration without any speed row gets one point
-    with ``speedup=None``. Each model with a point that has a speed-up also gets its dense
+    A 2:4 configuration of every layer whose model was measured end to end (``bench-models``
+    rows of the same model, dtype and token count) gets that measurement (see
+    :func:`choose_speed`). Otherwise a point's speed-up is the estimate
+    :func:`explorer.results.speedup.model_speedups` makes from the layer speed rows of the same
+    model, pattern, layers and dtype. Local speed rows win over reference ones for the same key;
+    a configuration without any speed row gets one point with ``speedup=None``. Each model with a point that has a speed-up also gets its dense
     baseline at 1.0x (method ``"dense"``), the frontier's slow end.
 
     Parameters
@@ -209,6 +337,11 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
     speed_rows = rows.where(kind="layer-speed")
     local = model_speedups(r for r in speed_rows if r.source == "local")
     reference = model_speedups(r for r in speed_rows if r.source != "local")
+    whole: dict[tuple, list[dict]] = {}
+    for row in rows.where(kind="bench-models", status="ok"):
+        entry = _model_entry(row)
+        if entry is not None:
+            whole.setdefault((entry["model"], entry["dtype"], entry["tokens"]), []).append(entry)
     dense: dict[tuple, float] = {}
     for row in rows.where(kind="dense", status="ok", source="local"):
         name = row.metrics.get("metric")
@@ -238,9 +371,28 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
             "higher_is_better": bool(row.metrics.get("higher_is_better", True)),
             "dtype": str(c.get("dtype")),
         }
-        if not speeds:
+        measured = {}
+        if c.get("pattern") == "2:4" and c.get("layers") == "all":
+            for (model, dtype, tokens), entries in whole.items():
+                if model == c.get("model") and dtype == c.get("dtype"):
+                    measured[tokens] = sorted(entries, key=lambda e: e["source"] != "local")
+        if not speeds and not measured:
             points.append(TradeoffPoint(**common, speedup=None, speed_source="none"))
-        for tokens, (speedup, source) in sorted(speeds.items(), key=lambda kv: kv[0] or 0):
+        for tokens in sorted(set(speeds) | set(measured), key=lambda t: t or 0):
+            if tokens in measured:
+                choice = choose_speed(measured[tokens])
+                points.append(
+                    TradeoffPoint(
+                        **common,
+                        speedup=choice.speedup,
+                        tokens=tokens,
+                        details=choice.details,
+                        speed_source=choice.source,
+                        speed_from=choice.speed_from,
+                    )
+                )
+                continue
+            speedup, source = speeds[tokens]
             points.append(
                 TradeoffPoint(
                     **common,

@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.results.speedup import estimate_speedup
+from explorer.dtypes import dtype_name, parse_dtype
+from explorer.results.speedup import estimate_speedup, recorded_model_speed
+from explorer.results.tradeoff import choose_speed
 from explorer.widgets._quiet import hidden_displays
 from explorer.widgets.kernel_runner import KernelRunner
 from explorer.widgets.layer_picker import LayerPicker
@@ -27,7 +29,14 @@ from explorer.widgets.method_picker import MethodConfig, MethodPicker
 from explorer.widgets.pattern_panel import PatternPanel
 from explorer.widgets.tradeoff import TradeoffPlot, TradeoffPoint
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "MODEL_SETTINGS", "Dashboard", "Status"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "MODEL_SETTINGS",
+    "Dashboard",
+    "Status",
+    "prebuild_first_page",
+]
 
 #: Models offered in the dashboard's dropdown, the default first.
 MODELS = ("minilm", "digits-mlp", "fashion-mlp", "smollm2")
@@ -44,6 +53,10 @@ MODEL_SETTINGS = {
     "minilm": {"cast": "bfloat16", "dtype": "bfloat16", "tokens": 16384},
 }
 _DEFAULT_SETTINGS = {"cast": None, "dtype": "float16", "tokens": 1024}
+
+
+#: The status line's levels.
+_LEVELS = ("ok", "info", "warn", "error")
 
 
 @dataclass(frozen=True)
@@ -160,7 +173,8 @@ class Dashboard:
             else dict(_DEFAULT_SETTINGS)
         )
         tokens = settings["tokens"] if tokens is None else tokens
-        dtype = settings["dtype"] if dtype is None else dtype
+        # an unknown name is an error naming it, never a silent float32
+        dtype = dtype_name(parse_dtype(settings["dtype"] if dtype is None else dtype))
         self.tokens, self.dtype, self.store = tokens, dtype, store
         self.background = background
         self.models = MODELS
@@ -170,7 +184,7 @@ class Dashboard:
         self.kernel_runner = KernelRunner(store)
         self.method_picker = MethodPicker(MethodConfig(dtype=dtype, tokens=tokens))
         self.tradeoff = TradeoffPlot(
-            speedup_label=f"estimated speedup over dense ({tokens} tokens, {dtype})"
+            speedup_label=f"speedup over dense on a GPU ({tokens} tokens, {dtype})"
         )
         self._previews: dict[tuple[str, str], torch.Tensor] = {}
         self._dense_job: threading.Thread | None = None
@@ -200,7 +214,20 @@ class Dashboard:
         for callback in list(self._listeners):
             callback(event)
 
-    def _say(self, level: str, text: str) -> None:
+    def say(self, level: str, text: str) -> None:
+        """Show a message in the status line (``level``: ok, info, warn or error).
+
+        Examples
+        --------
+        >>> dash = Dashboard(torch.nn.Linear(16, 16))
+        >>> dash.say("info", "loading ...")
+        >>> dash.status
+        Status(level='info', text='loading ...')
+        """
+        if level not in _LEVELS:
+            raise ValueError(
+                f"status level {level!r} unknown; expected one of {', '.join(_LEVELS)}"
+            )
         self.status = Status(level, text)
         self._emit("status")
 
@@ -222,24 +249,24 @@ class Dashboard:
         the model loads in a thread; a pruning run waits for it.
         """
         if self.busy:
-            self._say("warn", "a run is in progress; cancel it before switching models")
+            self.say("warn", "a run is in progress; cancel it before switching models")
             return
         self._wait_for_dense()
         page = self._cached_page(model) if self.background else None
         if page is not None:
             self._show(_PageBundle.of(page), rows=page.rows)
-            self._say("info", f"{self._summary()}; loading the model for pruning ...")
+            self.say("info", f"{self._summary()}; loading the model for pruning ...")
             self._start_job(self._load_behind, model)
             return
         try:
             bundle = _load_bundle(model)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
-            self._say("error", f"could not load {model!r}: {exc}")
+            self.say("error", f"could not load {model!r}: {exc}")
             return
         if not self._show(bundle):
             return
         if self.background:
-            self._say("info", f"{self._summary()}; evaluating the dense model ...")
+            self.say("info", f"{self._summary()}; evaluating the dense model ...")
             self._start_job(self._finish_load, model)
         else:
             self._add_dense_point()
@@ -259,7 +286,7 @@ class Dashboard:
         self._emit("model")
         if not self.layer_picker.rows:
             self.mask_viewer.clear("this model has no layers to prune")
-            self._say(
+            self.say(
                 "warn",
                 f"{bundle.name}: nothing to prune or draw "
                 f"({self.layer_picker.reason}); pick another model",
@@ -315,7 +342,7 @@ class Dashboard:
         try:
             bundle = _load_bundle(model)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
-            self._say("error", f"could not load {model!r}: {exc}")
+            self.say("error", f"could not load {model!r}: {exc}")
             return
         # The cached weights and these are the same: swap the model under the page.
         self.bundle = bundle
@@ -366,13 +393,21 @@ class Dashboard:
         try:
             score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
         except (ValueError, RuntimeError, TypeError) as exc:
-            self._say("warn", f"could not evaluate the dense model: {exc}")
+            self.say("warn", f"could not evaluate the dense model: {exc}")
             return
         dense = MethodConfig("dense", "2:4", 0, None, self.dtype, self.tokens)
         self.tradeoff.add(
-            TradeoffPoint("dense", 1.0, score, dense.to_json(), {"model": self.bundle.name})
+            TradeoffPoint(
+                "dense",
+                1.0,
+                score,
+                dense.to_json(),
+                {"model": self.bundle.name},
+                speed_source="baseline",
+                speed_from="by definition",
+            )
         )
-        self._say("ok", f"{self._summary()}; dense {self.bundle.metric} {score:.4g}")
+        self.say("ok", f"{self._summary()}; dense {self.bundle.metric} {score:.4g}")
 
     def wait(self) -> None:
         """Block until the model has loaded behind its page and the dense model is evaluated.
@@ -436,7 +471,7 @@ class Dashboard:
     def run_kernel(self, tokens: int | None = None, dtype: str | None = None):
         """Run the kernel runner on the selected layer; the result goes to ``kernel_runner.result``."""
         if self.selected is None:
-            self._say("warn", "select a layer first")
+            self.say("warn", "select a layer first")
             return None
         weight = self.bundle.model.get_submodule(self.selected).weight
         try:
@@ -444,10 +479,10 @@ class Dashboard:
                 weight, self.selected, tokens or self.tokens, dtype or self.dtype
             )
         except ValueError as exc:
-            self._say("error", str(exc))
+            self.say("error", str(exc))
             return None
         self._emit("kernel")
-        self._say("ok" if result.mode != "unavailable" else "warn", result.message)
+        self.say("ok" if result.mode != "unavailable" else "warn", result.message)
         return result
 
     # -- pruning --------------------------------------------------------------------------
@@ -460,10 +495,10 @@ class Dashboard:
         plot; :meth:`cancel` stops it and restores the dense weights. ``wait=True`` blocks.
         """
         if self.busy:
-            self._say("warn", "a run is already in progress; wait for it or cancel it")
+            self.say("warn", "a run is already in progress; wait for it or cancel it")
             return None
         if self.bundle is None or not self.layer_picker.rows:
-            self._say("warn", "there is no model with prunable layers loaded")
+            self.say("warn", "there is no model with prunable layers loaded")
             return None
         config = config or self.method_picker.config
         self.busy = True
@@ -481,7 +516,7 @@ class Dashboard:
         """Ask the running job to stop (it restores the dense model and says so)."""
         if self.busy:
             self._cancel.set()
-            self._say("info", "cancelling ...")
+            self.say("info", "cancelling ...")
 
     def _restore_dense(self) -> None:
         with torch.no_grad():
@@ -538,39 +573,70 @@ class Dashboard:
                 {r.name: r.verdict for r in self.layer_picker.rows},
                 self.store,
             )
+            speed = self.speed_of(config, estimate)
             run = _Run(config, masks, score, result)
             self.runs[config.label] = run
             self.current = run
             details = {
-                "speedup from": estimate.source,
-                "bound (every 2:4 layer at 2x)": f"{estimate.bound:.2f}x",
+                **speed.details,
                 "pruned layers": len(masks),
                 "pruning took": f"{time.perf_counter() - start:.1f} s",
             }
             self.tradeoff.add(
-                TradeoffPoint(config.label, estimate.speedup, score, config.to_json(), details)
+                TradeoffPoint(
+                    config.label,
+                    speed.speedup,
+                    score,
+                    config.to_json(),
+                    details,
+                    speed_source=speed.source,
+                    speed_from=speed.speed_from,
+                    model=str(self.bundle.name),
+                    method=config.method,
+                    pattern=config.pattern,
+                    metric=self.bundle.metric,
+                    tokens=config.tokens,
+                    higher_is_better=self.bundle.higher_is_better,
+                    dtype=config.dtype,
+                )
             )
             self._progress(1.0, "done")
             self._emit("model")
             self.select_layer(self.selected or self._first_prunable())
-            self._say(
-                "ok",
-                f"{config.label}: {self.bundle.metric} {score:.4g}, estimated "
-                f"speedup {estimate.speedup:.2f}x ({estimate.source})",
+            said = (
+                f"no speed data ({speed.details.get('why', speed.label)})"
+                if speed.speedup is None
+                else f"speedup {speed.speedup:.2f}x ({speed.label})"
             )
+            self.say("ok", f"{config.label}: {self.bundle.metric} {score:.4g}, {said}")
         except PruningCancelled:
             self._restore_dense()
             self._progress(0.0, "cancelled")
-            self._say("warn", "the run was cancelled; the model is dense again")
+            self.say("warn", "the run was cancelled; the model is dense again")
             self.select_layer(self.selected)
         except Exception as exc:  # the page shows every failure as a message, never a traceback
             self._restore_dense()
             self._progress(0.0, "failed")
-            self._say("error", f"{config.label} failed: {type(exc).__name__}: {exc}")
+            self.say("error", f"{config.label} failed: {type(exc).__name__}: {exc}")
             self.select_layer(self.selected)
         finally:
             self.busy = False
             self._emit("busy")
+
+    def speed_of(self, config: MethodConfig, estimate=None):
+        """Where a run's speed-up comes from (:func:`explorer.results.tradeoff.choose_speed`).
+
+        A whole-model measurement of this model at the run's dtype and token count (the store's
+        own rows first, then the reference database's) when every prunable layer was pruned
+        2:4; else ``estimate`` when it rests on measured layers; else no data.
+        """
+        name = getattr(self.bundle, "name", None)
+        measured = (
+            recorded_model_speed(str(name), config.dtype, config.tokens, self.store)
+            if name is not None
+            else []
+        )
+        return choose_speed(measured, estimate, config.pattern, whole_model=config.layers is None)
 
     def _check_cancel(self) -> None:
         if self._cancel.is_set():
@@ -583,10 +649,10 @@ class Dashboard:
         try:
             config = MethodConfig.from_json(point.config)
         except (ValueError, TypeError) as exc:
-            self._say("error", f"cannot load {point.label}: {exc}")
+            self.say("error", f"cannot load {point.label}: {exc}")
             return
         if self.busy:
-            self._say("warn", "a run is in progress; wait for it before loading another")
+            self.say("warn", "a run is in progress; wait for it before loading another")
             return
         self._restore_dense()
         run = self.runs.get(point.label)
@@ -611,7 +677,7 @@ class Dashboard:
                 " (masks applied to the dense weights; run it again for the method's weight updates)"
             )
         )
-        self._say("ok", f"loaded {point.label}{note}")
+        self.say("ok", f"loaded {point.label}{note}")
 
     # -- files ----------------------------------------------------------------------------
     def save(self, path=None, wait: bool = False) -> threading.Thread | None:
@@ -628,10 +694,10 @@ class Dashboard:
 
     def _file_job(self, kind: str, path, wait: bool) -> threading.Thread | None:
         if self.busy:
-            self._say("warn", "a run is in progress; wait for it before writing files")
+            self.say("warn", "a run is in progress; wait for it before writing files")
             return None
         if self.bundle is None:
-            self._say("warn", "there is no model loaded")
+            self.say("warn", "there is no model loaded")
             return None
         self.busy = True
         self._cancel.clear()
@@ -665,10 +731,10 @@ class Dashboard:
                 )
             self.last_file = written
             self._progress(1.0, "done")
-            self._say("ok", written.message)
+            self.say("ok", written.message)
         except Exception as exc:  # the page shows every failure as a message, never a traceback
             self._progress(0.0, "failed")
-            self._say("error", f"{kind} failed: {type(exc).__name__}: {exc}")
+            self.say("error", f"{kind} failed: {type(exc).__name__}: {exc}")
         finally:
             self.busy = False
             self._emit("busy")
@@ -693,8 +759,48 @@ class Dashboard:
         )
 
 
+def prebuild_first_page(model: str = DEFAULT_MODEL):
+    """Build the cached first page of ``model`` now, unless it is cached already.
+
+    The served dashboard (``Dashboard(model, background=True)``) draws from this cache; without
+    it the first start loads and evaluates the model before drawing (25-42 s on a busy 2-core
+    CPU instead of about 13-20 s). ``./dev dashboard`` and Binder's ``postBuild`` call this
+    before serving. Returns the cache file's path.
+
+    Raises
+    ------
+    ValueError
+        For a model name the dashboard does not offer.
+    RuntimeError
+        When the model cannot be loaded or the file cannot be written (the message says why).
+
+    Examples
+    --------
+    >>> prebuild_first_page("digits-mlp").name.startswith("page-digits-mlp-")  # doctest: +SKIP
+    True
+    """
+    from explorer.widgets.dashboard_cache import PageCache, cache_path
+
+    if model not in MODELS:
+        raise ValueError(
+            f"model {model!r} is not one the dashboard offers; expected one of {', '.join(MODELS)}"
+        )
+    settings = {**_DEFAULT_SETTINGS, **MODEL_SETTINGS.get(model, {})}
+    path = cache_path(model, settings["cast"], settings["dtype"], settings["tokens"])
+    if PageCache.load(path) is not None:
+        return path
+    dash = Dashboard(model, background=True)
+    dash.wait()  # loads, evaluates the dense model and writes the page
+    if PageCache.load(path) is None:
+        raise RuntimeError(
+            f"could not cache the first page of {model!r} at {path}: {dash.status.text}"
+        )
+    return path
+
+
 def _torch_dtype(name: str) -> torch.dtype:
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(name, torch.float32)
+    """The torch dtype of ``name``; an unknown name raises a ValueError that names it."""
+    return parse_dtype(name)
 
 
 def _niced(target, *args) -> None:

@@ -37,6 +37,7 @@ _CSS = """
   -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
 .explorer-title { flex: 0 0 auto; white-space: nowrap; }
 .explorer-pattern td { white-space: normal; overflow-wrap: anywhere; }
+.explorer-pattern td:first-child { white-space: nowrap; overflow-wrap: normal; }
 </style>
 """
 
@@ -128,6 +129,7 @@ class DashboardPage(DashboardView):
             [
                 step("3 · accuracy versus speedup, one point per run"),
                 self.tradeoff_box,
+                self.tradeoff_note,
                 step("kernel: the selected layer's sparse matmul"),
                 self.kernel,
                 self.kernel_out,

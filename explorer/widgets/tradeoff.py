@@ -1,16 +1,41 @@
 """The trade-off plot: :class:`~explorer.results.tradeoff.TradeoffPoint` s with their frontier.
 
-The points and the frontier rule live in :mod:`explorer.results.tradeoff`; this module holds
-the plot's state (points, metric, listeners) and hands it to the view.
+The points, where their speed-ups come from and the frontier rule live in
+:mod:`explorer.results.tradeoff`; this module holds the plot's state (points, metric,
+listeners), groups the points by speed source with a marker for each, and hands that to the
+view. Points without a speed-up are drawn in a strip of their own, never at 1.0x.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from explorer import _html
+from explorer.results.speedup import ESTIMATE_FORMULA
 from explorer.results.tradeoff import TradeoffPoint, pareto_front
 
-__all__ = ["TradeoffPlot", "TradeoffPoint", "pareto_front"]
+__all__ = ["SPEED_MARKERS", "TradeoffPlot", "TradeoffPoint", "pareto_front"]
+
+#: How each speed source is drawn: legend name and plotly marker (symbol, fill, colour).
+#: Filled = measured, hollow = estimated, grey x = no data.
+SPEED_MARKERS = {
+    "baseline": ("dense: 1.0x by definition", {"symbol": "square", "color": "#24292f"}),
+    "measured-model": (
+        "speed measured on the whole model",
+        {"symbol": "circle", "color": "#0969da"},
+    ),
+    "estimate-layers": (
+        "estimate from measured layers",
+        {"symbol": "diamond-open", "color": "#bc4c00", "line": {"width": 2}},
+    ),
+    "bound": (
+        "upper bound, nothing measured (estimate)",
+        {"symbol": "triangle-up-open", "color": "#8250df", "line": {"width": 2}},
+    ),
+    "none": ("no speed data (drawn apart)", {"symbol": "x", "color": "#8c959f"}),
+}
+#: Where the points without a speed-up sit: a category axis of its own.
+NO_DATA = "no data"
 
 
 class TradeoffPlot:
@@ -74,9 +99,85 @@ class TradeoffPlot:
         self._changed()
 
     def frontier(self) -> list[TradeoffPoint]:
-        """The Pareto-optimal points by increasing speedup."""
-        idx = pareto_front([(p.speedup, p.score) for p in self.points], self.higher_is_better)
-        return [self.points[i] for i in idx]
+        """The Pareto-optimal points by increasing speedup (points without one are left out)."""
+        timed = [p for p in self.points if p.speedup is not None]
+        idx = pareto_front([(p.speedup, p.score) for p in timed], self.higher_is_better)
+        return [timed[i] for i in idx]
+
+    def groups(self) -> list[tuple[str, list[int]]]:
+        """``(speed source, point indices)`` for each source present, in legend order."""
+        found = []
+        for source in SPEED_MARKERS:
+            idx = [i for i, p in enumerate(self.points) if p.speed_source == source]
+            if idx:
+                found.append((source, idx))
+        return found
+
+    def ranges(self) -> tuple[list[float], list[float]]:
+        """The speed-up and score axis ranges, padded so that markers and labels fit inside."""
+        xs = [p.speedup for p in self.points if p.speedup is not None]
+        ys = [p.score for p in self.points if p.score == p.score]
+        lo, hi = (min(xs), max(xs)) if xs else (1.0, 1.0)
+        span = max(hi - lo, 0.1)
+        ylo, yhi = (min(ys), max(ys)) if ys else (0.0, 1.0)
+        yspan = max(yhi - ylo, abs(yhi) * 0.01, 1e-3)
+        return [lo - 0.12 * span, hi + 0.12 * span], [ylo - 0.12 * yspan, yhi + 0.25 * yspan]
+
+    def text_positions(self) -> list[str]:
+        """Where each point's label goes: away from the plot's edges, so it is never clipped."""
+        (lo, hi), _ = self.ranges()
+        out = []
+        for p in self.points:
+            if p.speedup is None:
+                out.append("middle left")
+                continue
+            where = (p.speedup - lo) / (hi - lo)
+            out.append(
+                "top right" if where < 0.35 else "top left" if where > 0.65 else "top center"
+            )
+        return out
+
+    def note(self) -> str:
+        """What the speed axis means, as a short HTML note for under the plot."""
+        present = {p.speed_source for p in self.points}
+        parts = [
+            "<b>Speed axis</b>: filled circle = measured on the whole model (this model, dtype "
+            "and token count, on a GPU); hollow diamond = <i>estimate</i> from layers measured "
+            f"for their shape, {_html.escape(ESTIMATE_FORMULA)}, layers without a measurement "
+            "at the 2x bound or 1x where the doctor expects no gain; grey x = no speed data, "
+            "drawn in the strip on the right, not at 1.0x."
+        ]
+        if "bound" in present:
+            parts.append("Hollow triangle = upper bound with pruned layers at 2x (estimate).")
+        return " ".join(parts)
+
+    def kind_traces(self) -> list[dict]:
+        """One plotly ``Scatter`` argument dict per speed source present, in legend order.
+
+        Points without a speed-up go to the no-data strip (``xaxis="x2"``, x = ``"no data"``).
+        ``customdata`` holds each marker's index in :attr:`points`, for the click.
+        """
+        positions = self.text_positions()
+        out = []
+        for source, idx in self.groups():
+            name, marker = SPEED_MARKERS[source]
+            pts = [self.points[i] for i in idx]
+            none = source == "none"
+            out.append(
+                {
+                    "x": [NO_DATA if none else p.speedup for p in pts],
+                    "y": [p.score for p in pts],
+                    # the strip is too narrow for labels: its points name themselves on hover
+                    "text": ["" if none else p.label for p in pts],
+                    "hovertext": [p.hover() for p in pts],
+                    "textposition": [positions[i] for i in idx],
+                    "customdata": idx,
+                    "name": name,
+                    "marker": {"size": 11, **marker},
+                    **({"xaxis": "x2"} if none else {}),
+                }
+            )
+        return out
 
     def click(self, index: int) -> TradeoffPoint:
         """Report a click on point ``index`` to the listeners and return the point."""

@@ -89,14 +89,60 @@ def comparison_box(comparison, height: int = 360):
     return w.HBox(figs)
 
 
+def _tradeoff_data(go, plot) -> list:
+    """The trade-off plot's traces: one per speed source (its own marker), then the frontier."""
+    _points, front = plot.traces()
+    traces = [
+        go.Scatter(
+            mode="markers+text",
+            hoverinfo="text",
+            cliponaxis=False,
+            textfont={"size": 10},
+            **kind,
+        )
+        for kind in plot.kind_traces()
+    ]
+    traces.append(
+        go.Scatter(
+            mode="lines",
+            line={"dash": "dot", "color": "#57606a"},
+            hoverinfo="skip",
+            **front,
+        )
+    )
+    return traces
+
+
+def _tradeoff_layout(plot) -> dict:
+    """Axes of the trade-off plot: the speed-up axis and, with points lacking one, a strip."""
+    xrange, yrange = plot.ranges()
+    strip = any(p.speedup is None for p in plot.points)
+    return {
+        "xaxis": {
+            "title": {"text": plot.speedup_label, "font": {"size": 11}},
+            "range": xrange,
+            "domain": [0, 0.82] if strip else [0, 1],
+        },
+        "xaxis2": {
+            "domain": [0.88, 1],
+            "type": "category",
+            "visible": strip,
+            "anchor": "y",
+            "fixedrange": True,
+        },
+        "yaxis": {"title": {"text": plot.metric}, "range": yrange},
+    }
+
+
 def tradeoff_figure(plot, height: int = 380, follow: bool = True, width: int | None = None):
     """Scatter of the configurations plus the Pareto frontier; a click loads a configuration.
 
-    With ``follow`` the figure redraws itself when points are added; without, it is a
-    snapshot (the dashboard replaces the snapshot instead, see :class:`DashboardView`).
+    Each speed source has its own marker and legend entry (measured, estimated, no data);
+    points without a speed-up sit in a strip of their own on the right. With ``follow`` the
+    figure redraws itself when points are added; without, it is a snapshot (the dashboard
+    replaces the snapshot instead, see :class:`DashboardView`).
     """
     go = _go()
-    points, front = plot.traces()
     layout = {
         "height": height,
         **({"width": width} if width else {}),
@@ -105,38 +151,29 @@ def tradeoff_figure(plot, height: int = 380, follow: bool = True, width: int | N
             "text": "trade-off: click a point to load its configuration",
             "font": {"size": 12},
         },
-        "xaxis": {"title": {"text": plot.speedup_label}},
-        "yaxis": {"title": {"text": plot.metric}},
-        "legend": {"orientation": "h", "y": -0.25},
+        "legend": {"orientation": "h", "y": -0.22, "font": {"size": 11}},
+        **_tradeoff_layout(plot),
     }
-    fig = figure_widget(
-        data=[
-            go.Scatter(
-                mode="markers+text",
-                textposition="top center",
-                hoverinfo="text",
-                marker={"size": 10},
-                **points,
-            ),
-            go.Scatter(mode="lines", line={"dash": "dot"}, hoverinfo="skip", **front),
-        ],
-        layout=layout,
-    )
-
-    def redraw(p) -> None:
-        pts, fr = p.traces()
-        with fig.batch_update():
-            fig.data[0].update(**pts)
-            fig.data[1].update(**fr)
-            fig.layout.yaxis.title.text = p.metric
+    fig = figure_widget(data=_tradeoff_data(go, plot), layout=layout)
 
     def clicked(trace, pts, state) -> None:
-        if pts.point_inds:
-            plot.click(pts.point_inds[0])
+        if pts.point_inds and trace.customdata is not None:
+            plot.click(int(trace.customdata[pts.point_inds[0]]))
+
+    def bind() -> None:
+        for trace in fig.data[:-1]:
+            trace.on_click(clicked)
+
+    def redraw(p) -> None:
+        fig.data = []
+        fig.add_traces(_tradeoff_data(go, p))
+        with fig.batch_update():
+            fig.layout.update(_tradeoff_layout(p))
+        bind()
 
     if follow:
         plot.on_change(on_main_thread(redraw))
-    fig.data[0].on_click(clicked)
+    bind()
     return fig
 
 
@@ -174,7 +211,7 @@ class DashboardView:
             value=cfg.pattern,
             description="pattern",
             ensure_option=False,
-        )
+        ).add_class("explorer-pattern-choice")
         self.calibration = w.IntSlider(
             value=cfg.calibration, min=0, max=256, step=8, description="calibration"
         )
@@ -207,6 +244,9 @@ class DashboardView:
             dash.tradeoff, self.tradeoff_height, follow=False, width=self.tradeoff_width
         )
         self.tradeoff_box = w.Box([self.tradeoff]).add_class("explorer-tradeoff")
+        self.tradeoff_note = w.HTML(
+            f"<div style='font-size:11px;line-height:1.3'>{dash.tradeoff.note()}</div>"
+        ).add_class("explorer-tradeoff-note")
 
         controls = w.VBox(
             [
@@ -235,6 +275,7 @@ class DashboardView:
                 self.status,
                 w.HBox([left, controls]),
                 self.tradeoff_box,
+                self.tradeoff_note,
             ]
         ).add_class("explorer-dashboard")
 
@@ -302,12 +343,15 @@ class DashboardView:
             plot, self.tradeoff_height, follow=False, width=self.tradeoff_width
         )
         self.tradeoff_box.children = [self.tradeoff]
+        self.tradeoff_note.value = (
+            f"<div style='font-size:11px;line-height:1.3'>{plot.note()}</div>"
+        )
 
     # -- widgets -> state -----------------------------------------------------------------
     def _on_model(self, change) -> None:
         if self._lock.locked() or change["new"] == getattr(self.dash.bundle, "name", None):
             return
-        self.dash._say("info", f"loading {change['new']} ...")
+        self.dash.say("info", f"loading {change['new']} ...")
         threading.Thread(target=self.dash.load, args=(change["new"],), daemon=True).start()
 
     def _on_layer(self, change) -> None:
@@ -326,7 +370,7 @@ class DashboardView:
                 tokens=int(self.tokens.value),
             )
         except (ValueError, TypeError) as exc:
-            self.dash._say("error", f"invalid setting: {exc}")
+            self.dash.say("error", f"invalid setting: {exc}")
 
     def _on_run(self, _button) -> None:
         self._on_config(None)
@@ -337,10 +381,10 @@ class DashboardView:
         try:
             picker.set(layers=layers)
         except ValueError as exc:
-            self.dash._say("error", str(exc))
+            self.dash.say("error", str(exc))
             return
         self.dash.run(picker.config)
 
     def _on_kernel(self, _button) -> None:
-        self.dash._say("info", "running the kernel ...")
+        self.dash.say("info", "running the kernel ...")
         self.dash.run_kernel(int(self.tokens.value), self.dtype.value)

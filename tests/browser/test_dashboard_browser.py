@@ -240,8 +240,23 @@ def _title(page) -> str:
 
 
 def _points(page) -> int:
-    return (
-        page.locator(".explorer-tradeoff .scatterlayer .trace").first.locator("path.point").count()
+    """Markers on the trade-off plot, every speed source's trace and the no-data strip."""
+    return page.locator(".explorer-tradeoff .scatterlayer .trace path.point").count()
+
+
+def _legend(page) -> list[str]:
+    return [
+        " ".join((t or "").split())
+        for t in page.locator(".explorer-tradeoff .legend .legendtext").all_text_contents()
+    ]
+
+
+def _wait_points(page, more_than: int) -> None:
+    page.wait_for_function(
+        "n => document.querySelectorAll('.explorer-tradeoff .scatterlayer .trace path.point')"
+        ".length > n",
+        arg=more_than,
+        timeout=60_000,
     )
 
 
@@ -331,12 +346,7 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
     )
     status = page.locator(".explorer-status").text_content() or ""
     assert "speedup" in status, status
-    page.wait_for_function(
-        "n => document.querySelectorAll('.explorer-tradeoff .scatterlayer .trace')[0]"
-        ".querySelectorAll('path.point').length > n",
-        arg=before,
-        timeout=60_000,
-    )
+    _wait_points(page, before)
     timings["prune_click_to_point"] = time.monotonic() - started
     assert _points(page) == before + 1
     page.wait_for_function(
@@ -344,6 +354,28 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
         "(document.querySelector('.explorer-mask .gtitle') || {}).textContent || '')",
         timeout=60_000,
     )
+    # MiniLM's MLP shapes are measured per layer: the run's point is an estimate
+    assert "estimate from per-layer speed-ups" in status, status
+    assert any("estimate" in name for name in _legend(page)), _legend(page)
+    # 4:8 runs on no sparse kernel: its point goes to the no-data strip, drawn as a grey x
+    pattern = page.locator(".explorer-pattern-choice input")
+    pattern.fill("4:8")
+    pattern.press("Enter")
+    page.wait_for_timeout(500)
+    page.locator("button.explorer-run").click()
+    page.wait_for_function(
+        "() => /4:8 .*(speed|failed)/.test("
+        "(document.querySelector('.explorer-status') || {}).textContent || '')",
+        timeout=180_000,
+    )
+    status = page.locator(".explorer-status").text_content() or ""
+    assert "no speed data" in status, status
+    _wait_points(page, before + 1)
+    legend = _legend(page)
+    assert any("dense" in n for n in legend) and any("no speed data" in n for n in legend), legend
+    assert page.locator(".explorer-tradeoff .xaxislayer-above text", has_text="no data").count()
+    note = page.locator(".explorer-tradeoff-note").text_content() or ""
+    assert "Σ w / Σ (w / s)" in note, note
     page.wait_for_timeout(500)
     page.screenshot(path=str(shots / "after-pruning.png"))
     for name, box in _in_viewport(page).items():

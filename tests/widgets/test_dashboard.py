@@ -90,11 +90,15 @@ def test_views_mirror_the_logic(dash):
     view.layer.value = "0"
     assert dash.selected == "0"
     assert view.mask.layout.title.text.startswith("0 (magnitude 2:4)")
-    before = len(view.tradeoff.data[0].x)
+
+    def markers():  # every trace but the frontier (the last) is one speed source
+        return sum(len(trace.x) for trace in view.tradeoff.data[:-1])
+
+    before = markers()
     view.method.value = "random"
     view.run.click()
     dash._thread.join()
-    assert len(view.tradeoff.data[0].x) == before + 1
+    assert markers() == before + 1
     assert "random 2:4" in view.status.value
 
 
@@ -160,3 +164,73 @@ def test_kernel_on_a_gpu_without_sparse_tensor_cores(dash, monkeypatch):
     assert result.mode in ("cpu-emulation", "unavailable")
     assert "compute capability 7.5" in result.message or "compress" in result.message.lower()
     assert dash.status.level in ("ok", "warn")
+
+
+def test_every_point_says_where_its_speed_comes_from(tmp_path, monkeypatch):
+    from explorer.results.store import ResultStore
+
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    store = ResultStore(str(tmp_path / "mine.db"))
+    store.record(
+        "bench-models",
+        {"model": "digits-mlp", "dtype": "float16", "tokens": 1024, "label": "digits 1x1024"},
+        {"speedup": 0.97},
+        provenance={"gpu": "NVIDIA H100"},
+    )
+    dash = Dashboard("digits-mlp", store=store)
+    dense = dash.tradeoff.points[0]
+    assert (dense.speedup, dense.speed_source) == (1.0, "baseline")
+    # all prunable layers at 2:4: the store's whole-model measurement
+    dash.run(MethodConfig("magnitude", "2:4"), wait=True)
+    whole = dash.tradeoff.points[-1]
+    assert (whole.speedup, whole.speed_source, whole.speed_from) == (
+        0.97,
+        "measured-model",
+        "local",
+    )
+    assert "digits 1x1024: 0.97x" in whole.hover() and "measured on the whole model" in (
+        dash.status.text
+    )
+    # one layer: not what was measured, and this store has no layer rows: no data
+    dash.run(MethodConfig("magnitude", "2:4", layers=("2",)), wait=True)
+    one = dash.tradeoff.points[-1]
+    assert one.speedup is None and one.speed_source == "none", one
+    assert "no speed data" in dash.status.text
+    # the shipped reference has the digits layers measured: an estimate, with its formula
+    ref = Dashboard("digits-mlp")
+    ref.run(MethodConfig("magnitude", "2:4", layers=("2",)), wait=True)
+    layer = ref.tradeoff.points[-1]
+    assert layer.speed_source == "estimate-layers" and "H100" in layer.speed_from
+    assert layer.speedup < 1.0  # the GPU time says the small layer runs slower sparse
+    assert "formula: speedup = Σ w / Σ (w / s)" in layer.hover()
+
+
+def test_an_unknown_dtype_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="'float17'"):
+        Dashboard(nn.Sequential(nn.Linear(16, 16)), dtype="float17")
+    dash = Dashboard(nn.Sequential(nn.Linear(16, 16)), dtype="bf16")
+    assert dash.dtype == "bfloat16"
+
+
+def test_say_is_the_status_line():
+    dash = Dashboard(nn.Sequential(nn.Linear(16, 16)))
+    seen = []
+    dash.on_change(seen.append)
+    dash.say("warn", "careful")
+    assert dash.status.text == "careful" and seen == ["status"]
+    with pytest.raises(ValueError, match="status level 'loud' unknown"):
+        dash.say("loud", "x")
+
+
+def test_prebuild_writes_the_first_page_once(tmp_path, monkeypatch):
+    from explorer.widgets import dashboard
+    from explorer.widgets.dashboard_cache import PageCache
+
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    path = dashboard.prebuild_first_page("digits-mlp")
+    assert path.parent == tmp_path and PageCache.load(path).name == "digits-mlp"
+    # cached: nothing is loaded again
+    monkeypatch.setattr(dashboard, "Dashboard", None)
+    assert dashboard.prebuild_first_page("digits-mlp") == path
+    with pytest.raises(ValueError, match="model 'nope' is not one the dashboard offers"):
+        dashboard.prebuild_first_page("nope")
