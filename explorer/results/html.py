@@ -83,7 +83,7 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
     better = "higher" if measured[0].higher_is_better else "lower"
     fig.update_layout(
         title=f"{model}: {measured[0].metric} ({better} is better) against speedup",
-        xaxis_title="estimated model speedup over dense (x)",
+        xaxis_title="model speedup over dense (x): measured or estimated, see each point",
         yaxis_title=measured[0].metric,
         template="plotly_white",
         height=480,

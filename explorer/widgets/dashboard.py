@@ -19,6 +19,7 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name, parse_dtype
+from explorer.models import MODELS as _BUNDLED
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
 from explorer.results.tradeoff import choose_speed
 from explorer.widgets._quiet import hidden_displays
@@ -38,8 +39,8 @@ __all__ = [
     "prebuild_first_page",
 ]
 
-#: Models offered in the dashboard's dropdown, the default first.
-MODELS = ("minilm", "digits-mlp", "fashion-mlp", "smollm2")
+#: Models offered in the dashboard's dropdown: the bundled ones, the default first.
+MODELS = ("minilm", *(name for name in _BUNDLED if name != "minilm"))
 #: The model the served dashboard opens with: MiniLM's 36 encoder Linears in bfloat16. Every
 #: width is a multiple of 16, so the doctor accepts each layer for 2:4 once pruned, and at
 #: 16384 tokens per call (128 sentences of 128 tokens) its 12 MLP layers are large enough to
