@@ -8,11 +8,11 @@ import threading
 
 import pytest
 import torch
-from conftest import llama_config
 from safetensors import safe_open
 from torch import nn
 
 import explorer
+from conftest import llama_config
 from explorer.checkpoint import (
     CheckpointCancelled,
     CheckpointError,
