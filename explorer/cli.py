@@ -283,15 +283,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def _tune(argv: list[str]) -> int:
-    if "-h" in argv or "--help" in argv:
-        # The tuner's parser needs no torch, but its package (explorer.gpu) imports it: for
-        # --help, read the module file on its own so the answer comes back at once.
-        path = Path(__file__).with_name("gpu") / "tune_cli.py"
-        spec = importlib.util.spec_from_file_location("_sparsity_explorer_tune_help", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.main(argv)
-    from explorer.gpu.tune_cli import main as tune
+    from explorer.gpu.tune_cli import main as tune  # the gpu package loads torch on first use
 
     return tune(argv)
 

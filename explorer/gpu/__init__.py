@@ -1,15 +1,47 @@
 """GPU side of the explorer: cuSPARSELt plans, ``SparseLinear``, ``sparsify`` and CUDA kernels.
 
 CuPy and nvmath-python are imported lazily, so ``import explorer.gpu`` works on any machine;
-the first call that needs a GPU raises a clear error when there is none.
+the first call that needs a GPU raises a clear error when there is none. The public names load
+on first use, so a submodule that needs no torch (``tune_cli``'s ``--help``) stays light.
+
+Examples
+--------
+>>> import explorer.gpu
+>>> explorer.gpu.SparseLinear.__name__
+'SparseLinear'
 """
 
 from __future__ import annotations
 
-from explorer.gpu.fused_qkv import SparseQKV
-from explorer.gpu.gated_mlp import SparseGatedMLP
-from explorer.gpu.sparse_linear import SparseLinear
-from explorer.gpu.sparsify import sparsify
-from explorer.gpu.sparsify_report import SparsifyReport
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from explorer.gpu.fused_qkv import SparseQKV
+    from explorer.gpu.gated_mlp import SparseGatedMLP
+    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.sparsify import sparsify
+    from explorer.gpu.sparsify_report import SparsifyReport
 
 __all__ = ["SparseGatedMLP", "SparseLinear", "SparseQKV", "SparsifyReport", "sparsify"]
+
+_HOMES = {
+    "SparseGatedMLP": "explorer.gpu.gated_mlp",
+    "SparseLinear": "explorer.gpu.sparse_linear",
+    "SparseQKV": "explorer.gpu.fused_qkv",
+    "SparsifyReport": "explorer.gpu.sparsify_report",
+    "sparsify": "explorer.gpu.sparsify",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'explorer.gpu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
