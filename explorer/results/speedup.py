@@ -277,6 +277,18 @@ def _rows_for(store, shape: tuple[int, int]) -> list[dict]:
     return found
 
 
+def _store_or_reference(store):
+    """``store``, else the shipped reference database; None when neither can be read."""
+    if store is not None:
+        return store
+    try:
+        from explorer.results.store import ResultStore
+
+        return ResultStore.reference()
+    except (ImportError, ValueError):
+        return None
+
+
 def recorded_speed(
     shape: tuple[int, int], tokens: int | None = None, dtype: str | None = None, store=None
 ) -> list[dict]:
@@ -296,17 +308,9 @@ def recorded_speed(
     >>> [(r["gpu"], r["speedup"]) for r in recorded_speed((48, 64), 1024, "float16", store)]
     [('H100', 1.4)]
     """
-    try:
-        from explorer.results.store import ResultStore
-    except ImportError:
-        return []
+    store = _store_or_reference(store)
     if store is None:
-        try:
-            store = ResultStore.reference()
-        except ValueError:
-            return []
-        if store is None:
-            return []
+        return []
     found = [r for r in _rows_for(store, shape) if not dtype or r["dtype"] in (dtype, "?")]
     if tokens is not None:
         found.sort(key=lambda r: abs(r["tokens"] - tokens))
@@ -341,17 +345,9 @@ def recorded_model_speed(
     >>> recorded_model_speed("m", "bfloat16", 1024, store)
     []
     """
-    try:
-        from explorer.results.store import ResultStore
-    except ImportError:
-        return []
+    store = _store_or_reference(store)
     if store is None:
-        try:
-            store = ResultStore.reference()
-        except ValueError:
-            return []
-        if store is None:
-            return []
+        return []
     want = dtype_name(dtype) if dtype else None
     found = []
     for row in store.query("bench-models", status="ok", model=model):
