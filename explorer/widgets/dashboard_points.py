@@ -1,0 +1,144 @@
+"""The dashboard's trade-off points: the dense one, one per run with its speed, loading one back.
+
+:class:`_Points` is the part of :class:`explorer.widgets.Dashboard` that adds points to its
+:class:`~explorer.widgets.tradeoff.TradeoffPlot`, chooses where each run's speed-up comes
+from (a recorded whole-model measurement, else the per-layer estimate, else none) and loads a
+clicked point's configuration and masks back into the model.
+
+Examples
+--------
+>>> import torch
+>>> from explorer.widgets import Dashboard
+>>> dash = Dashboard(torch.nn.Linear(16, 16))
+>>> [(p.label, p.speedup, p.speed_source) for p in dash.tradeoff.points]
+[('dense', 1.0, 'baseline')]
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from explorer.results.speedup import estimate_speedup, recorded_model_speed
+from explorer.results.tradeoff import choose_speed
+from explorer.widgets.method_picker import MethodConfig
+from explorer.widgets.tradeoff import TradeoffPoint
+
+__all__: list[str] = []
+
+
+class _Points:
+    """Trade-off points of a dashboard and the speed each run is given."""
+
+    def _add_dense_point(self) -> None:
+        try:
+            score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
+        except (ValueError, RuntimeError, TypeError) as exc:
+            self.say("warn", f"could not evaluate the dense model: {exc}")
+            return
+        dense = MethodConfig("dense", "2:4", 0, None, self.dtype, self.tokens)
+        self.tradeoff.add(
+            TradeoffPoint(
+                "dense",
+                1.0,
+                score,
+                dense.to_json(),
+                {"model": self.bundle.name},
+                speed_source="baseline",
+                speed_from="by definition",
+            )
+        )
+        self.say("ok", f"{self._summary()}; dense {self.bundle.metric} {score:.4g}")
+
+    def _run_speed(self, config: MethodConfig, masks: dict):
+        """The speed of a run that pruned ``masks``: the layers' estimate, then :meth:`speed_of`."""
+        estimate = estimate_speedup(
+            {r.name: r.shape for r in self.layer_picker.rows},
+            masks,
+            config.pattern,
+            config.tokens,
+            config.dtype,
+            {r.name: r.verdict for r in self.layer_picker.rows},
+            self.store,
+        )
+        return self.speed_of(config, estimate)
+
+    def _add_run_point(
+        self, config: MethodConfig, score: float, masks: dict, speed, start: float
+    ) -> None:
+        """Add a run's point; ``start`` is when the run began (``time.perf_counter()``)."""
+        details = {
+            **speed.details,
+            "pruned layers": len(masks),
+            "pruning took": f"{time.perf_counter() - start:.1f} s",
+        }
+        self.tradeoff.add(
+            TradeoffPoint(
+                config.label,
+                speed.speedup,
+                score,
+                config.to_json(),
+                details,
+                speed_source=speed.source,
+                speed_from=speed.speed_from,
+                model=str(self.bundle.name),
+                method=config.method,
+                pattern=config.pattern,
+                metric=self.bundle.metric,
+                tokens=config.tokens,
+                higher_is_better=self.bundle.higher_is_better,
+                dtype=config.dtype,
+            )
+        )
+
+    def speed_of(self, config: MethodConfig, estimate=None):
+        """Where a run's speed-up comes from (:func:`explorer.results.tradeoff.choose_speed`).
+
+        A whole-model measurement of this model at the run's dtype and token count (the store's
+        own rows first, then the reference database's) when every prunable layer was pruned
+        2:4; else ``estimate`` when it rests on measured layers; else no data.
+        """
+        name = getattr(self.bundle, "name", None)
+        measured = (
+            recorded_model_speed(str(name), config.dtype, config.tokens, self.store)
+            if name is not None
+            else []
+        )
+        return choose_speed(measured, estimate, config.pattern, whole_model=config.layers is None)
+
+    def load_point(self, point: TradeoffPoint) -> None:
+        """Load the configuration of a trade-off point: its settings and its masks."""
+        try:
+            config = MethodConfig.from_json(point.config)
+        except (ValueError, TypeError) as exc:
+            self.say("error", f"cannot load {point.label}: {exc}")
+            return
+        if self.busy:
+            self.say("warn", "a run is in progress; wait for it before loading another")
+            return
+        self._restore_dense()
+        run = self.runs.get(point.label)
+        if config.method != "dense":
+            self.method_picker.config = replace(config)
+        if run is not None:
+            with torch.no_grad():
+                for name, mask in run.masks.items():
+                    self.bundle.model.get_submodule(name).weight.mul_(
+                        mask.to(torch.float32).to(
+                            self.bundle.model.get_submodule(name).weight.dtype
+                        )
+                    )
+        self.current = run
+        self.layer_picker.refresh()
+        self._emit("model")
+        self.select_layer(self.selected)
+        note = (
+            ""
+            if config.method in ("magnitude", "random", "dense")
+            else (
+                " (masks applied to the dense weights; run it again for the method's weight updates)"
+            )
+        )
+        self.say("ok", f"loaded {point.label}{note}")
