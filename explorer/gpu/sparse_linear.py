@@ -632,18 +632,11 @@ class SparseLinear(nn.Module):
         t = x2.shape[0]
         if t == 0:
             return x.new_empty(*lead, self.out_features, dtype=self._result_dtype(x))
-        n = self._npad.get(t)
-        if n is None:
-            n = self._npad[t] = C.padded_tokens(t, self.dtype)
+        n = self._padded(t)
         # "r": a transposed view of a row-major X^T (what an "r"-output layer returns)
         first = "c" if x2.is_contiguous() else "r"
         dev = x2.device.index or 0
-        alpha = self.weight_scale is not None and self.dtype == torch.int8
-        fuse = (
-            self.activation != "none"
-            and self.weight_scale is None
-            and (self.dtype, self.activation) not in _UNFUSED
-        )
+        alpha, fuse = self._alpha_vector, self._fuses
         route = self._route(n, dev, fuse, alpha, first)
         if route.kind == "dense":
             y = self._dense_forward(x2, fuse)
@@ -701,20 +694,33 @@ class SparseLinear(nn.Module):
             self._remember(x, self._fast_sparse(plan, n, t, route.transpose))
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
 
-    def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor | None:
-        """Run ``x2`` (at most 64 rows) on the decode kernel if that is its route, else None."""
-        t = x2.shape[0]
+    def _padded(self, t: int) -> int:
+        """The token count ``t`` rows run at (cuSPARSELt's multiple), remembered per ``t``."""
         n = self._npad.get(t)
         if n is None:
             n = self._npad[t] = C.padded_tokens(t, self.dtype)
-        first = "c" if x2.is_contiguous() or not x2.t().is_contiguous() else "r"
-        alpha = self.weight_scale is not None and self.dtype == torch.int8
-        fuse = (
+        return n
+
+    @property
+    def _alpha_vector(self) -> bool:
+        """int8 weights pass their per-channel scales to cuSPARSELt as an alpha vector."""
+        return self.weight_scale is not None and self.dtype == torch.int8
+
+    @property
+    def _fuses(self) -> bool:
+        """Whether the activation is fused into the kernel (cuSPARSELt has not refused it)."""
+        return (
             self.activation != "none"
             and self.weight_scale is None
             and (self.dtype, self.activation) not in _UNFUSED
         )
-        route = self._route(n, x2.device.index or 0, fuse, alpha, first)
+
+    def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor | None:
+        """Run ``x2`` (at most 64 rows) on the decode kernel if that is its route, else None."""
+        n = self._padded(x2.shape[0])
+        first = "c" if x2.is_contiguous() or not x2.t().is_contiguous() else "r"
+        fuse = self._fuses
+        route = self._route(n, x2.device.index or 0, fuse, self._alpha_vector, first)
         if route.kind != "decode":
             return None
         y = self._decode_forward(x2, fuse)

@@ -347,14 +347,14 @@ def _measure(model, units, counts, report) -> list:
                 if chosen and not any(r.kind == "decode" for r in chosen):
                     layer.drop_decode()  # no measured count runs the decode kernel
             kept.append(unit)
-    layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
+    sparse_layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
     extra = (
         (
-            sum(m._dense.numel() * m._dense.element_size() for m in layers if m.dense_kept),
+            sum(m._dense.numel() * m._dense.element_size() for m in sparse_layers if m.dense_kept),
             "dense weights kept for the token counts where dense is faster",
         ),
         (
-            sum(m.decode_weight().nbytes for m in layers if m.decode_kept),
+            sum(m.decode_weight().nbytes for m in sparse_layers if m.decode_kept),
             "weights kept in the decode kernel's layout for the token counts (1 to 64) where "
             "it is the fastest",
         ),

@@ -114,17 +114,14 @@ def test_plan_reuse_counts_hits():
 
 
 def test_thousands_of_plans_do_not_leak():
-    import time
-
     C = _C()
-    count = int(os.environ.get("EXPLORER_LEAK_PLANS", "2000"))
-    budget_s = float(os.environ.get("EXPLORER_LEAK_SECONDS", "150"))
+    # a fixed number of plans, whatever the machine's speed (the time is not what is tested)
+    count = int(os.environ.get("EXPLORER_LEAK_PLANS", "1000"))
     torch.cuda.synchronize()
     gc.collect()
     torch.cuda.empty_cache()
     free0 = torch.cuda.mem_get_info()[0]
     cache = C.PlanCache(maxsize=16)
-    t0 = time.perf_counter()
     built = 0
     for i in range(count):
         # bfloat16: cuSPARSELt 0.8 spends ~0.2 s choosing fp16 kernels per plan, bf16 is quick
@@ -137,10 +134,7 @@ def test_thousands_of_plans_do_not_leak():
         )
         cache.get(key)
         built += 1
-        if time.perf_counter() - t0 > budget_s:
-            break
-    print(f"built and freed {built} plans in {time.perf_counter() - t0:.1f} s")
-    assert built >= min(count, 500)
+    assert built == count >= 500
     assert cache.stats()["evictions"] == built - 16
     cache.clear()
     # plans dropped without close() are freed by their finalizers
