@@ -341,7 +341,7 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
     ]
-    if any(r.get("suite") != "models" for r in rows):
+    if any(r.get("suite") not in ("models", "decode") for r in rows):
         parts += [
             "Layer rows: milliseconds per call (median of 7 CUDA-event timings of 20 back-to-back "
             "calls after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the "
