@@ -20,12 +20,23 @@ if TYPE_CHECKING:
     from explorer.gpu.fused_qkv import SparseQKV
     from explorer.gpu.gated_mlp import SparseGatedMLP
     from explorer.gpu.sparse_linear import SparseLinear
-    from explorer.gpu.sparsify import sparsify
+    from explorer.gpu.model_timing import ModelSpeed
+    from explorer.gpu.sparsify import set_mode, sparsify
     from explorer.gpu.sparsify_report import SparsifyReport
 
-__all__ = ["SparseGatedMLP", "SparseLinear", "SparseQKV", "SparsifyReport", "sparsify"]
+__all__ = [
+    "ModelSpeed",
+    "SparseGatedMLP",
+    "SparseLinear",
+    "SparseQKV",
+    "SparsifyReport",
+    "set_mode",
+    "sparsify",
+]
 
 _HOMES = {
+    "ModelSpeed": "explorer.gpu.model_timing",
+    "set_mode": "explorer.gpu.sparsify",
     "SparseGatedMLP": "explorer.gpu.gated_mlp",
     "SparseLinear": "explorer.gpu.sparse_linear",
     "SparseQKV": "explorer.gpu.fused_qkv",

@@ -30,9 +30,11 @@ import numpy as np
 import torch
 
 from explorer.compression import CompressedWeight, compress
+from explorer.gpu.launch import Launcher, current_stream
 
 __all__ = [
     "MAX_TOKENS",
+    "DecodeCall",
     "decode_matmul",
     "decode_matmul_reference",
     "default_warps",
@@ -216,25 +218,26 @@ def decode_matmul(
     return y.reshape(*lead, n)
 
 
+_ARG_KINDS = ("u64",) * 6 + ("i32", "i32", "i32", "i64", "i64")
+
+
+def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int) -> str:
+    kind = "bf16" if dtype == torch.bfloat16 else "f16"
+    return f"decode24_{kind}{'_int8' if int8 else ''}_t{8 * _tiles(tokens)}"
+
+
 def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
     """Launch the kernel for ``x2``'s dtype and row count (``module``: another build of
     ``decode24.cu``, for benchmarks of its variants)."""
-    from explorer.gpu.kernels import _function, _stream
-
     n, k = weight.shape
     t = x2.shape[0]
     dev = x2.device.index or 0
     tiles = _tiles(t)
     if warps is None:
-        sms = _sms(dev)
-        warps = default_warps(n, k, t, sms)
+        warps = default_warps(n, k, t, _sms(dev))
     if not 1 <= warps <= _MAX_WARPS[tiles]:
         raise ValueError(f"warps = {warps}; expected 1 to {_MAX_WARPS[tiles]} for {t} rows")
-    kind = "bf16" if x2.dtype == torch.bfloat16 else "f16"
-    if weight.scale is not None:
-        kind += "_int8"
-    name = f"decode24_{kind}_t{8 * tiles}"
-    kern = _function("decode24", name, dev) if module is None else module.get_function(name)
+    name = _kernel_name(x2.dtype, weight.scale is not None, t)
     args = (
         _ptr(weight.values),
         _ptr(weight.metadata),
@@ -249,14 +252,99 @@ def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=Non
         np.int64(y.stride(0)),
     )
     grid, block = (math.ceil(n / 16),), (32 * warps,)
-    if dev != torch.cuda.current_device():
-        import cupy
+    if module is not None:
+        from explorer.gpu.kernels import cupy_stream
 
-        with cupy.cuda.Device(dev), _stream(dev):
-            kern(grid, block, args, shared_mem=512 * warps)
+        with cupy_stream(dev):
+            module.get_function(name)(grid, block, args, shared_mem=512 * warps)
         return
-    with _stream(dev):
-        kern(grid, block, args, shared_mem=512 * warps)
+    from explorer.gpu.kernels import launch
+
+    launch("decode24", name, x2, grid, args, block=block, shared=512 * warps)
+
+
+class DecodeCall:
+    """:func:`decode_matmul` for one weight, bias and row count, set up once: a call costs
+    about the host time of ``F.linear`` (an output allocation and one driver launch).
+
+    What :func:`decode_matmul` decides per call (kernel variant, warps, grid, the pointers of
+    the weight and bias) is decided here once; a call writes the input's and output's pointers
+    and launches. Build it again after the weight moves (``module.to(...)``).
+
+    Parameters
+    ----------
+    weight : CompressedWeight
+        From :func:`pack`, on a CUDA device.
+    bias : torch.Tensor, optional
+        ``[N]`` of the activations' dtype.
+    tokens : int
+        Rows of every input (1 to :data:`MAX_TOKENS`).
+    dtype : torch.dtype
+        The activations' dtype (float16 or bfloat16).
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = torch.randn(64, 64).half().cuda()  # doctest: +GPU
+    >>> w = w * make_mask(w, "2:4")  # doctest: +GPU
+    >>> call = DecodeCall(pack(w), None, 3, torch.half)  # doctest: +GPU
+    >>> call(torch.randn(3, 64).half().cuda()).shape  # doctest: +GPU
+    torch.Size([3, 64])
+    """
+
+    def __init__(
+        self, weight: CompressedWeight, bias: torch.Tensor | None, tokens: int, dtype: torch.dtype
+    ) -> None:
+        from explorer.gpu.kernels import compiled_function
+
+        if not 1 <= tokens <= MAX_TOKENS:
+            raise ValueError(f"tokens = {tokens}; the decode kernel takes 1 to {MAX_TOKENS} rows")
+        if dtype not in _SIXTEEN:
+            raise TypeError(f"activations are {dtype}; the decode kernel takes float16 or bfloat16")
+        n, k = weight.shape
+        self.device = weight.values.device
+        dev = self.device.index or 0
+        warps = default_warps(n, k, tokens, _sms(dev))
+        name = _kernel_name(dtype, weight.scale is not None, tokens)
+        self._launcher = Launcher(compiled_function("decode24", name, dev), _ARG_KINDS)
+        self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * warps, 1, 1)
+        self._shared, self._dev = 512 * warps, dev
+        self._shape, self._dtype = (tokens, n), dtype
+        self._fixed = tuple(int(p) for p in (_ptr(weight.values), _ptr(weight.metadata)))
+        self._scale, self._bias = int(_ptr(weight.scale)), int(_ptr(bias))
+        self._nkt = (n, k, tokens)
+        # the tensors whose pointers are kept: alive as long as this call
+        self._keep = (weight, bias)
+
+    def __call__(self, x2: torch.Tensor) -> torch.Tensor:
+        """``x2 @ W^T (+ b)`` for ``x2`` of ``[tokens, K]`` (row stride a multiple of 8)."""
+        if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
+            x2 = x2.contiguous()
+        y = torch.empty(self._shape, dtype=self._dtype, device=self.device)
+        n, k, t = self._nkt
+        self._launcher.launch(
+            self._grid,
+            self._block,
+            self._shared,
+            current_stream(self._dev),
+            (
+                *self._fixed,
+                self._scale,
+                x2.data_ptr(),
+                self._bias,
+                y.data_ptr(),
+                n,
+                k,
+                t,
+                x2.stride(0),
+                n,
+            ),
+        )
+        return y
+
+    def __repr__(self) -> str:
+        n, k, t = self._nkt
+        return f"DecodeCall({n}x{k}, {t} rows, {str(self._dtype).removeprefix('torch.')})"
 
 
 _SMS: dict[int, int] = {}

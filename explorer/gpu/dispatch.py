@@ -18,7 +18,22 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["DECODE", "DENSE", "SPARSE_MARGIN", "Route", "nearest_route", "pick_route"]
+__all__ = [
+    "DECODE",
+    "DENSE",
+    "MODES",
+    "SPARSE_MARGIN",
+    "Decision",
+    "Route",
+    "check_mode",
+    "clock_for",
+    "nearest_route",
+    "pick_route",
+]
+
+#: How a model may be run, as ``sparsify(mode=...)`` names it: ``"auto"`` decides per call
+#: (CUDA-graph capture: GPU time; otherwise: wall time), the others fix one clock.
+MODES = ("auto", "eager", "compile", "graphs")
 
 #: Sparse must take at most this share of the dense time to be chosen (a 2% margin, so that
 #: timing noise never turns a tie into a slowdown).
@@ -133,3 +148,82 @@ def nearest_route(tokens: int, decided: Mapping[int, Route]) -> Route | None:
     if not decided:
         return None
     return decided[min(decided, key=lambda n: (abs(math.log2(n) - math.log2(tokens)), -n))]
+
+
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`MODES`, else a ``ValueError`` that names them.
+
+    Examples
+    --------
+    >>> check_mode("eager")
+    'eager'
+    >>> check_mode("fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: mode 'fast' unknown; expected one of ('auto', 'eager', 'compile', 'graphs'). ...
+    """
+    if mode not in MODES:
+        raise ValueError(
+            f"mode {mode!r} unknown; expected one of {MODES}. Hint: 'eager' for notebooks and "
+            "torch.compile's default mode, 'graphs' for mode='reduce-overhead' or your own CUDA "
+            "graphs, 'auto' to decide at each call."
+        )
+    return mode
+
+
+def clock_for(mode: str) -> str:
+    """The time a route is chosen by in ``mode``: ``"gpu"`` (graph replay) or ``"wall"``.
+
+    Eager calls and ``torch.compile``'s default mode pay the host's time to issue each call
+    (back-to-back calls measure it); under CUDA graphs only the GPU's time counts.
+
+    Examples
+    --------
+    >>> clock_for("graphs"), clock_for("eager"), clock_for("compile")
+    ('gpu', 'wall', 'wall')
+    """
+    return "gpu" if check_mode(mode) == "graphs" else "wall"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The routes measured for one problem, by both clocks, and the route each one picks.
+
+    Attributes
+    ----------
+    gpu : dict
+        ``{Route: ms}`` of CUDA-graph replays: the GPU's time alone.
+    wall : dict
+        ``{Route: ms}`` of back-to-back eager calls: the host's time to issue each call
+        included where it is the longer.
+
+    Examples
+    --------
+    >>> sparse = Route("sparse", "cc")
+    >>> d = Decision({DENSE: 1.0, sparse: 0.7}, {DENSE: 1.0, sparse: 1.3})
+    >>> d.route("gpu"), d.route("wall")
+    (Route(sparse cc default), Route(dense))
+    >>> d
+    Decision(gpu: sparse cc default 0.700 ms, wall: dense 1.000 ms)
+    """
+
+    gpu: dict
+    wall: dict
+
+    def times(self, clock: str) -> dict:
+        """``{Route: ms}`` by ``clock`` (``"gpu"`` or ``"wall"``); the other if that is empty."""
+        first, other = (self.gpu, self.wall) if clock == "gpu" else (self.wall, self.gpu)
+        return first or other
+
+    def route(self, clock: str) -> Route:
+        """The route :func:`pick_route` keeps by ``clock``."""
+        return pick_route(self.times(clock))
+
+    def __repr__(self) -> str:
+        parts = []
+        for clock in ("gpu", "wall"):
+            if getattr(self, clock):
+                r = self.route(clock)
+                name = repr(r).removeprefix("Route(").removesuffix(")")
+                parts.append(f"{clock}: {name} {self.times(clock)[r]:.3f} ms")
+        return f"Decision({', '.join(parts) or 'nothing measured'})"

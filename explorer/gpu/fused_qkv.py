@@ -158,13 +158,20 @@ class SparseQKV(nn.Module):
             views, left = memo[2], memo[3] - 1
             self._memo = (x, version, views, left) if left else None
             return views
-        views = self.proj(x).split(self.sizes, dim=-1)  # one call for the three views
+        # one call for the three views (the eager call directly: host time per step)
+        y = self.proj(x) if compiling else self.proj.run(x)
+        views = y.split(self.sizes, dim=-1)
         self._memo = (x, version, views, len(self.sizes) - 1)
         return views
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The stacked ``[q, k, v]`` output for ``x[..., in]`` (row-major)."""
         return self.proj(x)
+
+    def set_mode(self, mode: str) -> None:
+        """Choose the stacked product's routes for execution mode ``mode`` (see
+        ``SparseLinear``)."""
+        self.proj.set_mode(mode)
 
     def extra_repr(self) -> str:
         q, k, v = self.sizes

@@ -155,16 +155,28 @@ class SparseGatedMLP(nn.Module):
         """Apply the block to ``x[..., d]``."""
         if torch.compiler.is_compiling():
             return ops.forward(x, self._op_id)  # one opaque op for torch.compile
-        return self._forward(x)
+        return self.run(x)
 
-    def _fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down._fake_output(x)
+    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
+        return self.down.fake_output(x)
 
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward the compiled op runs: the eager one (each part takes its fast path)."""
+        return self.run(x)
+
+    def set_mode(self, mode: str) -> None:
+        """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``)."""
+        self.gate_up.set_mode(mode)
+        self.down.set_mode(mode)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """The eager forward: the fused gate/up product, the SwiGLU kernel, the down product."""
+        # the parts' own eager calls, without nn.Module's call machinery: host time per step
         if x.dim() == 2:
-            return self.down(_silu_mul(self.gate_up(x)))
+            return self.down.run(_silu_mul(self.gate_up.run(x)))
         lead = x.shape[:-1]
-        y = self.down(_silu_mul(self.gate_up(x.reshape(-1, x.shape[-1]))))
+        y = self.down.run(_silu_mul(self.gate_up.run(x.reshape(-1, x.shape[-1]))))
         return y.reshape(*lead, y.shape[-1])
 
     def extra_repr(self) -> str:

@@ -15,6 +15,7 @@ checkout; :func:`kernel_dir` finds either.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -26,13 +27,17 @@ import torch
 
 from explorer import _html
 from explorer.errors import require
+from explorer.gpu.launch import Launcher, LaunchRefused, current_stream
 
 __all__ = [
     "PATTERNS_24",
     "NMHistogram",
     "block_density",
     "block_density_reference",
+    "compiled_function",
+    "cupy_stream",
     "kernel_dir",
+    "launch",
     "nm_histogram",
     "nm_histogram_reference",
     "nm_mask",
@@ -83,20 +88,60 @@ def _function(name: str, fn: str, device: int):
     return _module(name, device).get_function(fn)
 
 
-def _launch(name: str, fn: str, tensor: torch.Tensor, grid, args: tuple, block=(_THREADS,)) -> None:
+def compiled_function(name: str, fn: str, device: int):
+    """Kernel ``fn`` of ``kernels/<name>.cu``, compiled once per device (a CuPy ``Function``).
+
+    Examples
+    --------
+    >>> compiled_function("silu_mul", "silu_mul_f16", 0).ptr != 0  # doctest: +GPU
+    True
+    """
+    return _function(name, fn, device)
+
+
+_KINDS = {np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
+_LAUNCHERS: dict[tuple, Launcher] = {}
+
+
+def _dim3(v) -> tuple[int, int, int]:
+    v = tuple(int(a) for a in (v if isinstance(v, tuple) else (v,)))
+    return v + (1,) * (3 - len(v))
+
+
+def launch(
+    name: str, fn: str, tensor: torch.Tensor, grid, args: tuple, block=(_THREADS,), shared=0
+) -> None:
     """Launch kernel ``fn`` of ``kernels/<name>.cu`` on torch's current stream of the tensor's
-    device. Modules, functions and stream handles are made once: a launch costs little host
-    time, which a model calling kernels per layer pays on every call."""
+    device. Modules, functions and argument slots are made once, and the launch goes to the
+    CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which a
+    model calling kernels per layer pays on every call. CuPy launches where the driver call
+    cannot (another device than the current one)."""
     dev = tensor.device.index or 0
+    if dev == torch.cuda.current_device():
+        kinds = tuple(_KINDS[a.dtype] for a in args)
+        key = (name, fn, dev, kinds)
+        launcher = _LAUNCHERS.get(key)
+        if launcher is None:
+            launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev), kinds)
+        try:
+            launcher.launch(
+                _dim3(grid), _dim3(block), shared, current_stream(dev), [int(a) for a in args]
+            )
+            return
+        except LaunchRefused:
+            pass  # no current context on this thread: CuPy sets one up
     kern = _function(name, fn, dev)
     grid = grid if isinstance(grid, tuple) else (grid,)
-    if dev != torch.cuda.current_device():
-        cp = require("cupy", "gpu")
-        with cp.cuda.Device(dev), _stream(dev):
-            kern(grid, block, args)
-        return
-    with _stream(dev):
-        kern(grid, block, args)
+    with cupy_stream(dev):
+        kern(grid, block, args, shared_mem=shared)
+
+
+@contextlib.contextmanager
+def cupy_stream(dev: int):
+    """CuPy's device ``dev`` and torch's current stream on it, for a CuPy launch."""
+    cp = require("cupy", "gpu")
+    with cp.cuda.Device(dev), _stream(dev):
+        yield
 
 
 _STREAMS: dict[tuple[int, int], object] = {}
@@ -129,8 +174,13 @@ def _cuda_only(t: torch.Tensor, what: str) -> None:
         )
 
 
+@cache
+def _sms(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _grid(work: int, device: int) -> int:
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sms(device)
     return int(max(1, min(math.ceil(work / _THREADS), sms * 8)))
 
 
@@ -184,7 +234,7 @@ def nm_mask(scores: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
     out = torch.empty(s.shape, dtype=torch.uint8, device=s.device)
     groups = s.numel() // m
     if groups:
-        _launch(
+        launch(
             "nm_mask",
             "nm_select_f32",
             s,
@@ -328,7 +378,7 @@ def _nm_histogram_into(
         return
     if t.itemsize == 2 and m == 4 and t.numel() % 8 == 0:
         n_vec = t.numel() // 8
-        _launch(
+        launch(
             "nm_check",
             "nm_hist_m4_u16",
             t,
@@ -338,7 +388,7 @@ def _nm_histogram_into(
     else:
         fn = {1: "nm_hist_u8", 2: "nm_hist_u16", 4: "nm_hist_u32"}[t.itemsize]
         groups = t.numel() // m
-        _launch(
+        launch(
             "nm_check",
             fn,
             t,
@@ -413,7 +463,7 @@ def block_density(
     out = torch.empty(gr, gc, dtype=torch.float32, device=m2.device)
     if out.numel():
         blocks = math.ceil(gr * gc * 32 / _THREADS)
-        _launch(
+        launch(
             "block_density",
             "block_density_u8",
             m2,
@@ -477,8 +527,9 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     torch.Size([4096, 11008])
     """
     _cuda_only(gu, "silu_mul")
-    g, u = _split_gate_up(gu)
-    tokens, hidden = g.shape
+    if gu.dim() != 2 or gu.shape[1] % 2:
+        _split_gate_up(gu)  # raises, naming the shape
+    tokens, hidden = gu.shape[0], gu.shape[1] // 2
     transposed = gu.stride(0) == 1 and gu.stride(1) == tokens and not gu.is_contiguous()
     if transposed:  # view of [2h, tokens]: rows are features
         rows, cols, ld = hidden, tokens, tokens
@@ -493,12 +544,13 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
         and (hidden * (tokens if transposed else 1)) % 8 == 0
     )
     if not aligned or gu.numel() == 0:
+        g, u = _split_gate_up(gu)
         return torch.nn.functional.silu(g) * u
     out = torch.empty(rows, cols, dtype=gu.dtype, device=gu.device)
     up_offset = hidden * (tokens if transposed else 1)
     base = gu.data_ptr()
     vectors = rows * (cols // 8)
-    _launch(
+    launch(
         "silu_mul",
         fn,
         gu,
@@ -571,5 +623,5 @@ def transpose_rows(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
     paired = rows % 2 == 0 and cols % 2 == 0 and d.data_ptr() % 4 == 0
     tile = 2 * _TILE if paired else _TILE
     fn = "transpose16x2" if paired else "transpose16"
-    _launch("transpose", fn, d, (-(-tokens // tile), -(-rows // tile)), args, block=(_TILE, 8))
+    launch("transpose", fn, d, (-(-tokens // tile), -(-rows // tile)), args, block=(_TILE, 8))
     return out

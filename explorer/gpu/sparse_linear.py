@@ -7,6 +7,7 @@ first call at a token count a forward pass is: reshape, pad if needed, one ``cus
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import torch
@@ -17,7 +18,15 @@ from explorer.gpu import cusparselt as C
 from explorer.gpu import decode as D
 from explorer.gpu import ops, quant, tuning
 from explorer.gpu import torch_backend as TB
-from explorer.gpu.dispatch import DECODE, DENSE, Route, nearest_route, pick_route
+from explorer.gpu.dispatch import (
+    DECODE,
+    DENSE,
+    Decision,
+    Route,
+    check_mode,
+    clock_for,
+    nearest_route,
+)
 from explorer.gpu.timing import eager_ms, graph_ms
 
 __all__ = ["SparseLinear", "stack_linears"]
@@ -35,22 +44,37 @@ if hasattr(torch, "float8_e4m3fn"):
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
-# the route chosen per problem, with the times it was chosen from: (out, in, dtype, fused
-# activation, alpha, bias, device, input layout, requested algorithm and layout, output
-# contract, dense kept) -> {padded tokens: (Route, {Route: ms})}
-_DECISIONS: dict[tuple, dict[int, tuple[Route, dict]]] = {}
+# the routes measured per problem, by both clocks: (out, in, dtype, fused activation, alpha,
+# bias, device, input layout, requested algorithm and layout, output contract, decode kept,
+# dense kept) -> {padded tokens: Decision}
+_DECISIONS: dict[tuple, dict[int, Decision]] = {}
+# (mode a layer was sparsified for, mode it runs in) already warned about, once per process
+_WARNED: set[tuple[str, str]] = set()
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 _OUTPUTS = ("rows", "any")
 
 
-def _event_ms(fn) -> float:
-    """The GPU time of ``fn`` for choosing a route: CUDA-graph replay (median of 3 x 10 calls),
-    so host cost, which a compiled model with CUDA graphs does not pay, does not decide."""
+def _both_clocks(fn) -> tuple[float | None, float]:
+    """``fn``'s time by both clocks a route is chosen by (milliseconds per call).
+
+    GPU: CUDA-graph replay (median of 3 x 10 calls), what a model under CUDA graphs pays, host
+    cost excluded; ``None`` where ``fn`` cannot be captured. Wall: back-to-back eager calls
+    (median of 3 x 10), what eager mode and ``torch.compile``'s default mode pay, the host's
+    time to issue each call included wherever it is longer than the GPU's.
+    """
+    wall = eager_ms(fn, iters=10, reps=3, warmup=2)
     try:
-        return graph_ms(fn, iters=10, reps=3)
-    except RuntimeError:  # not capturable here: back-to-back eager calls instead
+        gpu = graph_ms(fn, iters=10, reps=3)
+    except RuntimeError:  # not capturable here
         torch.cuda.synchronize()
-        return eager_ms(fn, iters=10, reps=3, warmup=2)
+        gpu = None
+    return gpu, wall
+
+
+def _decision(timed: dict) -> Decision:
+    """A :class:`Decision` from ``{Route: (gpu ms or None, wall ms)}``."""
+    gpu = {r: g for r, (g, _) in timed.items() if g is not None}
+    return Decision(gpu, {r: w for r, (_, w) in timed.items()})
 
 
 def stack_linears(*parts: nn.Linear) -> nn.Linear:
@@ -139,6 +163,12 @@ class SparseLinear(nn.Module):
     decode_weight : CompressedWeight, optional
         The weight in the explorer's compressed layout (:func:`explorer.gpu.decode.pack`),
         16-bit or int8 with per-row scales: opens the decode route at 1 to 64 tokens.
+    mode : {"auto", "eager", "compile", "graphs"}
+        How the model runs, which decides the clock routes are chosen by: wall time, host
+        cost included, for ``"eager"`` and ``"compile"`` (``torch.compile``'s default mode);
+        GPU time for ``"graphs"`` (``mode="reduce-overhead"``, your own CUDA graphs);
+        ``"auto"`` takes GPU time inside a CUDA-graph capture and wall time otherwise.
+        Change it with :meth:`set_mode`.
 
     Examples
     --------
@@ -163,6 +193,7 @@ class SparseLinear(nn.Module):
         layout: str = "auto",
         output: str = "rows",
         decode_weight=None,
+        mode: str = "auto",
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -182,6 +213,7 @@ class SparseLinear(nn.Module):
         self.layout = layout
         self.output = output
         self.out_dtype = out_dtype
+        self.mode = check_mode(mode)
         data = compressed.data if isinstance(compressed, C.CompressedTensor) else compressed
         self.register_buffer("compressed", data)
         self.register_buffer("bias", bias)
@@ -198,23 +230,78 @@ class SparseLinear(nn.Module):
         # a few input rows and their dense product, to check searched algorithms against
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
-        self._plans: dict = {}
-        self._routes: dict = {}  # (padded tokens, input layout, fused act) -> Route
-        self._seen: dict = {}  # padded tokens -> (Route, {Route: ms}) this layer was given
-        self._fast: dict = {}  # (shape, strides, device, dtype) -> callable, plain 2-D calls
+        self._seen: dict = {}  # padded tokens -> Decision this layer was given
         self._npad: dict[int, int] = {}
-        self._cache = C.default_cache()
         self._mult = C.token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        """Forget everything bound to this process, device and memory: plans (ctypes handles),
+        chosen routes, fast paths (closures over pointers) and the op id."""
+        self._plans: dict = {}
+        self._routes: dict = {}  # (padded tokens, input layout, fused act, clock) -> Route
+        # (shape, strides, device, dtype) -> callable: the whole forward for such inputs, one
+        # table per clock (wall: eager and default compile; gpu: inside a CUDA-graph capture)
+        self._fast: dict = {}
+        self._fast_graph: dict = {}
+        self._decode_calls: dict = {}  # (rows, activation dtype) -> decode.DecodeCall
+        self._cache = C.default_cache()
         self._op_id = ops.register(self)
 
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: the weights and settings, not the plans, fast paths
+        or op id, which belong to this process (a copy builds its own at its first call)."""
+        state = self.__dict__.copy()
+        for name in ("_plans", "_routes", "_fast", "_fast_graph", "_decode_calls", "_cache"):
+            state.pop(name, None)
+        return state
+
     def __setstate__(self, state: dict) -> None:
-        """A copy (``copy.deepcopy``, unpickling) gets its own op id and rebuilds its fast
-        paths, which hold the original's bound methods."""
+        """A copy (``copy.deepcopy``, unpickling) gets its own op id, plans and fast paths."""
         super().__setstate__(state)
-        self._fast = {}
-        self._op_id = ops.register(self)
+        self._reset_runtime()
+
+    def _apply(self, fn, recurse: bool = True):
+        """``module.to(device)``, ``.cuda()``: move the buffers, then rebuild plans and fast
+        paths for the new place. A dtype change is refused before anything moves: the
+        compressed weight holds values of one dtype (convert the dense model, then sparsify)."""
+        probe = torch.empty(0, dtype=self.out_dtype, device=self.compressed.device)
+        new = fn(probe)
+        if isinstance(new, torch.Tensor) and new.dtype != probe.dtype:
+            raise TypeError(
+                f"{self.out_features}x{self.in_features} SparseLinear holds a compressed "
+                f"{_NAMES[self.dtype]} weight and cannot become {_NAMES.get(new.dtype, new.dtype)}"
+                " after sparsify (modules before it may already be converted: convert them "
+                "back). Hint: convert the dense model first (model.to(dtype)), then sparsify it."
+            )
+        out = super()._apply(fn, recurse)
+        self._reset_runtime()
+        self._seen = {}
+        return out
+
+    def set_mode(self, mode: str) -> None:
+        """Choose routes for another execution mode from now on (see the class's ``mode``).
+
+        Measured decisions are kept per clock, so switching back and forth measures nothing
+        twice.
+        """
+        self.mode = check_mode(mode)
+        self._routes.clear()
+        self._fast.clear()
+        self._fast_graph.clear()
+
+    def set_activation(self, activation: str) -> None:
+        """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product, fused
+        into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``)."""
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} unknown; expected one of {_ACTIVATIONS}")
+        self.activation = activation
+        self._plans.clear()
+        self._routes.clear()
+        self._fast.clear()
+        self._fast_graph.clear()
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -231,6 +318,7 @@ class SparseLinear(nn.Module):
         tune_tokens: tuple[int, ...] = (),
         output: str = "rows",
         decode: bool = False,
+        mode: str = "auto",
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 
@@ -262,6 +350,8 @@ class SparseLinear(nn.Module):
             reads fewer bytes than dense where cuSPARSELt has no matrix-vector path. Needs
             ``in_features`` a multiple of 16 and the cuSPARSELt backend; int8 layers get
             weight-only int8 (16-bit activations) on this route.
+        mode : {"auto", "eager", "compile", "graphs"}
+            The execution mode routes are chosen for (see the class).
 
         Raises
         ------
@@ -336,6 +426,7 @@ class SparseLinear(nn.Module):
             layout,
             output,
             dec,
+            mode,
         )
         if dtype.itemsize == 2 and backend == "cusparselt":
             if tune_tokens and alg < 0:
@@ -364,11 +455,18 @@ class SparseLinear(nn.Module):
         self._dense = None
         for key, decided in kept.items():
             mine = _DECISIONS.setdefault((*key[:-1], False), {})
-            for n, (route, times) in decided.items():
-                if route.sparse_weight:
-                    mine.setdefault(n, (route, {r: t for r, t in times.items() if r != DENSE}))
+            for n, found in decided.items():
+                if all(found.route(c).sparse_weight for c in ("gpu", "wall")):
+                    mine.setdefault(
+                        n,
+                        Decision(
+                            {r: t for r, t in found.gpu.items() if r != DENSE},
+                            {r: t for r, t in found.wall.items() if r != DENSE},
+                        ),
+                    )
         self._routes.clear()
         self._fast.clear()
+        self._fast_graph.clear()
 
     @property
     def decode_kept(self) -> bool:
@@ -390,7 +488,14 @@ class SparseLinear(nn.Module):
         self._dec_values = self._dec_meta = self._dec_scale = None
         self._routes.clear()
         self._fast.clear()
-        self._seen = {n: v for n, v in self._seen.items() if v[0].kind != "decode"}
+        self._fast_graph.clear()
+        self._decode_calls.clear()
+        self._seen = {n: d for n, d in self._seen.items() if DECODE not in d.wall}
+
+    @property
+    def dense_bytes(self) -> int:
+        """Bytes of the dense weight kept for the dense route (0 when none is kept)."""
+        return 0 if self._dense is None else self._dense.numel() * self._dense.element_size()
 
     def _mnk_key(self) -> tuple:
         return (self.out_features, self.in_features, self.dtype)
@@ -429,18 +534,29 @@ class SparseLinear(nn.Module):
             self.dense_kept,  # last: drop_dense moves decisions to the key without it
         )
 
-    def _route(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> Route:
+    def _clock(self) -> str:
+        """The clock this call's route is chosen by (``"gpu"`` or ``"wall"``)."""
+        if self.mode == "auto":
+            return "gpu" if torch.cuda.is_current_stream_capturing() else "wall"
+        return clock_for(self.mode)
+
+    def _route(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
+    ) -> Route:
         """The route for ``n`` padded tokens whose input arrives in layout ``first``."""
         if self._force is not None:
             return self._force
-        key = (n, first, fused_act)
+        key = (n, first, fused_act, clock)
         route = self._routes.get(key)
         if route is None:
-            route = self._routes[key] = self._choose(n, dev, fused_act, alpha, first)
+            route = self._routes[key] = self._choose(n, dev, fused_act, alpha, first, clock)
         return route
 
-    def _choose(self, n: int, dev: int, fused_act: bool, alpha: bool, first: str) -> Route:
-        """Measure the routes open to this problem once (per process) and keep the fastest.
+    def _choose(
+        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
+    ) -> Route:
+        """Measure the routes open to this problem once (per process) by both clocks, and
+        keep the one that is fastest by ``clock``.
 
         A fixed ``layout`` or an 8-bit type leaves one route. Inside a CUDA-graph capture
         nothing can be timed: the decision of the nearest measured token count is used, or the
@@ -453,23 +569,31 @@ class SparseLinear(nn.Module):
             fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
             if not decoding:
                 return fixed
-            return self._choose_decode(n, dev, fused_act, alpha, first, fixed)
+            return self._choose_decode(n, dev, fused_act, alpha, first, fixed, clock)
         decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
         found = decided.get(n)
         if found is None:
             if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+                near = nearest_route(n, {k: v.route(clock) for k, v in decided.items()})
                 if near is not None and near.kind == "decode" and not decoding:
                     near = None  # the decode kernel takes at most 64 tokens
                 return near or Route("sparse", first + "c", self.alg)
-            times = self._time_routes(n, dev, fused_act, alpha, first)
-            route = pick_route(times) if times else Route("sparse", first + "c", self.alg)
-            found = decided[n] = (route, times)
+            timed = self._time_routes(n, dev, fused_act, alpha, first)
+            if not timed:
+                return Route("sparse", first + "c", self.alg)
+            found = decided[n] = _decision(timed)
         self._seen[n] = found
-        return found[0]
+        return found.route(clock)
 
     def _choose_decode(
-        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, fixed: Route
+        self,
+        n: int,
+        dev: int,
+        fused_act: bool,
+        alpha: bool,
+        first: str,
+        fixed: Route,
+        clock: str,
     ) -> Route:
         """The decode route or the one fixed route, by timing whole forwards (8-bit types and
         fixed layouts, whose cuSPARSELt route is not chosen among others)."""
@@ -477,28 +601,31 @@ class SparseLinear(nn.Module):
         found = decided.get(n)
         if found is None:
             if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(n, {k: v[0] for k, v in decided.items()})
+                near = nearest_route(n, {k: v.route(clock) for k, v in decided.items()})
                 return near or fixed
             gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
             act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
             x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
             if first == "r":
                 x = x.t().contiguous().t()
-            times = {}
+            timed = {}
             try:
                 for route in (fixed, DECODE):
                     self._force = route
-                    times[route] = _event_ms(lambda: self._forward(x))
+                    timed[route] = _both_clocks(lambda: self._forward(x))
             finally:
                 self._force = None
                 self._fast.clear()
-            found = decided[n] = (min(times, key=times.get), times)
+                self._fast_graph.clear()
+            found = decided[n] = _decision(timed)
         self._seen[n] = found
-        return found[0]
+        return found.route(clock)
 
     def _time_routes(
         self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
-    ) -> dict[Route, float]:
+    ) -> dict[Route, tuple[float | None, float]]:
+        """``{Route: (gpu ms, wall ms)}`` of every route open to ``n`` tokens, each timed as
+        the call its fast path makes."""
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
         x = x.to(self.dtype)
@@ -507,11 +634,12 @@ class SparseLinear(nn.Module):
             x[:probe] = self._probe_x[:probe]
         if first == "r":
             x = x.t().contiguous().t()
-        times: dict[Route, float] = {}
+        times: dict[Route, tuple[float | None, float]] = {}
         if self._dense is not None:
-            times[DENSE] = _event_ms(lambda: self._dense_forward(x, fused_act))
+            dense = self._dense_call(fused_act)
+            times[DENSE] = _both_clocks(lambda: dense(x))
         if self.decode_kept and n <= D.MAX_TOKENS:
-            times[DECODE] = _event_ms(lambda: self._decode_forward(x, fused_act))
+            times[DECODE] = _both_clocks(lambda: self._decode_forward(x, fused_act))
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
             if self.alg < 0:
@@ -527,21 +655,30 @@ class SparseLinear(nn.Module):
                     continue  # the library has no kernel for this config: not a route
                 if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
                     continue  # a config that computes something else: never use it
-                if lay[1] == "c":
-                    times[Route("sparse", lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n))
-                    continue
-                if self.output == "any":
-                    times[Route("sparse", lay, alg)] = _event_ms(lambda p=plan: self._run(p, x, n))
-                times[Route("sparse", lay, alg, True)] = _event_ms(
-                    lambda p=plan: _transpose(self._run(p, x, n), n)
-                )
+                if lay[1] == "c" or self.output == "any":
+                    run = self._fast_sparse(plan, n, n, False)
+                    times[Route("sparse", lay, alg)] = _both_clocks(lambda f=run: f(x))
+                if lay[1] == "r":
+                    run = self._fast_sparse(plan, n, n, True)
+                    times[Route("sparse", lay, alg, True)] = _both_clocks(lambda f=run: f(x))
         return times
 
-    def decisions(self) -> dict[int, tuple[Route, dict]]:
+    def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
         """Measured routes of this layer so far: ``{padded tokens: (route, {route: ms})}``.
+
+        Parameters
+        ----------
+        clock : {"gpu", "wall"}, optional
+            Which times: GPU time (CUDA-graph replay) or wall time of back-to-back eager calls.
+            By default the clock of the layer's mode (wall time for ``"auto"``).
 
         Layers of the same problem share one measurement (the first one to meet it times it).
         """
+        clock = clock or ("wall" if self.mode == "auto" else clock_for(self.mode))
+        return {n: (d.route(clock), d.times(clock)) for n, d in self._seen.items()}
+
+    def measured(self) -> dict[int, Decision]:
+        """``{padded tokens: Decision}``: both clocks' times of every route measured so far."""
         return dict(self._seen)
 
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
@@ -573,17 +710,61 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
         if torch.compiler.is_compiling():
-            # one opaque custom op for torch.compile and CUDA graphs (explorer.gpu.ops)
+            # one opaque op for torch.compile and CUDA graphs (explorer.gpu.ops)
             return ops.forward(x, self._op_id)
-        # fast path: a 2-D input seen before (same shape, strides, device and dtype) that
-        # needs nothing but its route; the host cost of one call is what eager mode pays
-        fast = self._fast.get((x.shape, x.stride(), x.get_device(), x.dtype))
+        return self.run(x)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """The eager forward: an input seen before (same shape, strides, device and dtype)
+        goes straight to the call its route makes, so one call costs about the host time of
+        ``F.linear``; any other input takes the full path, which chooses and remembers."""
+        fast = self._fast_table(self._clock_now()).get(
+            (x.shape, x.stride(), x.get_device(), x.dtype)
+        )
         if fast is not None:
             return fast(x)
+        self._warn_if_mode_differs("eager")
         return self._forward(x)
 
-    def _fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x`` (what the custom op returns)."""
+    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        """The forward the compiled op runs (``torch.compile``): :meth:`run`'s fast path."""
+        clock = self._clock_now()
+        fast = self._fast_table(clock).get((x.shape, x.stride(), x.get_device(), x.dtype))
+        if fast is not None:
+            return fast(x)
+        self._warn_if_mode_differs("compile")
+        return self._forward(x)
+
+    def _clock_now(self) -> str:
+        mode = self.mode
+        if mode == "auto":
+            return "gpu" if torch.cuda.is_current_stream_capturing() else "wall"
+        return "gpu" if mode == "graphs" else "wall"
+
+    def _fast_table(self, clock: str) -> dict:
+        return self._fast_graph if clock == "gpu" else self._fast
+
+    def _warn_if_mode_differs(self, running: str) -> None:
+        """Warn once per process when the model runs in a mode its routes were not chosen for
+        (``running``: ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture)."""
+        if torch.cuda.is_current_stream_capturing():
+            running = "graphs"
+        if self.mode in ("auto", running) or clock_for(self.mode) == clock_for(running):
+            return
+        if (self.mode, running) in _WARNED:
+            return
+        _WARNED.add((self.mode, running))
+        warnings.warn(
+            f"this model was sparsified for mode={self.mode!r} but runs as {running!r}: its "
+            f"layers take the routes measured for {self.mode!r}, which may be slower here. "
+            f"Hint: sparsify(model, mode={running!r}) (or mode='auto'), or call "
+            f"explorer.gpu.set_mode(model, {running!r}).",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
         return x.new_empty((*x.shape[:-1], self.out_features), dtype=self._result_dtype(x))
 
     def _result_dtype(self, x: torch.Tensor) -> torch.dtype:
@@ -591,11 +772,27 @@ class SparseLinear(nn.Module):
             return x.dtype
         return self.out_dtype
 
+    def _decode_call(self, tokens: int, act: torch.dtype):
+        """The decode kernel for ``tokens`` rows of ``act`` activations, set up once."""
+        key = (tokens, act)
+        call = self._decode_calls.get(key)
+        if call is None:
+            call = self._decode_calls[key] = D.DecodeCall(
+                self.decode_weight(), self.bias, tokens, act
+            )
+        return call
+
     def _decode_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         """The decode kernel on ``x`` (2-D, at most 64 rows), bias and activation included."""
         act = self._dec_values.dtype if self._dec_scale is None else self.out_dtype
-        y = D.decode_matmul(x if x.dtype == act else x.to(act), self.decode_weight(), self.bias)
+        y = self._decode_call(x.shape[0], act)(x if x.dtype == act else x.to(act))
         return _apply_act(y, self.activation) if self.activation != "none" else y
+
+    def _dense_call(self, fused_act: bool):
+        """The dense route as one call of a 2-D (or any-leading-dims) input."""
+        if fused_act:
+            return partial(self._dense_forward, fused_act=True)
+        return partial(nn.functional.linear, weight=self._dense, bias=self.bias)
 
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         w = self._dense
@@ -610,12 +807,13 @@ class SparseLinear(nn.Module):
             )
         if x.device.type != "cuda":
             raise ValueError(f"input is on {x.device}; SparseLinear runs on CUDA tensors")
+        clock = self._clock()
         lead = x.shape[:-1]
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if self.backend == "torch":
             return self._forward_torch(x2).reshape(*lead, self.out_features)
         if self.decode_kept and 0 < x2.shape[0] <= D.MAX_TOKENS and x2.is_floating_point():
-            y = self._maybe_decode(x, x2)
+            y = self._maybe_decode(x, x2, clock)
             if y is not None:
                 return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         scale_t = None
@@ -637,19 +835,14 @@ class SparseLinear(nn.Module):
         first = "c" if x2.is_contiguous() else "r"
         dev = x2.device.index or 0
         alpha, fuse = self._alpha_vector, self._fuses
-        route = self._route(n, dev, fuse, alpha, first)
+        route = self._route(n, dev, fuse, alpha, first, clock)
         if route.kind == "dense":
             y = self._dense_forward(x2, fuse)
             if self.activation != "none" and not fuse:
                 y = _apply_act(y, self.activation)
-            if x2.dtype == x.dtype and len(self._fast) < 64:
+            if x2.dtype == x.dtype and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
-                w, b = self._dense, self.bias
-                self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = (
-                    partial(self._dense_forward, fused_act=fuse)
-                    if fuse
-                    else partial(nn.functional.linear, weight=w, bias=b)
-                )
+                self._remember(x, self._dense_call(fuse), clock, any_dims=True)
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2
@@ -665,8 +858,9 @@ class SparseLinear(nn.Module):
             self._plans.clear()
             self._routes.clear()
             self._fast.clear()
+            self._fast_graph.clear()
             fuse = False
-            route = self._route(n, dev, fuse, alpha, first)
+            route = self._route(n, dev, fuse, alpha, first, clock)
             plan = self._plan_for(n, dev, fuse, alpha, route)
             y = self._run(plan, xp, n, alpha_ptr)
         if route.transpose:
@@ -689,9 +883,10 @@ class SparseLinear(nn.Module):
             and self.weight_scale is None
             and (fuse or self.activation == "none")
             and y.dtype == x.dtype
+            and self._force is None
         )
         if direct:
-            self._remember(x, self._fast_sparse(plan, n, t, route.transpose))
+            self._remember(x, self._fast_sparse(plan, n, t, route.transpose), clock)
         return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
 
     def _padded(self, t: int) -> int:
@@ -715,19 +910,24 @@ class SparseLinear(nn.Module):
             and (self.dtype, self.activation) not in _UNFUSED
         )
 
-    def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor) -> torch.Tensor | None:
+    def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor, clock: str) -> torch.Tensor | None:
         """Run ``x2`` (at most 64 rows) on the decode kernel if that is its route, else None."""
         n = self._padded(x2.shape[0])
         first = "c" if x2.is_contiguous() or not x2.t().is_contiguous() else "r"
         fuse = self._fuses
-        route = self._route(n, x2.device.index or 0, fuse, self._alpha_vector, first)
+        route = self._route(n, x2.device.index or 0, fuse, self._alpha_vector, first, clock)
         if route.kind != "decode":
             return None
         y = self._decode_forward(x2, fuse)
         if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
             y = y.to(x.dtype)
         if y.dtype == x.dtype and self._force is None:
-            self._remember(x, partial(self._decode_forward, fused_act=fuse))
+            act = self._dec_values.dtype if self._dec_scale is None else self.out_dtype
+            if x2.dtype == act and self.activation == "none":
+                fn2d = self._decode_call(x2.shape[0], act)  # one launch, nothing around it
+            else:
+                fn2d = partial(self._decode_forward, fused_act=fuse)
+            self._remember(x, fn2d, clock)
         return y
 
     def _fast_sparse(self, plan: C.Plan, n: int, t: int, transpose: bool):
@@ -741,11 +941,13 @@ class SparseLinear(nn.Module):
             return lambda x_: run(nn.functional.pad(x_, (0, 0, 0, pad)))[:t]
         return run
 
-    def _remember(self, x: torch.Tensor, fn2d) -> None:
-        """Keep ``fn2d`` (2-D input to 2-D output) as the whole forward for inputs like ``x``."""
-        if len(self._fast) >= 64:
+    def _remember(self, x: torch.Tensor, fn2d, clock: str, any_dims: bool = False) -> None:
+        """Keep ``fn2d`` (2-D input to 2-D output, or any leading dims with ``any_dims``) as the
+        whole forward for inputs like ``x`` under ``clock``."""
+        table = self._fast_table(clock)
+        if len(table) >= 64:
             return
-        if x.dim() == 2:
+        if x.dim() == 2 or any_dims:
             fn = fn2d
         else:
             lead, k, out = x.shape[:-1], self.in_features, self.out_features
@@ -753,7 +955,7 @@ class SparseLinear(nn.Module):
             def fn(x_, fn2d=fn2d):
                 return fn2d(x_.reshape(-1, k)).reshape(*lead, out)
 
-        self._fast[(x.shape, x.stride(), x.get_device(), x.dtype)] = fn
+        table[(x.shape, x.stride(), x.get_device(), x.dtype)] = fn
 
     def _run(
         self, plan: C.Plan, x2: torch.Tensor, n: int | None = None, alpha_ptr: int = 0

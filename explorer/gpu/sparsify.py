@@ -25,10 +25,10 @@ from torch import nn
 
 from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
-from explorer.gpu.dispatch import DENSE
+from explorer.gpu.dispatch import DENSE, check_mode, clock_for
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 
-__all__ = ["SparsifyReport", "eligibility", "sparsify"]
+__all__ = ["SparsifyReport", "eligibility", "set_mode", "sparsify"]
 
 #: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
 DEFAULT_TOKENS = (4096, 16)
@@ -106,6 +106,9 @@ def sparsify(
     tune_tokens: tuple[int, ...] = (),
     measure: bool = True,
     decode: bool = False,
+    mode: str = "auto",
+    tune: bool = True,
+    example_inputs=None,
 ) -> SparsifyReport:
     """Run a model's 2:4 ``nn.Linear`` layers sparse, wherever that is faster.
 
@@ -155,6 +158,27 @@ def sparsify(
         (:mod:`explorer.gpu.decode`; it reads 9/16 of the dense bytes where cuSPARSELt has no
         matrix-vector path), kept only by layers where it measures fastest. Off by default
         until whole-model decode runs with it have been measured (see docs/gpu.md).
+    mode : {"auto", "eager", "compile", "graphs"}
+        How the model will run, which decides the time each layer's route is chosen by:
+        ``"eager"`` (notebooks, scripts, ``generate()``) and ``"compile"``
+        (``torch.compile``'s default mode) take wall time, the host's time to issue each call
+        included, so a route that is faster on the GPU but costs more host time is not taken
+        where the host sets the pace; ``"graphs"`` (``mode="reduce-overhead"``, your own CUDA
+        graphs, ``generate(cache_implementation="static")``) takes GPU time. ``"auto"``
+        (default) measures both and decides at each call: GPU time inside a CUDA-graph
+        capture, wall time otherwise. Each layer warns once if run in a mode it was not
+        sparsified for; :func:`set_mode` changes it later.
+    tune : bool
+        Search the cuSPARSELt algorithm for layer shapes and token counts that neither the
+        shipped tables nor this GPU's cache know (in the tuner's child process, bounded per
+        shape, remembered per GPU; the report says how long it took). ``False`` uses the
+        library's default algorithm there, which is often slower than dense.
+    example_inputs : optional
+        An input the model takes (a tensor, a tuple of arguments or a dict of keyword
+        arguments such as ``{"input_ids": ids}``), or a list of them, one per token count.
+        Each is timed through the whole model before the swap and after it, in the chosen
+        mode, and the report gives the measured whole-model speedup beside the per-layer
+        estimate, with the share of time the dense GPU is busy (``report.model_speeds``).
 
     Returns
     -------
@@ -167,7 +191,7 @@ def sparsify(
     TypeError
         ``model`` is already compiled (sparsify the module first, then compile it).
     ValueError
-        Unknown backend or dtype, or token counts that are not positive integers.
+        Unknown backend, dtype or mode, or token counts that are not positive integers.
 
     Examples
     --------
@@ -183,6 +207,7 @@ def sparsify(
 
     if backend not in ("cusparselt", "torch"):
         raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
+    check_mode(mode)
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype, allowed=SPARSE_DTYPES)
     if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
@@ -192,9 +217,10 @@ def sparsify(
         )
     counts = _token_counts(tokens)
     measure = measure and bool(counts) and backend == "cusparselt"
+    examples = _examples(example_inputs)
     if not inplace:
         model = copy.deepcopy(model)
-    report = SparsifyReport(backend=backend, dtype=dtype_name(dtype or "auto"))
+    report = SparsifyReport(backend=backend, dtype=dtype_name(dtype or "auto"), mode=mode)
     report.model = model
     explain = None
     targets, places = _targets(model, filter_fn, report)
@@ -205,12 +231,16 @@ def sparsify(
             for _, mod in targets:
                 if mod.weight.shape[1] % 4 == 0:
                     mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+    if tune and measure and not tune_tokens:
+        tune_tokens = counts  # shapes the tables know are not searched again
+    dense_runs = _time_examples(model, examples, mode) if examples else []
     kw = dict(
         backend=backend,
         tune_tokens=tune_tokens,
         keep_dense=measure,
         decode=decode and backend == "cusparselt",
     )
+    searched_before = _search_stats()
     units: list[_Unit] = []
     if fuse_qkv and backend == "cusparselt":
         units += _fuse_qkv(model, targets, dtype, report, kw)
@@ -236,13 +266,24 @@ def sparsify(
         for place in places[id(mod)]:
             _set_module(model, place, new)
         units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
+    searches, seconds = (a - b for a, b in zip(_search_stats(), searched_before, strict=True))
+    if searches:
+        report.notes.append(
+            f"searched the cuSPARSELt algorithm of {searches} shape and token-count "
+            f"problem{'s' if searches > 1 else ''} no table knew, in {seconds:.1f} s "
+            "(remembered for this GPU; tune=False skips the search)"
+        )
+    report.search_s = seconds
     if activation_fusion:
         _fuse_activations(model)
+    set_mode(model, mode)
     if measure:
-        units = _measure(model, units, counts, report)
+        units = _measure(model, units, counts, report, mode)
     for unit in units:
         for fqn, mod in unit.layers.items():
             report.swapped.append((fqn, (mod.out_features, mod.in_features)))
+    if dense_runs:
+        _compare_examples(model, examples, dense_runs, mode, report)
     shared = [fqn for fqn, mod in targets if len(places[id(mod)]) > 1]
     for fqn in shared:
         report.notes.append(
@@ -250,6 +291,92 @@ def sparsify(
             "every place runs the same new module"
         )
     return report
+
+
+def set_mode(model: nn.Module, mode: str) -> None:
+    """Choose every sparse layer's routes for execution mode ``mode`` from now on.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A model :func:`sparsify` changed (other modules are left alone).
+    mode : {"auto", "eager", "compile", "graphs"}
+        See :func:`sparsify`.
+
+    Examples
+    --------
+    >>> set_mode(nn.Linear(4, 4), "eager")  # nothing sparse in it: nothing to do
+    >>> set_mode(nn.Linear(4, 4), "fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: mode 'fast' unknown; expected one of ('auto', 'eager', 'compile', 'graphs'). ...
+    """
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    check_mode(mode)
+    for mod in model.modules():
+        if isinstance(mod, SparseLinear):
+            mod.set_mode(mode)
+
+
+def _search_stats() -> tuple[int, float]:
+    from explorer.gpu.tuning import search_stats
+
+    return search_stats()
+
+
+def _examples(example_inputs) -> list:
+    if example_inputs is None:
+        return []
+    if isinstance(example_inputs, list):
+        return list(example_inputs)
+    return [example_inputs]
+
+
+def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], float | None]]:
+    """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model as it
+    is now."""
+    from explorer.gpu.model_timing import gpu_busy, input_tokens
+
+    runs = []
+    for inputs in examples:
+        tokens = input_tokens(inputs)
+        ms = _timed_or_eager(model, inputs, mode)
+        busy = gpu_busy(model, inputs)
+        runs.append((tokens, ms, busy))
+    return runs
+
+
+def _timed_or_eager(model, inputs, mode) -> tuple[str, float]:
+    from explorer.gpu.model_timing import time_forward
+
+    if clock_for(mode) == "gpu":
+        try:
+            return "graphs", time_forward(model, inputs, "graphs")
+        except RuntimeError:
+            torch.cuda.synchronize()
+    return "eager", time_forward(model, inputs, "eager")
+
+
+def _compare_examples(model, examples, dense_runs, mode, report) -> None:
+    from explorer.gpu.model_timing import ModelSpeed
+
+    for inputs, (tokens, (how, dense_ms), busy) in zip(examples, dense_runs, strict=True):
+        how_now, sparse_ms = _timed_or_eager(model, inputs, how)
+        est = report.layer_estimate(C.padded_tokens(tokens, torch.float16))
+        speed = ModelSpeed(
+            tokens,
+            how_now,
+            dense_ms,
+            sparse_ms,
+            busy,
+            est[0] / est[1] if est else None,
+        )
+        report.model_speeds.append(speed)
+        if how_now != ("graphs" if clock_for(mode) == "gpu" else "eager"):
+            report.notes.append(
+                f"the model could not be captured in a CUDA graph at {tokens} tokens: timed eager"
+            )
 
 
 def _token_counts(tokens) -> tuple[int, ...]:
@@ -289,9 +416,14 @@ def _targets(model, filter_fn, report) -> tuple[list, dict[int, list[str]]]:
     return targets, places
 
 
-def _measure(model, units, counts, report) -> list:
+def _measure(model, units, counts, report, mode) -> list:
     """Time every swapped unit at each token count; undo units that never win; free dense
-    weights nobody chose. Returns the units kept sparse."""
+    weights nobody chose. Returns the units kept sparse.
+
+    A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
+    (both clocks for ``"auto"``, which decides per call)."""
+    clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
+    shown = "wall" if mode == "auto" else clock_for(mode)
     from explorer.gpu.sparse_linear import SparseLinear
 
     kept = []
@@ -307,23 +439,28 @@ def _measure(model, units, counts, report) -> list:
             wins, start = False, len(report.timings)
             for i, layer in enumerate(layers):
                 name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
-                decided = layer.decisions()
+                measured = layer.measured()
                 for n in sorted({C.padded_tokens(t, layer.dtype) for t in counts}, reverse=True):
-                    route, times = decided.get(n, (None, {}))
-                    sparse = [v for r, v in times.items() if r.sparse_weight]
-                    report.timings.append(
-                        LayerTiming(
-                            name,
-                            (layer.out_features, layer.in_features),
-                            n,
-                            times.get(DENSE),
-                            min(sparse) if sparse else None,
-                            repr(route).removeprefix("Route(").removesuffix(")"),
+                    found = measured.get(n)
+                    for clock in (shown, *(c for c in clocks if c != shown)):
+                        times = found.times(clock) if found is not None else {}
+                        route = found.route(clock) if times else None
+                        sparse = [v for r, v in times.items() if r.sparse_weight]
+                        report.timings.append(
+                            LayerTiming(
+                                name,
+                                (layer.out_features, layer.in_features),
+                                n,
+                                times.get(DENSE),
+                                min(sparse) if sparse else None,
+                                repr(route).removeprefix("Route(").removesuffix(")"),
+                                clock,
+                            )
                         )
-                    )
-                    wins = wins or (route is not None and route.sparse_weight)
+                        if clock in clocks:
+                            wins = wins or (route is not None and route.sparse_weight)
                 # a fixed route (int8, a fixed layout) is not measured against dense: it stays
-                wins = wins or not decided
+                wins = wins or not measured
             if not wins:
                 for place, mod in unit.restore.items():
                     _set_module(model, place, mod)
@@ -332,8 +469,9 @@ def _measure(model, units, counts, report) -> list:
                 times = "; ".join(
                     f"{t.fqn} at {t.tokens} tokens: dense {t.dense_ms:.4f} ms, sparse "
                     + (f"{t.sparse_ms:.4f} ms" if t.sparse_ms else "no correct route")
+                    + f" ({t.clock} time)"
                     for t in report.timings[start:]
-                    if t.dense_ms
+                    if t.dense_ms and t.clock == shown
                 )
                 for place in unit.layers:
                     report.skipped.append((place, f"not faster sparse ({times})"))
@@ -341,7 +479,7 @@ def _measure(model, units, counts, report) -> list:
                 report.fused = [f for f in report.fused if f not in gone]
                 continue
             for layer in layers:
-                chosen = [r for r, _ in layer.decisions().values()]
+                chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
                 if all(r.sparse_weight for r in chosen):
                     layer.drop_dense()
                 if chosen and not any(r.kind == "decode" for r in chosen):
@@ -350,7 +488,7 @@ def _measure(model, units, counts, report) -> list:
     sparse_layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
     extra = (
         (
-            sum(m._dense.numel() * m._dense.element_size() for m in sparse_layers if m.dense_kept),
+            sum(m.dense_bytes for m in sparse_layers),
             "dense weights kept for the token counts where dense is faster",
         ),
         (
@@ -472,7 +610,5 @@ def _fuse_activations(model: nn.Module) -> None:
                 kind = "gelu"
             else:
                 continue
-            lin.activation = kind
-            lin._plans.clear()
-            lin._fast.clear()
+            lin.set_activation(kind)
             mod._modules[b] = nn.Identity()

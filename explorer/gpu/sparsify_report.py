@@ -27,6 +27,9 @@ class LayerTiming:
         cuBLAS on the dense weight, and the fastest correct sparse route.
     route : str
         What the layer runs at this token count.
+    clock : {"wall", "gpu"}
+        Which time: back-to-back eager calls (host time included where it is longer) or
+        CUDA-graph replay (GPU time alone).
     """
 
     fqn: str
@@ -35,6 +38,7 @@ class LayerTiming:
     dense_ms: float | None
     sparse_ms: float | None
     route: str
+    clock: str = "gpu"
 
     @property
     def speedup(self) -> float | None:
@@ -61,6 +65,12 @@ class SparsifyReport:
         Per layer and token count, dense and sparse times as measured by ``sparsify``.
     notes : list of str
         Anything else worth knowing (shared modules, untuned shapes, memory kept for dense).
+    mode : str
+        The execution mode routes were chosen for (see :func:`~explorer.gpu.sparsify`).
+    model_speeds : list of ModelSpeed
+        Whole-model forwards timed dense then sparse on the example inputs, per token count.
+    search_s : float
+        Seconds spent searching algorithms for shapes no table knew.
     model : nn.Module
         The sparsified model.
     """
@@ -72,20 +82,30 @@ class SparsifyReport:
     dtype: str = "float16"
     timings: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    mode: str = "auto"
+    model_speeds: list = field(default_factory=list)
+    search_s: float = 0.0
     model: nn.Module | None = field(default=None, repr=False)
 
     def reason(self, fqn: str) -> str | None:
         """Why ``fqn`` was kept dense (None if it was swapped)."""
         return dict(self.skipped).get(fqn)
 
-    def layer_estimate(self, tokens: int) -> tuple[float, float] | None:
+    def layer_estimate(self, tokens: int, clock: str | None = None) -> tuple[float, float] | None:
         """Summed dense and chosen times of the swapped layers at ``tokens`` (an estimate).
 
         The rest of the model (attention, norms, embeddings) is not in this sum, so the whole
-        model gains less than ``dense / sparse`` here; ``sparsity-explorer bench --suites
-        models`` measures whole models.
+        model gains less than ``dense / sparse`` here; pass ``example_inputs`` to ``sparsify``
+        (``model_speeds``) or run ``sparsity-explorer bench --suites models`` for whole
+        models. ``clock`` picks the times (``"wall"`` or ``"gpu"``); by default the first
+        recorded.
         """
-        rows = [t for t in self.timings if t.tokens == tokens and t.dense_ms is not None]
+        clock = clock or next((t.clock for t in self.timings), None)
+        rows = [
+            t
+            for t in self.timings
+            if t.tokens == tokens and t.dense_ms is not None and t.clock == clock
+        ]
         if not rows:
             return None
         dense = sum(t.dense_ms for t in rows)
@@ -98,11 +118,21 @@ class SparsifyReport:
             f"{len(self.skipped)} kept dense",
             f"{len(self.fused)} blocks fused",
         ]
-        for n in sorted({t.tokens for t in self.timings}):
+        measured = {s.tokens: s for s in self.model_speeds}
+        for n in sorted({t.tokens for t in self.timings} | set(measured)):
+            speed = measured.get(n)
+            if speed is not None:
+                parts.append(f"model at {n} tokens {speed.speedup:.2f}x measured ({speed.mode})")
+                if speed.host_bound:
+                    parts.append(f"dense host-bound at {n} tokens")
+                continue  # no estimate beside a measurement of the same count
             est = self.layer_estimate(n)
             if est:
                 parts.append(f"layers at {n} tokens {est[0] / est[1]:.2f}x (estimate)")
-        return f"SparsifyReport({', '.join(parts)}, backend={self.backend}, dtype={self.dtype})"
+        return (
+            f"SparsifyReport({', '.join(parts)}, mode={self.mode}, backend={self.backend}, "
+            f"dtype={self.dtype})"
+        )
 
     def _repr_html_(self) -> str:
         rows = [(n, f"{s[0]} x {s[1]}", _html.badge("sparse", "ok"), "") for n, s in self.swapped]
@@ -110,6 +140,8 @@ class SparsifyReport:
         html = _html.table(
             ["layer", "shape", "now", "why dense"], rows, caption=repr(self), raw_columns=(2,)
         )
+        for speed in self.model_speeds:
+            html += speed._repr_html_()
         if self.timings:
             trows = [
                 (
@@ -120,11 +152,12 @@ class SparsifyReport:
                     _ms(t.sparse_ms),
                     f"{t.speedup:.2f}x" if t.speedup else "",
                     t.route,
+                    t.clock,
                 )
                 for t in self.timings
             ]
             html += _html.table(
-                ["layer", "shape", "tokens", "dense ms", "sparse ms", "speedup", "runs"],
+                ["layer", "shape", "tokens", "dense ms", "sparse ms", "speedup", "runs", "time"],
                 trows,
                 caption="measured per layer (CUDA events); the whole model gains less: "
                 "the rest of it is unchanged",
@@ -135,19 +168,20 @@ class SparsifyReport:
         """The per-layer times as a Markdown table, one row per distinct measurement (layers
         of the same problem share one; the first is named with how many there are)."""
         lines = [
-            "| layer | shape | tokens | dense ms | sparse ms | speedup | runs |",
-            "|---|---|---|---|---|---|---|",
+            "| layer | shape | tokens | time | dense ms | sparse ms | speedup | runs |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         groups: dict[tuple, list[LayerTiming]] = {}
         for t in self.timings:
-            groups.setdefault((t.shape, t.tokens, t.dense_ms, t.sparse_ms, t.route), []).append(t)
+            key = (t.shape, t.tokens, t.clock, t.dense_ms, t.sparse_ms, t.route)
+            groups.setdefault(key, []).append(t)
         for members in groups.values():
             t, more = members[0], len({m.fqn for m in members}) - 1
             name = f"{t.fqn} (+{more} alike)" if more else t.fqn
             sp = f"{t.speedup:.2f}x" if t.speedup else ""
             lines.append(
-                f"| {name} | {t.shape[0]}x{t.shape[1]} | {t.tokens} | {_ms(t.dense_ms)} | "
-                f"{_ms(t.sparse_ms)} | {sp} | {t.route} |"
+                f"| {name} | {t.shape[0]}x{t.shape[1]} | {t.tokens} | {t.clock} | "
+                f"{_ms(t.dense_ms)} | {_ms(t.sparse_ms)} | {sp} | {t.route} |"
             )
         return "\n".join(lines)
 

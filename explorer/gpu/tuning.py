@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "Problem",
     "clear",
     "lookup",
+    "search_stats",
     "shipped_tables",
     "table_path",
     "tune_problems",
@@ -139,6 +141,23 @@ def _remember(found: dict[str, int], path: Path | None = None) -> None:
             warnings.warn(f"tuned algorithms not saved to {path}: {exc}", stacklevel=3)
 
 
+_SEARCHES = [0, 0.0]  # searches run in this process, and their seconds
+
+
+def search_stats() -> tuple[int, float]:
+    """``(searches, seconds)`` of the algorithm searches this process has run so far (each
+    is one shape, token count and layout that no table knew).
+
+    Examples
+    --------
+    >>> count, seconds = search_stats()
+    >>> count >= 0 and seconds >= 0
+    True
+    """
+    with _LOCK:
+        return int(_SEARCHES[0]), float(_SEARCHES[1])
+
+
 def tune_weight(
     weight: torch.Tensor,
     tokens: Iterable[int],
@@ -186,12 +205,17 @@ def tune_weight(
             if known is not None:
                 found[(n, lay)] = known
                 continue
+            began = time.perf_counter()
             try:
                 res = search_algorithm(
                     None, weight, n, epilogue=epilogue, out_dtype=out_dtype, layout=lay
                 )
             except RuntimeError:  # no config reproduced dense: keep the default
                 continue
+            finally:
+                with _LOCK:
+                    _SEARCHES[0] += 1
+                    _SEARCHES[1] += time.perf_counter() - began
             _remember({key: int(res["alg"])})
             found[(n, lay)] = int(res["alg"])
     return found

@@ -20,6 +20,9 @@ class _Proj(nn.Module):
         self.calls = 0
 
     def forward(self, x):
+        return self.run(x)
+
+    def run(self, x):
         self.calls += 1
         return x @ self.weight.t()
 
