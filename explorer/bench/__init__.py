@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 from explorer.results.markdown.bench import (
     format_decode,
+    format_generate,
+    format_host,
     format_models,
     format_table,
     format_targets,
@@ -31,7 +33,7 @@ from explorer.results.markdown.bench import (
 
 __all__ = ["main", "run_bench"]
 
-_SUITES = ("models", "decode", "matmul", "mlp", "unstructured", "kernel")
+_SUITES = ("models", "generate", "host", "decode", "matmul", "mlp", "unstructured", "kernel")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
@@ -71,7 +73,9 @@ def run_bench(
         The subset that covers the benchmark's targets
         (:data:`explorer.results.markdown.bench.TARGETS`).
     suites : iterable of str
-        Any of ``models`` (whole models, :mod:`explorer.bench.models`), ``matmul``, ``mlp``,
+        Any of ``models`` (whole models, :mod:`explorer.bench.models`), ``generate``
+        (``model.generate`` tokens/s, :mod:`explorer.bench.generate`), ``host`` (host time per
+        call, :mod:`explorer.bench.host_cost`), ``decode``, ``matmul``, ``mlp``,
         ``unstructured``, ``kernel``.
     graph : bool
         Also time CUDA-graph replay.
@@ -151,6 +155,26 @@ def run_bench(
                         ),
                     )
                 )
+    if "generate" in suites:
+        from explorer.bench.generate import bench_generate
+
+        for name in models or ("llama-8b", "qwen2-1.5b"):
+            if name == "bert-base":
+                continue  # an encoder: nothing to generate
+            for dt in dts:
+                if dt.itemsize == 2:
+                    jobs.append(
+                        (
+                            f"generate {name} {dt}",
+                            lambda name=name, dt=dt: bench_generate(name, dt, log=log),
+                        )
+                    )
+    if "host" in suites:
+        from explorer.bench.host_cost import bench_host_cost
+
+        for dt in dts:
+            if dt.itemsize == 2:
+                jobs.append((f"host {dt}", lambda dt=dt: bench_host_cost(dt, log=log)))
     if "decode" in suites:
         from explorer.bench.decode import bench_decode
 
@@ -319,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.write_text(render_markdown(rows, env, command.strip()))
     if any(r.get("suite") == "models" for r in rows):
         print(format_models(rows))
+        print()
+    if any(r.get("suite") == "generate" for r in rows):
+        print(format_generate(rows))
+        print()
+    if any(r.get("suite") == "host" for r in rows):
+        print(format_host(rows))
         print()
     if any(r.get("suite") == "decode" for r in rows):
         print(format_decode(rows))

@@ -4,8 +4,8 @@ Each model is a transformers architecture with random weights (the shapes are wh
 speed), every ``nn.Linear`` but ``lm_head`` magnitude-pruned to 2:4. The same dense masked
 model is timed as it is, after torch's own ``to_sparse_semi_structured`` path
 (``sparsify(backend="torch")``), and after :func:`explorer.sparsify`, eager and under
-``torch.compile`` with CUDA graphs (``mode="reduce-overhead"``), all with CUDA
-events in one process. Beside the achieved speedup each row gives the ceiling: the dense
+``torch.compile`` in its default mode and with CUDA graphs (``mode="reduce-overhead"``), all
+with CUDA events in one process. Beside the achieved speedup each row gives the ceiling: the dense
 model's time with its sparse layers' dense time replaced by their measured sparse time, i.e.
 what the model could gain if nothing but those layers changed (an estimate from measured
 parts). Decode steps are single forward passes of 1 token per sequence without a KV cache.
@@ -81,6 +81,22 @@ MODEL_SPECS = {
         _LLAMA_RUNS,
         "Qwen2-1.5B-like: 8 layers, hidden 1536, MLP 8960, 12 heads, 2 KV heads, q/k/v biases",
     ),
+    "phi3-mini": ModelSpec(
+        "phi3",
+        dict(
+            hidden_size=3072,
+            intermediate_size=8192,
+            num_hidden_layers=4,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            vocab_size=32064,
+            max_position_embeddings=8192,
+            pad_token_id=0,
+        ),
+        _LLAMA_RUNS,
+        "Phi-3-mini-like layers: 4 layers, hidden 3072, MLP 8192, q/k/v and gate/up already "
+        "fused in one Linear each (shapes outside the shipped tuning tables)",
+    ),
     "bert-base": ModelSpec(
         "bert",
         dict(
@@ -109,6 +125,8 @@ def build_model(name: str, dtype: torch.dtype) -> nn.Module:
             model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec.config))
         elif spec.kind == "qwen2":
             model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**spec.config))
+        elif spec.kind == "phi3":
+            model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**spec.config))
         else:
             model = transformers.BertModel(
                 transformers.BertConfig(**spec.config), add_pooling_layer=False
@@ -249,7 +267,8 @@ def bench_whole_model(
         row["speedup"] = row["dense_ms"] / row["explorer_ms"]
         from explorer.gpu.cusparselt import padded_tokens
 
-        est = rep.layer_estimate(padded_tokens(n_tokens, dtype))
+        est = rep.layer_estimate(padded_tokens(n_tokens, dtype), clock="wall")
+        est_gpu = rep.layer_estimate(padded_tokens(n_tokens, dtype), clock="gpu")
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est
             row["ceiling"] = ceiling(row["dense_ms"], *est)
@@ -266,29 +285,43 @@ def bench_whole_model(
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         if compiled:
             mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
-            variants = [("dense_compiled_ms", dense), ("explorer_compiled_ms", sparse)]
+            variants = [
+                ("dense_default_ms", dense, "default"),
+                ("explorer_default_ms", sparse, "default"),
+                ("dense_compiled_ms", dense, mode),
+                ("explorer_compiled_ms", sparse, mode),
+            ]
             if with_decode is not None and decode:
-                variants.append(("decode_compiled_ms", with_decode))
-            for key, model in variants:
+                variants.insert(2, ("decode_default_ms", with_decode, "default"))
+                variants.append(("decode_compiled_ms", with_decode, mode))
+            for key, model, how in variants:
                 torch._dynamo.reset()
                 try:
-                    fn = torch.compile(model, mode=mode, dynamic=False)
+                    fn = torch.compile(model, mode=None if how == "default" else how, dynamic=False)
                     row[key] = _time(call(fn), compiled=True)
                 except Exception as exc:  # a compile failure is a result to report, not a crash
                     row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if row.get("dense_default_ms") and row.get("explorer_default_ms"):
+                row["speedup_default"] = row["dense_default_ms"] / row["explorer_default_ms"]
+            if row.get("dense_default_ms") and row.get("decode_default_ms"):
+                row["decode_speedup_default"] = row["dense_default_ms"] / row["decode_default_ms"]
             if row.get("dense_compiled_ms") and row.get("decode_compiled_ms"):
                 row["decode_speedup_compiled"] = (
                     row["dense_compiled_ms"] / row["decode_compiled_ms"]
                 )
             if row.get("dense_compiled_ms") and row.get("explorer_compiled_ms"):
                 row["speedup_compiled"] = row["dense_compiled_ms"] / row["explorer_compiled_ms"]
-                if est:  # the graph-replayed dense time is the GPU's: the truer base
-                    row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est)
+                if est_gpu:  # the graph-replayed dense time is the GPU's: the truer base
+                    row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
             row["compile_mode"] = mode
             torch._dynamo.reset()
         say(
             f"{name} {row['dtype']} {batch}x{seq}: dense {row['dense_ms']:.3f} ms, explorer "
-            f"{row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), compiled "
+            f"{row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), "
+            f"compile default {row.get('speedup_default') or float('nan'):.2f}x, decode=True "
+            f"eager {row.get('decode_speedup') or float('nan'):.2f}x / default "
+            f"{row.get('decode_speedup_default') or float('nan'):.2f}x / graphs "
+            f"{row.get('decode_speedup_compiled') or float('nan'):.2f}x, graphs "
             f"{row.get('speedup_compiled') or float('nan'):.2f}x, torch "
             f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
         )

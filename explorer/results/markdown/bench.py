@@ -276,13 +276,14 @@ def format_decode(rows: list[dict]) -> str:
 
 
 def format_models(rows: list[dict]) -> str:
-    """The whole-model table: dense and sparse times, eager and compiled, and the ceiling.
+    """The whole-model table: dense and sparse, eager, ``torch.compile`` default mode and
+    CUDA graphs (``reduce-overhead``), with the ceiling.
 
     Examples
     --------
     >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
     ...     dense_ms=2.0, speedup=1.1, ceiling=1.2, relerr=1e-3)]).splitlines()[2])
-    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | - | 1.20x | - | 1.0e-03 |
+    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | - | - | 1.20x | - | 1.0e-03 |
     """
     out = []
     for r in rows:
@@ -294,9 +295,13 @@ def format_models(rows: list[dict]) -> str:
         comp = _x(r.get("speedup_compiled"))
         if r.get("explorer_compiled_error"):
             comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
+        default = _x(r.get("speedup_default"))
+        if r.get("explorer_default_error"):
+            default = "fails: " + r["explorer_default_error"].split(":")[0]
         dec = "-"
-        if r.get("decode_speedup") or r.get("decode_speedup_compiled"):
-            dec = f"{_x(r.get('decode_speedup'))} / {_x(r.get('decode_speedup_compiled'))}"
+        keys = ("decode_speedup", "decode_speedup_default", "decode_speedup_compiled")
+        if any(r.get(k) for k in keys):
+            dec = " / ".join(_x(r.get(k)) for k in keys)
         out.append(
             [
                 r["model"],
@@ -304,6 +309,7 @@ def format_models(rows: list[dict]) -> str:
                 f"{r.get('batch')} x {r.get('seq')}",
                 r.get("dense_ms"),
                 _x(r.get("speedup")),
+                default,
                 r.get("dense_compiled_ms"),
                 comp,
                 dec,
@@ -319,9 +325,10 @@ def format_models(rows: list[dict]) -> str:
             "batch x seq",
             "dense eager ms",
             "sparsify() eager",
-            "dense compiled ms",
-            "sparsify() compiled",
-            "decode=True eager / compiled",
+            "sparsify() compile default",
+            "dense CUDA-graphs ms",
+            "sparsify() CUDA graphs",
+            "decode=True eager / default / graphs",
             "ceiling (estimate)",
             "torch 2:4 eager",
             "rel. error",
@@ -477,3 +484,88 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "",
         ]
     return "\n".join(parts)
+
+
+def format_generate(rows: list[dict]) -> str:
+    """The ``generate()`` table: tokens/s dense, and the speedups of ``sparsify()`` and
+    ``decode=True`` with their token agreement; time to first token rows last.
+
+    Examples
+    --------
+    >>> print(format_generate([dict(suite="generate", model="m", dtype="bfloat16", batch=8,
+    ...     cache="static", new_tokens=128, dense_tok_s=900.0, explorer_speedup=1.1,
+    ...     decode_speedup=1.3, explorer_agreement=0.9)]).splitlines()[2])
+    | m | bfloat16 | 8 | static | 900 | 1.10x | 1.30x | 0.90 / - |
+    """
+    out = []
+    for r in rows:
+        if r.get("suite") != "generate" or r.get("new_tokens") == 1:
+            continue
+        agree = " / ".join(
+            "-" if r.get(k) is None else f"{r[k]:.2f}"
+            for k in ("explorer_agreement", "decode_agreement")
+        )
+        out.append(
+            [
+                r.get("model"),
+                r.get("dtype"),
+                r.get("batch"),
+                r.get("cache"),
+                "-" if r.get("dense_tok_s") is None else f"{r['dense_tok_s']:.0f}",
+                _x(r.get("explorer_speedup")),
+                _x(r.get("decode_speedup")),
+                agree,
+            ]
+        )
+    for r in rows:
+        if r.get("suite") == "generate" and r.get("new_tokens") == 1:
+            out.append(
+                [
+                    r.get("model"),
+                    r.get("dtype"),
+                    r.get("batch"),
+                    f"first token, {r.get('seq')}-token prompt",
+                    f"{r.get('dense_ttft_ms', 0):.2f} ms",
+                    _x(r.get("explorer_ttft_speedup")),
+                    _x(r.get("decode_ttft_speedup")),
+                    "-",
+                ]
+            )
+    return markdown(
+        [
+            "model",
+            "dtype",
+            "batch",
+            "cache",
+            "dense tokens/s",
+            "sparsify()",
+            "decode=True",
+            "tokens equal to dense",
+        ],
+        out,
+    )
+
+
+def format_host(rows: list[dict]) -> str:
+    """The host-cost table: microseconds per call, dense and the explorer's.
+
+    Examples
+    --------
+    >>> print(format_host([dict(suite="host", label="decode launch", dtype="bfloat16", n=1,
+    ...     dense_host_us=25.0, explorer_host_us=9.0)]).splitlines()[2])
+    | decode launch | bfloat16 | 1 | 25.0 | 9.0 |
+    """
+    out = [
+        [
+            r.get("label"),
+            r.get("dtype"),
+            r.get("n"),
+            f"{r['dense_host_us']:.1f}",
+            f"{r['explorer_host_us']:.1f}",
+        ]
+        for r in rows
+        if r.get("suite") == "host" and r.get("dense_host_us") is not None
+    ]
+    return markdown(
+        ["host time per call", "dtype", "tokens", "dense / torch us", "explorer us"], out
+    )

@@ -1,0 +1,156 @@
+"""``generate()`` as the user runs it: tokens per second, dense against sparse, in one process.
+
+For a model of :data:`explorer.bench.models.MODEL_SPECS` (random weights, every ``nn.Linear``
+but ``lm_head`` pruned 2:4) this times Hugging Face ``model.generate`` (greedy, a fixed prompt
+and a fixed number of new tokens) at batch 1 and 8, with the dynamic cache in eager mode and with
+``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs), for
+the dense model, ``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
+token of a 1024-token prompt. Each time is the median of three full ``generate`` calls after a
+warm-up call, timed with CUDA events. The generated tokens of each sparse model are compared
+with the dense model's: random weights give nearly flat logits, so greedy choices may part
+where two logits are closer than the 16-bit rounding; the row reports the share of equal tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+import torch
+
+from explorer.dtypes import dtype_name
+
+__all__ = ["bench_generate"]
+
+
+def _timed_generate(model, ids, new_tokens: int, static: bool, reps: int = 3):
+    kw = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+        attention_mask=torch.ones_like(ids),
+    )
+    if static:
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        out = model.generate(ids, **kw)  # warm-up (and, for the static cache, compilation)
+        times = []
+        for _ in range(reps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = model.generate(ids, **kw)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times), out[:, ids.shape[1] :]
+
+
+def bench_generate(
+    name: str = "llama-8b",
+    dtype: torch.dtype = torch.bfloat16,
+    batches: tuple[int, ...] = (1, 8),
+    prompt: int = 32,
+    new_tokens: int = 128,
+    static: bool = True,
+    ttft_prompt: int = 1024,
+    log=None,
+) -> list[dict]:
+    """Tokens per second of ``generate`` for dense, ``sparsify()`` and ``decode=True``.
+
+    Returns
+    -------
+    list of dict
+        One row per (batch, cache): ``dense_tok_s``, ``explorer_tok_s``, ``decode_tok_s``, their
+        speedups and token agreement; plus one time-to-first-token row.
+    """
+    from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
+    from explorer.gpu import sparsify
+
+    say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
+    spec = MODEL_SPECS[name]
+    counts = tuple(sorted({b * prompt for b in batches} | set(batches) | {ttft_prompt}))
+    dense = build_model(name, dtype)
+    variants = {"dense": dense}
+    for key, decode in (("explorer", False), ("decode", True)):
+        model = copy.deepcopy(dense)
+        with torch.no_grad():
+            rep = sparsify(model, filter_fn=_sparse_candidate, tokens=counts, decode=decode)
+        say(f"{name} {dtype_name(dtype)} {key}: {rep!r}")
+        variants[key] = model
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    for batch in batches:
+        ids = torch.randint(
+            1, spec.config["vocab_size"], (batch, prompt), device="cuda", generator=gen
+        )
+        for cache in ("dynamic", "static") if static else ("dynamic",):
+            row = dict(
+                suite="generate",
+                model=name,
+                label=f"{name} generate batch {batch} {cache}",
+                dtype=dtype_name(dtype),
+                batch=batch,
+                seq=prompt,
+                new_tokens=new_tokens,
+                cache=cache,
+                n=batch,
+                m=0,
+                k=0,
+                status="ok",
+            )
+            outs = {}
+            for key, model in variants.items():
+                torch._dynamo.reset()
+                try:
+                    ms, outs[key] = _timed_generate(model, ids, new_tokens, cache == "static")
+                except Exception as exc:  # a failure is a result to report, not a crash
+                    row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    continue
+                row[f"{key}_ms"] = ms
+                row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
+            for key in ("explorer", "decode"):
+                if row.get(f"{key}_tok_s") and row.get("dense_tok_s"):
+                    row[f"{key}_speedup"] = row[f"{key}_tok_s"] / row["dense_tok_s"]
+                if key in outs and "dense" in outs:
+                    same = (outs[key] == outs["dense"]).float().mean().item()
+                    row[f"{key}_agreement"] = same
+            say(
+                f"{name} batch {batch} {cache}: dense {row.get('dense_tok_s', float('nan')):.0f} "
+                f"tok/s, sparsify {row.get('explorer_speedup', float('nan')):.2f}x, decode=True "
+                f"{row.get('decode_speedup', float('nan')):.2f}x, agreement "
+                f"{row.get('explorer_agreement', float('nan')):.2f} / "
+                f"{row.get('decode_agreement', float('nan')):.2f}"
+            )
+            rows.append(row)
+    torch._dynamo.reset()
+    ids = torch.randint(
+        1, spec.config["vocab_size"], (1, ttft_prompt), device="cuda", generator=gen
+    )
+    row = dict(
+        suite="generate",
+        model=name,
+        label=f"{name} time to first token, prompt {ttft_prompt}",
+        dtype=dtype_name(dtype),
+        batch=1,
+        seq=ttft_prompt,
+        new_tokens=1,
+        cache="dynamic",
+        n=ttft_prompt,
+        m=0,
+        k=0,
+        status="ok",
+    )
+    for key, model in variants.items():
+        row[f"{key}_ttft_ms"], _ = _timed_generate(model, ids, 1, False)
+    for key in ("explorer", "decode"):
+        row[f"{key}_ttft_speedup"] = row["dense_ttft_ms"] / row[f"{key}_ttft_ms"]
+    say(
+        f"{name} time to first token ({ttft_prompt} tokens): dense {row['dense_ttft_ms']:.2f} ms, "
+        f"sparsify {row['explorer_ttft_speedup']:.2f}x"
+    )
+    rows.append(row)
+    del variants, dense
+    torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,214 @@
+"""Sparse layers in every way a model is run: eager fast paths, the compiled op, CUDA graphs,
+copies and moves (run on the GPU machine). Timings are never asserted; results are compared
+with the dense masked reference on fresh random inputs."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import warnings
+
+import pytest
+import torch
+from gpu_helpers import mask24, relerr
+from torch import nn
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+def _linear(i, o, dtype=torch.bfloat16, bias=False):
+    lin = nn.Linear(i, o, bias=bias).to(DEV, dtype)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight))
+    return lin
+
+
+def _ref(x, lin):
+    b = None if lin.bias is None else lin.bias.double()
+    return nn.functional.linear(x.double(), lin.weight.double(), b)
+
+
+class LlamaMLP(nn.Module):
+    """A SwiGLU block under a class name ``sparsify`` fuses."""
+
+    def __init__(self, d, h, dtype):
+        super().__init__()
+        self.gate_proj = _linear(d, h, dtype)
+        self.up_proj = _linear(d, h, dtype)
+        self.down_proj = _linear(h, d, dtype)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _Attention(nn.Module):
+    def __init__(self, d, dtype):
+        super().__init__()
+        self.q_proj = _linear(d, d, dtype)
+        self.k_proj = _linear(d, d // 2, dtype)
+        self.v_proj = _linear(d, d // 2, dtype)
+        self.o_proj = _linear(d, d, dtype)
+
+    def forward(self, x):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(q + torch.cat([k, v], dim=-1))
+
+
+class _Block(nn.Module):
+    """A LLaMA-like layer: q/k/v, an output projection and a SwiGLU MLP."""
+
+    def __init__(self, d=256, h=512, dtype=torch.bfloat16):
+        super().__init__()
+        self.attn = _Attention(d, dtype)
+        self.mlp = LlamaMLP(d, h, dtype)
+
+    def forward(self, x):
+        return self.mlp(self.attn(x))
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("tokens", [1, 3, 16, 64])
+def test_decode_call_matches_reference(tokens, int8):
+    from explorer.gpu.decode import DecodeCall, decode_matmul_reference, pack
+
+    torch.manual_seed(tokens)
+    w = mask24(torch.randn(384, 256, device=DEV, dtype=torch.bfloat16))
+    bias = torch.randn(384, device=DEV, dtype=torch.bfloat16)
+    packed = pack(w, int8=int8)
+    call = DecodeCall(packed, bias, tokens, torch.bfloat16)
+    for _ in range(2):  # fresh inputs through the same call
+        x = torch.randn(tokens, 256, device=DEV, dtype=torch.bfloat16)
+        y = call(x)
+        ref = decode_matmul_reference(x, packed, bias)
+        assert y.shape == (tokens, 384)
+        assert relerr(y, ref) < 1e-2
+
+
+def test_decode_call_refuses_bad_sizes():
+    from explorer.gpu.decode import DecodeCall, pack
+
+    packed = pack(mask24(torch.randn(64, 64, device=DEV, dtype=torch.half)))
+    with pytest.raises(ValueError, match="1 to 64"):
+        DecodeCall(packed, None, 65, torch.half)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        DecodeCall(packed, None, 8, torch.float32)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graphs", "auto"])
+def test_layer_measures_both_clocks_and_stays_correct(mode):
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(512, 1024, bias=True)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True, mode=mode)
+    for tokens in (16, 1, 16, 256):  # the second 16 takes the fast path
+        x = torch.randn(tokens, 512, device=DEV, dtype=torch.bfloat16)
+        assert relerr(sl(x), _ref(x, lin)) < 1e-2
+    for n, found in sl.measured().items():
+        assert found.wall and found.gpu, n  # both clocks timed
+        assert set(found.wall) == set(found.gpu)
+
+
+def test_capture_takes_the_gpu_clock_decision_and_matches():
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(512, 1024)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
+    x = torch.randn(16, 512, device=DEV, dtype=torch.bfloat16)
+    sl(x)  # measured outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sl(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = sl(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relerr(y, _ref(x, lin)) < 1e-2
+    assert sl._fast_graph, "the capture's call is remembered under the GPU clock"
+
+
+def test_compiled_default_mode_matches_eager():
+    from explorer.gpu import sparsify
+
+    torch.manual_seed(0)
+    dense = _Block()
+    model = copy.deepcopy(dense)
+    rep = sparsify(model, tokens=(64, 16), tune=False)
+    assert rep.fused, rep
+    x = torch.randn(4, 16, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = model(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(model)
+        for _ in range(2):
+            out = compiled(x)
+        ref = dense(x)
+    torch._dynamo.reset()
+    assert relerr(out, eager) < 1e-3
+    assert relerr(out, ref) < 3e-2
+
+
+def test_copies_pickles_and_moves():
+    from explorer.gpu import sparsify
+
+    torch.manual_seed(1)
+    model = _Block()
+    sparsify(model, tokens=(16,), tune=False, decode=True)
+    x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = model(x)
+        twin = copy.deepcopy(model)
+        assert torch.equal(twin(x), y)
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        assert torch.equal(loaded(x), y)
+        again = pickle.loads(pickle.dumps(model))
+        assert torch.equal(again(x), y)
+        moved = model.to(DEV)  # the same device: plans rebuilt, results unchanged
+        assert torch.equal(moved(x), y)
+
+
+def test_a_dtype_change_after_sparsify_is_refused_with_the_fix():
+    from explorer.gpu import SparseLinear
+
+    sl = SparseLinear.from_linear(_linear(256, 256))
+    x = torch.randn(8, 256, device=DEV, dtype=torch.bfloat16)
+    y = sl(x)
+    with pytest.raises(TypeError, match="convert the dense model first"):
+        sl.half()
+    assert torch.equal(sl(x), y)  # nothing changed
+
+
+def test_running_in_another_mode_warns_once():
+    from explorer.gpu import SparseLinear
+
+    sl = SparseLinear.from_linear(_linear(256, 512), keep_dense=True, mode="graphs")
+    x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sl(x)
+    assert any("sparsified for mode='graphs'" in str(w.message) for w in caught)
+
+
+def test_sparsify_measures_the_whole_model_on_example_inputs():
+    from explorer.gpu import sparsify
+    from explorer.gpu.model_timing import ModelSpeed
+
+    torch.manual_seed(2)
+    model = _Block()
+    x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    rep = sparsify(model, tokens=(16,), tune=False, mode="eager", example_inputs=x)
+    assert len(rep.model_speeds) == 1
+    speed = rep.model_speeds[0]
+    assert isinstance(speed, ModelSpeed) and speed.tokens == 16 and speed.mode == "eager"
+    assert speed.dense_ms > 0 and speed.sparse_ms > 0
+    assert "measured (eager)" in repr(rep)
+    assert "whole model" in rep._repr_html_()
