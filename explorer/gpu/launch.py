@@ -83,15 +83,16 @@ class Launcher:
 
     Parameters
     ----------
-    function : cupy.cuda.Function
-        The kernel (its ``ptr`` is the driver's ``CUfunction``).
+    function : cupy.RawKernel or cupy.cuda.Function
+        The kernel (the ``ptr`` of its ``Function`` is the driver's ``CUfunction``).
     kinds : sequence of str
         The kernel's parameters in order: ``"u64"`` for pointers, ``"i32"``, ``"i64"``.
     """
 
     def __init__(self, function, kinds: Sequence[str]) -> None:
         self.function = function
-        self._handle = ctypes.c_void_p(int(function.ptr))
+        raw = getattr(function, "kernel", function)  # a CuPy RawKernel holds its Function
+        self._handle = ctypes.c_void_p(int(raw.ptr))
         self._slots = argument_slots(kinds)
         array = ctypes.c_void_p * len(self._slots)
         self._params = array(*(ctypes.addressof(s) for s in self._slots))
