@@ -306,12 +306,23 @@ class DecodeCall:
         dev = self.device.index or 0
         warps = default_warps(n, k, tokens, _sms(dev))
         name = _kernel_name(dtype, weight.scale is not None, tokens)
-        self._launcher = Launcher(compiled_function("decode24", name, dev), _ARG_KINDS)
+        # values, metadata, scale, x, bias, y, n, k, tokens, x row stride, y row stride: all
+        # but x, y and x's row stride are fixed for this call
+        fixed = {
+            0: int(_ptr(weight.values)),
+            1: int(_ptr(weight.metadata)),
+            2: int(_ptr(weight.scale)),
+            4: int(_ptr(bias)),
+            6: n,
+            7: k,
+            8: tokens,
+            10: n,
+        }
+        function = compiled_function("decode24", name, dev)
+        self._launcher = Launcher(function, _ARG_KINDS, fixed)
         self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * warps, 1, 1)
         self._shared, self._dev = 512 * warps, dev
         self._shape, self._dtype = (tokens, n), dtype
-        self._fixed = tuple(int(p) for p in (_ptr(weight.values), _ptr(weight.metadata)))
-        self._scale, self._bias = int(_ptr(weight.scale)), int(_ptr(bias))
         self._nkt = (n, k, tokens)
         # the tensors whose pointers are kept: alive as long as this call
         self._keep = (weight, bias)
@@ -321,24 +332,12 @@ class DecodeCall:
         if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
             x2 = x2.contiguous()
         y = torch.empty(self._shape, dtype=self._dtype, device=self.device)
-        n, k, t = self._nkt
-        self._launcher.launch(
+        self._launcher.launch_changed(
             self._grid,
             self._block,
             self._shared,
             current_stream(self._dev),
-            (
-                *self._fixed,
-                self._scale,
-                x2.data_ptr(),
-                self._bias,
-                y.data_ptr(),
-                n,
-                k,
-                t,
-                x2.stride(0),
-                n,
-            ),
+            (x2.data_ptr(), y.data_ptr(), x2.stride(0)),
         )
         return y
 

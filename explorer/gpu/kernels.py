@@ -99,7 +99,13 @@ def compiled_function(name: str, fn: str, device: int):
     return _function(name, fn, device)
 
 
-_KINDS = {np.dtype(np.uint64): "u64", np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
+_KINDS = {
+    np.dtype(np.uint64): "u64",
+    np.dtype(np.uint32): "u32",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.float32): "f32",
+}
 _LAUNCHERS: dict[tuple, Launcher] = {}
 
 
@@ -125,7 +131,7 @@ def launch(
             launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev), kinds)
         try:
             launcher.launch(
-                _dim3(grid), _dim3(block), shared, current_stream(dev), [int(a) for a in args]
+                _dim3(grid), _dim3(block), shared, current_stream(dev), [a.item() for a in args]
             )
             return
         except LaunchRefused:

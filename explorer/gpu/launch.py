@@ -29,7 +29,13 @@ import torch
 
 __all__ = ["LaunchRefused", "Launcher", "argument_slots", "current_stream"]
 
-_SLOT_TYPES = {"u64": ctypes.c_uint64, "i32": ctypes.c_int32, "i64": ctypes.c_int64}
+_SLOT_TYPES = {
+    "u64": ctypes.c_uint64,
+    "u32": ctypes.c_uint32,
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "f32": ctypes.c_float,
+}
 
 
 class LaunchRefused(RuntimeError):
@@ -37,16 +43,17 @@ class LaunchRefused(RuntimeError):
 
 
 def argument_slots(kinds: Sequence[str]) -> list[ctypes._SimpleCData]:
-    """One ``ctypes`` value per kernel argument: ``"u64"`` (pointers), ``"i32"`` or ``"i64"``.
+    """One ``ctypes`` value per kernel argument: ``"u64"`` (pointers), ``"u32"``, ``"i32"``,
+    ``"i64"`` or ``"f32"``.
 
     Raises
     ------
     ValueError
-        A kind outside ``u64``, ``i32``, ``i64``.
+        A kind outside those.
     """
     bad = [k for k in kinds if k not in _SLOT_TYPES]
     if bad:
-        raise ValueError(f"argument kinds {bad} unknown; expected 'u64', 'i32' or 'i64'")
+        raise ValueError(f"argument kinds {bad} unknown; expected one of {sorted(_SLOT_TYPES)}")
     return [_SLOT_TYPES[k]() for k in kinds]
 
 
@@ -86,10 +93,14 @@ class Launcher:
     function : cupy.RawKernel or cupy.cuda.Function
         The kernel (the ``ptr`` of its ``Function`` is the driver's ``CUfunction``).
     kinds : sequence of str
-        The kernel's parameters in order: ``"u64"`` for pointers, ``"i32"``, ``"i64"``.
+        The kernel's parameters in order: ``"u64"`` for pointers, ``"u32"``, ``"i32"``,
+        ``"i64"``, ``"f32"``.
+    fixed : mapping of int to number, optional
+        Values of parameters that never change (a weight's pointer, its shape), written once;
+        :meth:`launch_changed` then writes only the others.
     """
 
-    def __init__(self, function, kinds: Sequence[str]) -> None:
+    def __init__(self, function, kinds: Sequence[str], fixed: dict | None = None) -> None:
         self.function = function
         raw = getattr(function, "kernel", function)  # a CuPy RawKernel holds its Function
         self._handle = ctypes.c_void_p(int(raw.ptr))
@@ -99,6 +110,9 @@ class Launcher:
         self._params_ptr = ctypes.addressof(self._params)
         self._lock = threading.Lock()
         self._launch = _driver()
+        for index, value in (fixed or {}).items():
+            self._slots[index].value = value
+        self._changing = [s for i, s in enumerate(self._slots) if i not in (fixed or {})]
 
     def launch(
         self,
@@ -122,5 +136,27 @@ class Launcher:
         if code:
             raise LaunchRefused(f"cuLaunchKernel returned CUDA error {code}")
 
+    def launch_changed(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: int,
+        values: Sequence[int],
+    ) -> None:
+        """Launch with ``values`` for the parameters not fixed at construction, in order.
+
+        Raises
+        ------
+        LaunchRefused
+            The driver returned an error code.
+        """
+        with self._lock:
+            for slot, value in zip(self._changing, values, strict=True):
+                slot.value = value
+            code = self._launch(self._handle, *grid, *block, shared, stream, self._params_ptr, None)
+        if code:
+            raise LaunchRefused(f"cuLaunchKernel returned CUDA error {code}")
+
     def __repr__(self) -> str:
-        return f"Launcher({len(self._slots)} arguments)"
+        return f"Launcher({len(self._slots)} arguments, {len(self._changing)} set per launch)"

@@ -27,7 +27,7 @@ import weakref
 
 import torch
 
-__all__ = ["forward", "register"]
+__all__ = ["call_overhead_us", "forward", "register"]
 
 _MODULES: dict[int, weakref.ReferenceType] = {}
 _IDS = itertools.count(1)
@@ -91,3 +91,41 @@ torch.library.register_fake("explorer::sparse_forward", _fake, lib=_LIB)
 def forward(x: torch.Tensor, module_id: int) -> torch.Tensor:
     """Run registered module ``module_id`` on ``x`` through the op."""
     return torch.ops.explorer.sparse_forward(x, module_id)
+
+
+class _Echo(torch.nn.Module):
+    """A registered module that returns its input: the op's own cost, nothing else."""
+
+    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+
+_OVERHEAD_US: dict[int, float] = {}
+
+
+def call_overhead_us() -> float:
+    """Host microseconds the op adds to a call of its module on this machine (measured once
+    per process on the current CUDA device; 0 where it cannot be measured now: no GPU, or
+    inside a CUDA-graph capture).
+
+    A compiled model pays this on every sparse call and not on a traced dense matmul, so
+    routes for ``torch.compile``'s default mode are chosen with it counted.
+    """
+    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+        return 0.0
+    dev = torch.cuda.current_device()
+    found = _OVERHEAD_US.get(dev)
+    if found is None:
+        from explorer.gpu.timing import host_us
+
+        echo = _Echo()
+        mid = register(echo)
+        x = torch.empty(8, device=f"cuda:{dev}")
+        op = torch.ops.explorer.sparse_forward
+        through = min(host_us(lambda: op(x, mid)) for _ in range(3))
+        direct = min(host_us(lambda: echo.run_compiled(x).is_contiguous()) for _ in range(3))
+        found = _OVERHEAD_US[dev] = max(0.0, through - direct)
+    return found

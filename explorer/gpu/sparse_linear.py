@@ -48,8 +48,7 @@ _UNFUSED: set[tuple] = set()
 # bias, device, input layout, requested algorithm and layout, output contract, decode kept,
 # dense kept) -> {padded tokens: Decision}
 _DECISIONS: dict[tuple, dict[int, Decision]] = {}
-# (mode a layer was sparsified for, mode it runs in) already warned about, once per process
-_WARNED: set[tuple[str, str]] = set()
+
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 _OUTPUTS = ("rows", "any")
 
@@ -231,6 +230,9 @@ class SparseLinear(nn.Module):
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
         self._seen: dict = {}  # padded tokens -> Decision this layer was given
+        # padded tokens -> {clock: True if dense is chosen}, read while torch.compile traces
+        self._dense_at: dict[int, dict[str, bool]] = {}
+        self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
         self._npad: dict[int, int] = {}
         self._mult = C.token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
@@ -279,6 +281,7 @@ class SparseLinear(nn.Module):
         out = super()._apply(fn, recurse)
         self._reset_runtime()
         self._seen = {}
+        self._dense_at = {}
         return out
 
     def set_mode(self, mode: str) -> None:
@@ -582,8 +585,21 @@ class SparseLinear(nn.Module):
             if not timed:
                 return Route("sparse", first + "c", self.alg)
             found = decided[n] = _decision(timed)
-        self._seen[n] = found
+        self._remember_decision(n, found)
         return found.route(clock)
+
+    def _remember_decision(self, n: int, found: Decision) -> None:
+        """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense
+        (``"compile"``: wall time with the compiled op's own host cost added to every route
+        but dense, which a compiled model runs as a traced matmul)."""
+        self._seen[n] = found
+        op_ms = ops.call_overhead_us() / 1e3
+        compiled = {r: t + (op_ms if r.sparse_weight else 0.0) for r, t in found.wall.items()}
+        self._dense_at[n] = {
+            "gpu": found.route("gpu") == DENSE,
+            "wall": found.route("wall") == DENSE,
+            "compile": bool(compiled) and Decision({}, compiled).route("wall") == DENSE,
+        }
 
     def _choose_decode(
         self,
@@ -618,7 +634,7 @@ class SparseLinear(nn.Module):
                 self._fast.clear()
                 self._fast_graph.clear()
             found = decided[n] = _decision(timed)
-        self._seen[n] = found
+        self._remember_decision(n, found)
         return found.route(clock)
 
     def _time_routes(
@@ -710,9 +726,38 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
         if torch.compiler.is_compiling():
+            if self.traces_dense(x.numel() // self.in_features):
+                return self.traced_dense(x)  # the compiler's own matmul: no op to call
             # one opaque op for torch.compile and CUDA graphs (explorer.gpu.ops)
             return ops.forward(x, self._op_id)
         return self.run(x)
+
+    def traces_dense(self, tokens) -> bool:
+        """True if a compiled model should run this layer as a plain traced matmul on the
+        dense weight at ``tokens`` rows: dense is kept and was measured fastest at this token
+        count by the clock of the layer's mode (both clocks for ``"auto"``, which decides at
+        each call), counting the compiled op's host cost against sparse routes. Token counts
+        never measured, or not known while tracing (symbolic sizes), go to the op."""
+        if self._dense is None or self.backend != "cusparselt" or self._force is not None:
+            return False
+        if not isinstance(tokens, int) or tokens < 1:
+            return False  # a symbolic (dynamic) size: the op decides at each call
+        flags = self._dense_at.get(C.padded_tokens(tokens, self.dtype))
+        if flags is None:
+            return False
+        if self.mode == "graphs":
+            return flags["gpu"]
+        if self.mode == "auto":
+            return flags["gpu"] and flags["compile"]
+        return flags["compile"]
+
+    def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
+        """The dense route written as torch calls a compiler can trace and fuse."""
+        w = self._dense
+        y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
+        if self.activation != "none":
+            y = _apply_act(y, self.activation)
+        return y if y.dtype == self._result_dtype(x) else y.to(self._result_dtype(x))
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """The eager forward: an input seen before (same shape, strides, device and dtype)
@@ -751,9 +796,9 @@ class SparseLinear(nn.Module):
             running = "graphs"
         if self.mode in ("auto", running) or clock_for(self.mode) == clock_for(running):
             return
-        if (self.mode, running) in _WARNED:
+        if running in self._warned:
             return
-        _WARNED.add((self.mode, running))
+        self._warned.add(running)
         warnings.warn(
             f"this model was sparsified for mode={self.mode!r} but runs as {running!r}: its "
             f"layers take the routes measured for {self.mode!r}, which may be slower here. "

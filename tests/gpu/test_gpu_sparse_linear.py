@@ -182,7 +182,8 @@ def test_auto_route_keeps_the_input_layout(dtype, transposed, output):
     y = sl(x)
     ref = nn.functional.linear(x.double(), lin.weight.double())
     assert relerr(y, ref) < 2e-3
-    ((n, first, _), route) = next(iter(sl._routes.items()))
+    ((n, first, _, clock), route) = next(iter(sl._routes.items()))
+    assert clock == "wall"  # an eager call outside a CUDA-graph capture
     assert first == ("r" if transposed else "c")
     assert route.kind == "sparse" and route.layout[0] == first  # read as it comes: no copy
     if output == "rows":
@@ -206,7 +207,7 @@ def test_dense_route_when_kept_and_faster_or_not():
     sl.drop_dense()
     assert not sl.dense_kept
     assert relerr(sl(x), ref) < 2e-3
-    assert sl._routes[(16, "c", False)].kind == "sparse"
+    assert sl._routes[(16, "c", False, "wall")].kind == "sparse"
 
 
 def test_probe_rejects_a_wrong_result():
