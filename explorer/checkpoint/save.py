@@ -16,6 +16,7 @@ from explorer.checks import check_pattern
 from explorer.compression import compress
 from explorer.dtypes import dtype_name
 from explorer.errors import require
+from explorer.output_paths import check_output_path, replacing
 from explorer.results.store import explorer_version
 
 from .manifest import (
@@ -45,6 +46,7 @@ def save_sparse(
     provenance: dict[str, Any] | None = None,
     progress: bool = True,
     cancel: Any = None,
+    overwrite: bool = False,
 ) -> CheckpointReport:
     """Save a model with its 2:4 Linear weights compressed, plus a manifest, to one file.
 
@@ -62,7 +64,9 @@ def save_sparse(
         bundle from :func:`explorer.load_model` also records its name, so
         :func:`load_sparse` can rebuild it without ``model=``.
     path : str or path-like
-        The file to write (``.safetensors`` by convention); replaced if it exists.
+        The file to write (``.safetensors`` by convention). It follows the output-path rule of
+        :mod:`explorer.output_paths`: an existing file is replaced only with ``overwrite=True``,
+        and never a database, its side files, a device, FIFO or folder.
     result : PruneResult, optional
         The pruning run: its method, pattern, calibration and per-layer errors go into the
         manifest, and a layer it pruned to 2:4 that is no longer 2:4 is an error.
@@ -76,6 +80,8 @@ def save_sparse(
     cancel : threading.Event, optional
         Checked between layers; when set, nothing is written and
         :class:`~explorer.checkpoint.CheckpointCancelled` is raised.
+    overwrite : bool, optional
+        Replace an existing regular file at ``path`` (refused otherwise).
 
     Returns
     -------
@@ -89,6 +95,10 @@ def save_sparse(
         or provenance that is not JSON.
     MissingExtraError
         ``safetensors`` is not installed (``pip install "sparsity-explorer[deploy]"``).
+    OutputPathError
+        ``path`` is refused by the output-path rule (checked before any work).
+    OSError
+        The file could not be written (a full or read-only disk); nothing is left behind.
 
     Examples
     --------
@@ -123,9 +133,10 @@ def save_sparse(
         raise CheckpointError(
             f"provenance must be JSON-serialisable (str, numbers, lists, dicts): {exc}"
         ) from None
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
+    check_output_path(path, overwrite=overwrite, what="checkpoint")
 
     # 1. the state dict, each shared tensor stored once (aliases rebuild the others)
     state = model.state_dict()
@@ -198,14 +209,19 @@ def save_sparse(
             for k, t in tensors.items()
         },
     }
-    # 4. write to a temporary name, then rename over the target
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        st.save_file(tensors, str(tmp), metadata={METADATA_KEY: dumps(manifest), "format": "pt"})
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    # 4. write to a temporary file beside the target, then rename it by the output-path rule
+    with replacing(path, overwrite=overwrite, what="checkpoint") as tmp:
+        try:
+            st.save_file(
+                tensors, str(tmp), metadata={METADATA_KEY: dumps(manifest), "format": "pt"}
+            )
+        except Exception as exc:
+            if isinstance(exc, OSError):
+                raise
+            raise OSError(
+                f"cannot write the checkpoint {path}: {' '.join(str(exc).split())}; free some "
+                "space or pass a path on a writable disk (nothing was written)"
+            ) from exc
     return build_report(path, json.loads(dumps(manifest)))
 
 
