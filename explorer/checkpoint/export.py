@@ -36,7 +36,7 @@ from .manifest import (
 )
 from .onnx_check import OnnxReport, check_onnx
 from .report import CheckpointReport, LayerRecord
-from .save import _dedupe, model_description
+from .save import dedupe_tensors, model_description
 
 __all__ = [
     "MANIFEST_NAME",
@@ -140,7 +140,7 @@ def export_pretrained(
 
 
 def _pretrained_manifest(model: nn.Module, result: Any, provenance: dict | None) -> dict:
-    aliases, _ = _dedupe(model.state_dict())
+    aliases, _ = dedupe_tensors(model.state_dict())
     layers = {}
     for fqn, module in sparse_layers(model).items():
         w = module.weight.detach()

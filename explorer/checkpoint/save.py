@@ -34,7 +34,7 @@ from .manifest import (
 )
 from .report import CheckpointReport, LayerRecord
 
-__all__ = ["model_description", "save_sparse"]
+__all__ = ["dedupe_tensors", "model_description", "save_sparse"]
 
 
 def save_sparse(
@@ -140,7 +140,7 @@ def save_sparse(
 
     # 1. the state dict, each shared tensor stored once (aliases rebuild the others)
     state = model.state_dict()
-    aliases, unique = _dedupe(state)
+    aliases, unique = dedupe_tensors(state)
     pruned = set(getattr(result, "layers", ()) or ())
     pattern_24 = result is not None and getattr(result.pattern, "name", "") == "2:4"
     layers: dict[str, dict[str, Any]] = {}
@@ -257,8 +257,29 @@ def _why_dense(param, weight, module, fqn, aliases, filter_fn) -> str:
     return ""
 
 
-def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    """Tensors that are the same memory (tied weights) are kept once; the rest become aliases."""
+def dedupe_tensors(
+    state: dict[str, torch.Tensor],
+) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Tensors that are the same memory (tied weights) are kept once; the rest become aliases.
+
+    Parameters
+    ----------
+    state : dict of str to Tensor
+        A state dict.
+
+    Returns
+    -------
+    aliases : dict of str to str
+        Each repeated name and the name it repeats.
+    unique : dict of str to Tensor
+        The tensors kept, one per piece of memory.
+
+    Examples
+    --------
+    >>> w = torch.zeros(2, 2)
+    >>> dedupe_tensors({"a": w, "b": w})[0]
+    {'b': 'a'}
+    """
     seen: dict[tuple, str] = {}
     aliases: dict[str, str] = {}
     unique: dict[str, torch.Tensor] = {}
