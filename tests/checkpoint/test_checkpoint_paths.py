@@ -215,3 +215,16 @@ def test_export_pretrained_needs_overwrite_for_a_folder_with_files(tmp_path, tin
     mask = os.umask(0o022)
     os.umask(mask)
     assert stat.S_IMODE((new / "config.json").stat().st_mode) == 0o666 & ~mask
+
+
+def test_the_explorers_own_export_cache_is_replaced_but_never_a_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path / "cache"))
+    exports = tmp_path / "cache" / "exports"
+    exports.mkdir(parents=True)
+    net = small_net()
+    save_sparse(net, exports / "d.safetensors", progress=False)
+    save_sparse(net, exports / "d.safetensors", progress=False)  # the dashboard saves again
+    db = make_store(exports / "results.db")
+    with pytest.raises(OutputPathError, match="SQLite database"):
+        save_sparse(net, db, progress=False)
+    assert rows(db) == 3 and leftovers(tmp_path) == []
