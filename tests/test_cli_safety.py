@@ -140,3 +140,30 @@ def test_snapshot_refuses_devices_and_existing_files(tmp_path):
     with ResultStore(out, readonly=True) as snap:
         assert len(snap) == 2
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["a.db", "pipe", "snap.db"]
+
+
+@pytest.fixture
+def char_device(tmp_path):
+    """A character device node with /dev/null's numbers, inside tmp_path (needs root)."""
+    node = tmp_path / "null-twin"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    return node
+
+
+def test_no_verb_writes_over_or_beside_a_device_node(tmp_path, char_device, monkeypatch):
+    monkeypatch.setattr(cells, "run_cell", fake_cell)
+    db = make_store(tmp_path / "good.db")
+    for argv in (
+        ["report", "--db", ":memory:", "--out", char_device, "--force"],
+        ["report", "--db", db, "--no-reference", "--csv", char_device, "--force"],
+        ["sweep", "--db", char_device, "--no-progress"],
+        ["store", "recover", db, char_device],
+    ):
+        code, _, err = run(argv)
+        assert code == 2, (argv, err)
+        assert stat.S_ISCHR(os.lstat(char_device).st_mode), argv
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("good.db-"))
+    assert left == ["good.db", "null-twin"]  # no "null-twin-journal", no partial file
