@@ -107,7 +107,9 @@ class ResultStore:
     ------
     StoreError
         The file is corrupt, not SQLite, SQLite without our schema, written by a newer
-        explorer, or its path cannot be opened or written; the message says what to do.
+        explorer, a device, FIFO or socket (nothing is written beside it), or its path cannot
+        be opened or written; the message says what to do. The shipped reference database
+        is opened immutable, so nothing is ever written into the installed package.
 
     Examples
     --------
