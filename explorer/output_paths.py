@@ -48,6 +48,7 @@ __all__ = [
     "FORCE_HINT",
     "SQLITE_HEADER",
     "check_output_path",
+    "current_umask",
     "is_sqlite_file",
     "new_file_mode",
     "replacing",
@@ -119,9 +120,25 @@ def new_file_mode(existing: str | os.PathLike | None = None) -> int:
             st = os.stat(existing)
             if stat.S_ISREG(st.st_mode):
                 return stat.S_IMODE(st.st_mode)
-    mask = os.umask(0o22)
+    return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux).
+
+    Examples
+    --------
+    >>> 0 <= current_umask() <= 0o777
+    True
+    """
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o22)  # elsewhere: set and restore at once
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
 def check_output_path(
@@ -336,9 +353,7 @@ def replacing_folder(
         yield tmp
         names = sorted(os.listdir(tmp))
         if not folder.exists():
-            mask = os.umask(0o22)
-            os.umask(mask)
-            os.chmod(tmp, 0o777 & ~mask)
+            os.chmod(tmp, 0o777 & ~current_umask())
             for name in names:
                 os.chmod(tmp / name, new_file_mode())
             os.rename(tmp, folder)
