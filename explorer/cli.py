@@ -307,12 +307,26 @@ def _tune(argv: list[str]) -> int:
 def _sweep(args) -> int:
     from explorer.results.store import ResultStore
     from explorer.sweeps import sweep
+    from explorer.sweeps.grid import SweepConfig
 
     if args.db is not None and str(args.db) == ":memory:":
         raise ValueError(
             "--db :memory: keeps results in memory only: they would vanish when the sweep ends; "
             "pass a file such as --db results.db (or leave --db out for the per-user store)"
         )
+    # A grid that is refused is refused before the results database is created.
+    SweepConfig.make(
+        args.model,
+        args.methods,
+        args.patterns,
+        args.layer_sets,
+        args.dtypes,
+        args.tokens,
+        args.calibration_samples,
+        args.seed,
+    )
+    if args.name is not None and not args.name.strip():
+        raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
     executor = None
     if args.scheduler:
         from explorer.errors import require
@@ -329,7 +343,6 @@ def _sweep(args) -> int:
             mp_context=multiprocessing.get_context("spawn"),
             initializer=hide_training_bars if args.no_progress else None,
         )
-    new_file = args.db is not None and not os.path.lexists(args.db)
     store = ResultStore(args.db)
     try:
         result = sweep(
@@ -362,29 +375,11 @@ def _sweep(args) -> int:
                 shown = f"{shape} speedup={row.metrics['speedup']:.2f}x"
             print(f"  {row.kind:<12} {row.status:<8} {what:<36} {shown} {row.error or ''}".rstrip())
         print(f"report: {PROG} report --db {shlex.quote(str(store.path))} --out report.html")
-    except BaseException:
-        if new_file and _empty(store):
-            store.close()
-            _remove_new_store(store.path)
-        raise
     finally:
         store.close()
         if executor is not None:
             (executor.close if hasattr(executor, "close") else executor.shutdown)()
     return 0
-
-
-def _empty(store) -> bool:
-    try:
-        return len(store) == 0
-    except (sqlite3.Error, ValueError):
-        return False
-
-
-def _remove_new_store(path: Path) -> None:
-    # A sweep refused before its first row leaves no empty database behind (it made the file).
-    for side in ("", "-wal", "-shm", "-journal"):
-        Path(f"{path}{side}").unlink(missing_ok=True)
 
 
 def _report(args) -> int:
