@@ -5,6 +5,12 @@ GPU with sparse tensor cores, CuPy and nvmath-python are all present (CI has non
 they run on the GPU machine). The docstring examples run through ``--doctest-modules``
 (pyproject.toml).
 
+A session guard (:func:`_sensitive_paths_unchanged`) records the device nodes ``/dev/null``
+and ``/dev/zero``, the home folder's listing, the repository root's listing and every file of
+the ``explorer`` package (type, mode, size, mtime, and a hash of the small ones) before the
+tests, and fails the run if any of them changed: tests and examples write only into their
+temporary folders.
+
 Two option flags say what an example needs, and each gets a skip with its reason where that is
 missing, instead of an example that never runs:
 
@@ -19,8 +25,13 @@ An example that needs an optional extra or a bundled data set that is not instal
 from __future__ import annotations
 
 import doctest
+import hashlib
 import importlib
+import importlib.util
+import os
+import stat
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +93,83 @@ def pytest_collection_modifyitems(config, items):
         elif SLOW in flags and not config.getoption("--slow-examples"):
             item.add_marker(pytest.mark.skip(reason="slow example: run with --slow-examples"))
         _skip_when_missing(item)
+
+
+# -- the guard on paths outside the tests' temporary folders ----------------------------------
+_DEVICES = ("/dev/null", "/dev/zero")
+#: Names pytest, hypothesis and Python themselves create in the repository root or package.
+_TOOL_NAMES = {".hypothesis", ".pytest_cache", ".ruff_cache", "__pycache__", ".coverage"}
+_HASH_LIMIT = 64 << 10
+
+
+def _fingerprint(path: str | Path) -> tuple | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    entry: tuple = (stat.filemode(st.st_mode), st.st_rdev)
+    if stat.S_ISREG(st.st_mode):
+        entry += (st.st_size, st.st_mtime_ns)
+        if st.st_size <= _HASH_LIMIT:
+            with open(path, "rb") as handle:
+                entry += (hashlib.sha256(handle.read()).hexdigest()[:16],)
+    return entry
+
+
+def _listing(folder: Path) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(n for n in os.listdir(folder) if n not in _TOOL_NAMES))
+    except OSError as exc:
+        return (f"<unreadable: {exc}>",)
+
+
+def _package_dir() -> Path | None:
+    spec = importlib.util.find_spec("explorer")
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+def _snapshot(root: Path) -> dict[str, object]:
+    snap: dict[str, object] = {dev: _fingerprint(dev) for dev in _DEVICES}
+    snap[f"listing of {Path.home()}"] = _listing(Path.home())
+    snap[f"listing of {root}"] = _listing(root)
+    package = _package_dir()
+    if package is not None:
+        for folder, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d not in _TOOL_NAMES)
+            for name in files:
+                if not name.endswith((".pyc", ".pyo")):
+                    path = os.path.join(folder, name)
+                    snap[path] = _fingerprint(path)
+    return snap
+
+
+def _changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    found = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            if old is None:
+                found.append(f"{key}: created ({new})")
+            elif new is None:
+                found.append(f"{key}: removed (was {old})")
+            else:
+                found.append(f"{key}: {old} -> {new}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sensitive_paths_unchanged(request):
+    """Fail the run when a test or example changed a device node, ~, the repo root or the package."""
+    root = Path(str(request.config.rootpath))
+    before = _snapshot(root)
+    yield
+    changes = _changes(before, _snapshot(root))
+    if changes:
+        pytest.fail(
+            "tests changed paths outside their temporary folders (a test or example must write "
+            "only under tmp_path or tempfile.mkdtemp()):\n  " + "\n  ".join(changes[:20]),
+            pytrace=False,
+        )
 
 
 # The conftest files are plugins, not modules of examples (several share the name conftest).

@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+from explorer.output_paths import check_output_path
+
 __all__ = ["main"]
 
 PROG = "sparsity-explorer"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -163,7 +167,8 @@ def _parser() -> _Parser:
     p.add_argument(
         "--force",
         action="store_true",
-        help="write over an SQLite file or the database being read (refused otherwise)",
+        help="replace existing files at --out, --csv and --json (never a database, device or "
+        "folder)",
     )
 
     p = verbs.add_parser(
@@ -189,6 +194,11 @@ def _checkpoint_verbs(verbs) -> None:
     )
     p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
     p.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing file at --out (never a database, device or folder)",
+    )
     p.add_argument("--method", default="magnitude", help="pruning method (default magnitude)")
     p.add_argument("--pattern", default="2:4", help="sparsity pattern (default 2:4)")
     p.add_argument("--dtype", default="float16", help="dtype to store (default float16)")
@@ -209,6 +219,12 @@ def _checkpoint_verbs(verbs) -> None:
     p.add_argument("--batch", type=int, default=8, help="rows of the example input (ONNX)")
     p.add_argument("--dtype", default="float16", help="TensorRT build precision for the check")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per call for the check")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace existing files at --onnx and in --pretrained (never a database, device "
+        "or folder)",
+    )
 
     p = verbs.add_parser(
         "check",
@@ -291,12 +307,26 @@ def _tune(argv: list[str]) -> int:
 def _sweep(args) -> int:
     from explorer.results.store import ResultStore
     from explorer.sweeps import sweep
+    from explorer.sweeps.grid import SweepConfig
 
     if args.db is not None and str(args.db) == ":memory:":
         raise ValueError(
             "--db :memory: keeps results in memory only: they would vanish when the sweep ends; "
             "pass a file such as --db results.db (or leave --db out for the per-user store)"
         )
+    # A grid that is refused is refused before the results database is created.
+    SweepConfig.make(
+        args.model,
+        args.methods,
+        args.patterns,
+        args.layer_sets,
+        args.dtypes,
+        args.tokens,
+        args.calibration_samples,
+        args.seed,
+    )
+    if args.name is not None and not args.name.strip():
+        raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
     executor = None
     if args.scheduler:
         from explorer.errors import require
@@ -394,6 +424,7 @@ def _save(args) -> int:
     from explorer.models import load
     from explorer.pruning import METHODS, prune
 
+    check_output_path(args.out, overwrite=args.force, what="checkpoint", flag="--force")
     dtype = parse_dtype(args.dtype)
     bundle = load(args.model)
     calibration = None
@@ -414,7 +445,12 @@ def _save(args) -> int:
         "calibration_samples": args.calibration_samples if calibration is not None else 0,
     }
     report = save_sparse(
-        bundle, args.out, result, provenance=provenance, progress=not args.no_progress
+        bundle,
+        args.out,
+        result,
+        provenance=provenance,
+        progress=not args.no_progress,
+        overwrite=args.force,
     )
     print(report)
     return 0
@@ -431,6 +467,8 @@ def _example_input(model, manifest, batch: int):
         first = load(described["bundle"]).calibration(batch)[0]
     elif config.get("vocab_size"):
         first = {"input_ids": torch.randint(0, int(config["vocab_size"]), (1, 16))}
+        if "use_cache" in config:
+            first["use_cache"] = False  # the exporter cannot return a KV-cache object
     else:
         raise ValueError("cannot make an example input for this model; use explorer.export_onnx")
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
@@ -439,7 +477,7 @@ def _example_input(model, manifest, batch: int):
         return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
     if isinstance(first, dict):
-        return {k: cast(v)[:batch] for k, v in first.items()}
+        return {k: cast(v)[:batch] if isinstance(v, torch.Tensor) else v for k, v in first.items()}
     return cast(first)[:batch]
 
 
@@ -448,16 +486,28 @@ def _export(args) -> int:
 
     if not args.onnx and not args.pretrained:
         raise ValueError("say what to write: --onnx FILE and/or --pretrained DIR")
+    if args.onnx:
+        check_output_path(args.onnx, overwrite=args.force, what="ONNX export", flag="--force")
     manifest, _ = read_checkpoint(args.checkpoint)
     model = load_sparse(args.checkpoint, progress=False).eval()
     if args.pretrained:
-        print(
-            f"wrote {export_pretrained(model, args.pretrained, provenance=manifest['provenance'])}"
+        folder = export_pretrained(
+            model, args.pretrained, provenance=manifest["provenance"], overwrite=args.force
         )
+        print(f"wrote {folder}")
     if args.onnx:
         example = _example_input(model, manifest, args.batch)
-        print(export_onnx(model, args.onnx, example, dtype=args.dtype, tokens=args.tokens))
-        print(f"wrote {args.onnx}")
+        report = export_onnx(
+            model,
+            args.onnx,
+            example,
+            dtype=args.dtype,
+            tokens=args.tokens,
+            overwrite=args.force,
+        )
+        print(report)
+        data = Path(f"{args.onnx}.data")
+        print(f"wrote {args.onnx}" + (f" and its weights {data}" if data.is_file() else ""))
     return 0
 
 
@@ -493,8 +543,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Examples
     --------
-    >>> main(["report", "--db", ":memory:", "--out", "/dev/null"])
-    wrote /dev/null
+    >>> import os, tempfile
+    >>> out = os.path.join(tempfile.mkdtemp(), "report.html")
+    >>> main(["report", "--db", ":memory:", "--out", out])  # doctest: +ELLIPSIS
+    wrote ...report.html
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -537,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as exc:
         if os.environ.get("SPARSITY_EXPLORER_DEBUG"):
             raise
-        message = " ".join(str(exc).split())
+        message = " ".join(_ANSI.sub("", str(exc)).split())
         if isinstance(exc, sqlite3.DatabaseError):
             message = (
                 f"results database: {message}; see {PROG} store check DB and {PROG} store "

@@ -82,3 +82,11 @@ def require(module: str, extra: str) -> ModuleType:
             f"{module!r} is needed here but is not installed ({exc}). "
             f'Install it with: pip install "sparsity-explorer[{extra}]"'
         ) from exc
+
+
+class OutputPathError(ValueError):
+    """A file would be written where it must not be (a device, a database, a user's file).
+
+    The message names the path, why it was refused and the flag or path that fixes it; see
+    :mod:`explorer.output_paths` for the rule every writer follows.
+    """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,8 @@ from torch import nn
 
 from explorer.checks import check_pattern
 from explorer.dtypes import dtype_name
-from explorer.errors import require
+from explorer.errors import OutputPathError, require
+from explorer.output_paths import FORCE_HINT, check_output_path, replacing_folder
 from explorer.results.store import explorer_version
 
 from .manifest import (
@@ -34,7 +36,7 @@ from .manifest import (
 )
 from .onnx_check import OnnxReport, check_onnx
 from .report import CheckpointReport, LayerRecord
-from .save import _dedupe, model_description
+from .save import dedupe_tensors, in_export_cache, model_description
 
 __all__ = [
     "MANIFEST_NAME",
@@ -46,6 +48,9 @@ __all__ = [
 
 #: The manifest written beside a Hugging Face export.
 MANIFEST_NAME = "sparsity_manifest.json"
+#: Weights up to this many bytes are kept inside the .onnx file (ONNX's limit is 2 GiB).
+_EMBED_LIMIT = 1 << 30
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def sparse_layers(model: nn.Module) -> dict[str, nn.Linear]:
@@ -73,6 +78,8 @@ def export_pretrained(
     directory: str | os.PathLike,
     result: Any = None,
     provenance: dict[str, Any] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> Path:
     """Write a Hugging Face ``save_pretrained`` folder plus ``sparsity_manifest.json``.
 
@@ -85,11 +92,16 @@ def export_pretrained(
     model : transformers.PreTrainedModel
         Anything with ``save_pretrained``.
     directory : str or path-like
-        Created if needed.
+        Created if needed (written in a temporary folder beside it, then renamed). An
+        existing folder that is not empty is refused unless ``overwrite=True``; then its files
+        of the same names are replaced by the rule of :mod:`explorer.output_paths` (never a
+        database, device or symbolic link's target without it) and other files are kept.
     result : PruneResult, optional
         Its method, pattern and calibration go into the manifest.
     provenance : dict, optional
         JSON-serialisable notes.
+    overwrite : bool, optional
+        Write into an existing, non-empty folder, replacing its files of the same names.
 
     Returns
     -------
@@ -114,10 +126,21 @@ def export_pretrained(
             f"{type(model).__name__} has no save_pretrained: only Hugging Face models export "
             f"to a Transformers folder{hint}. Use explorer.save_sparse for any model"
         )
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(directory), safe_serialization=True)
-    aliases, _ = _dedupe(model.state_dict())
+    directory = Path(directory).expanduser()
+    if directory.is_dir() and any(directory.iterdir()) and not overwrite:
+        raise OutputPathError(
+            f"refusing to write the Hugging Face export into {directory}: the folder exists and "
+            f"is not empty; pass {FORCE_HINT} to replace its files, or a new folder"
+        )
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with replacing_folder(directory, overwrite=overwrite, what="Hugging Face export") as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        (tmp / MANIFEST_NAME).write_text(dumps(_pretrained_manifest(model, result, provenance)))
+    return directory
+
+
+def _pretrained_manifest(model: nn.Module, result: Any, provenance: dict | None) -> dict:
+    aliases, _ = dedupe_tensors(model.state_dict())
     layers = {}
     for fqn, module in sparse_layers(model).items():
         w = module.weight.detach()
@@ -130,7 +153,7 @@ def export_pretrained(
             "valid_24": True,
             "sha256": tensor_sha256(w),
         }
-    manifest = {
+    return {
         "format": FORMAT + ".pretrained",
         "version": VERSION,
         "explorer_version": explorer_version(),
@@ -141,8 +164,6 @@ def export_pretrained(
         "provenance": provenance or {},
         "layers": layers,
     }
-    (directory / MANIFEST_NAME).write_text(dumps(manifest))
-    return directory
 
 
 def export_onnx(
@@ -153,6 +174,7 @@ def export_onnx(
     dtype: str | torch.dtype = "float16",
     tokens: int = 1024,
     opset_version: int | None = None,
+    overwrite: bool = False,
 ) -> OnnxReport:
     """Export the dense masked model to ONNX with ``torch.onnx.export`` and check its weights.
 
@@ -164,7 +186,11 @@ def export_onnx(
     ----------
     model : nn.Module
     path : str or path-like
-        The ``.onnx`` file to write.
+        The ``.onnx`` file to write, by the rule of :mod:`explorer.output_paths` (an existing
+        file only with ``overwrite=True``). The weights are kept inside the file when they fit
+        ONNX's 2 GiB limit; larger models also write ``<path>.data`` beside it, by the same
+        rule. A file in the explorer's own export cache is replaced (see
+        :func:`~explorer.checkpoint.save.in_export_cache`).
     example_inputs : torch.Tensor, tuple or dict
         One input batch: a tensor, a tuple of positional arguments, or a dict of keyword
         arguments (tokenized Hugging Face input as it is).
@@ -172,6 +198,8 @@ def export_onnx(
         Passed to :func:`check_onnx` (the engine's precision and the token count).
     opset_version : int, optional
         The ONNX opset (the exporter's default otherwise).
+    overwrite : bool, optional
+        Replace an existing regular file at ``path`` (and ``<path>.data``).
 
     Returns
     -------
@@ -202,34 +230,50 @@ def export_onnx(
             "example_inputs must be a tensor, a tuple of positional inputs or a dict of keyword "
             f"inputs, got {type(example_inputs).__name__}"
         )
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
+    overwrite = overwrite or in_export_cache(path)
+    target = check_output_path(path, overwrite=overwrite, what="ONNX export")
     expected = sparse_layers(model)
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    config = getattr(model, "config", None)
+    cached = getattr(config, "use_cache", None)
+    if isinstance(kwargs, dict) and cached is not None:
+        kwargs.setdefault("use_cache", False)  # a KV-cache object is no graph output
     training = model.training
     model.eval()
+    folder = Path(os.path.realpath(target.parent))
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            torch.onnx.export(
-                model,
-                args,
-                str(path),
-                kwargs=kwargs,
-                export_params=True,
-                opset_version=opset_version,
-                dynamo=True,
-                verbose=False,
-            )
-    except Exception as exc:
-        raise CheckpointError(
-            f"torch.onnx.export could not export {type(model).__name__}: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        ) from exc
+        if cached is not None:
+            config.use_cache = False
+        with replacing_folder(folder, overwrite=overwrite, what="ONNX export") as tmp:
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", category=DeprecationWarning)
+                    warnings.filterwarnings("ignore", category=FutureWarning)
+                    torch.onnx.export(
+                        model,
+                        args,
+                        str(tmp / target.name),
+                        kwargs=kwargs,
+                        export_params=True,
+                        opset_version=opset_version,
+                        dynamo=True,
+                        external_data=weight_bytes > _EMBED_LIMIT,
+                        verbose=False,
+                    )
+            except Exception as exc:
+                first = _ANSI.sub("", str(exc)).strip().splitlines()
+                raise CheckpointError(
+                    f"torch.onnx.export could not export {type(model).__name__}: "
+                    f"{type(exc).__name__}: {first[0] if first else ''}"
+                ) from exc
     finally:
         model.train(training)
-    report = check_onnx(path, dtype=dtype, tokens=tokens)
+        if cached is not None:
+            config.use_cache = cached
+    report = check_onnx(target, dtype=dtype, tokens=tokens)
     found = {w.layer: w for w in report.weights}
     lost = [name for name in expected if name in found and not found[name].valid_24]
     if lost:

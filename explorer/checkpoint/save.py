@@ -16,7 +16,8 @@ from explorer.checks import check_pattern
 from explorer.compression import compress
 from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.results.store import explorer_version
+from explorer.output_paths import check_output_path, replacing
+from explorer.results.store import cache_dir, explorer_version
 
 from .manifest import (
     FORMAT,
@@ -33,7 +34,28 @@ from .manifest import (
 )
 from .report import CheckpointReport, LayerRecord
 
-__all__ = ["model_description", "save_sparse"]
+__all__ = ["dedupe_tensors", "in_export_cache", "model_description", "save_sparse"]
+
+
+def in_export_cache(path: str | os.PathLike) -> bool:
+    """True for a file in the explorer's own export cache, ``<cache>/exports``.
+
+    The dashboard saves and exports there under names it chooses, and saves again under the
+    same names; such a file is replaced without ``overwrite=True`` (a database, side file,
+    device or folder there is still refused).
+
+    Examples
+    --------
+    >>> in_export_cache(cache_dir() / "exports" / "digits.safetensors")
+    True
+    >>> in_export_cache("thesis.tex")
+    False
+    """
+    try:
+        own = (cache_dir() / "exports").resolve()
+        return Path(path).expanduser().resolve().parent == own
+    except OSError:
+        return False
 
 
 def save_sparse(
@@ -45,6 +67,7 @@ def save_sparse(
     provenance: dict[str, Any] | None = None,
     progress: bool = True,
     cancel: Any = None,
+    overwrite: bool = False,
 ) -> CheckpointReport:
     """Save a model with its 2:4 Linear weights compressed, plus a manifest, to one file.
 
@@ -62,7 +85,10 @@ def save_sparse(
         bundle from :func:`explorer.load_model` also records its name, so
         :func:`load_sparse` can rebuild it without ``model=``.
     path : str or path-like
-        The file to write (``.safetensors`` by convention); replaced if it exists.
+        The file to write (``.safetensors`` by convention). It follows the output-path rule of
+        :mod:`explorer.output_paths`: an existing file is replaced only with ``overwrite=True``
+        (or when it is in the explorer's own export cache, see :func:`in_export_cache`), and
+        never a database, its side files, a device, FIFO or folder.
     result : PruneResult, optional
         The pruning run: its method, pattern, calibration and per-layer errors go into the
         manifest, and a layer it pruned to 2:4 that is no longer 2:4 is an error.
@@ -76,6 +102,8 @@ def save_sparse(
     cancel : threading.Event, optional
         Checked between layers; when set, nothing is written and
         :class:`~explorer.checkpoint.CheckpointCancelled` is raised.
+    overwrite : bool, optional
+        Replace an existing regular file at ``path`` (refused otherwise).
 
     Returns
     -------
@@ -89,6 +117,10 @@ def save_sparse(
         or provenance that is not JSON.
     MissingExtraError
         ``safetensors`` is not installed (``pip install "sparsity-explorer[deploy]"``).
+    OutputPathError
+        ``path`` is refused by the output-path rule (checked before any work).
+    OSError
+        The file could not be written (a full or read-only disk); nothing is left behind.
 
     Examples
     --------
@@ -123,13 +155,15 @@ def save_sparse(
         raise CheckpointError(
             f"provenance must be JSON-serialisable (str, numbers, lists, dicts): {exc}"
         ) from None
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
+    overwrite = overwrite or in_export_cache(path)
+    check_output_path(path, overwrite=overwrite, what="checkpoint")
 
     # 1. the state dict, each shared tensor stored once (aliases rebuild the others)
     state = model.state_dict()
-    aliases, unique = _dedupe(state)
+    aliases, unique = dedupe_tensors(state)
     pruned = set(getattr(result, "layers", ()) or ())
     pattern_24 = result is not None and getattr(result.pattern, "name", "") == "2:4"
     layers: dict[str, dict[str, Any]] = {}
@@ -198,14 +232,19 @@ def save_sparse(
             for k, t in tensors.items()
         },
     }
-    # 4. write to a temporary name, then rename over the target
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        st.save_file(tensors, str(tmp), metadata={METADATA_KEY: dumps(manifest), "format": "pt"})
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    # 4. write to a temporary file beside the target, then rename it by the output-path rule
+    with replacing(path, overwrite=overwrite, what="checkpoint") as tmp:
+        try:
+            st.save_file(
+                tensors, str(tmp), metadata={METADATA_KEY: dumps(manifest), "format": "pt"}
+            )
+        except Exception as exc:
+            if isinstance(exc, OSError):
+                raise
+            raise OSError(
+                f"cannot write the checkpoint {path}: {' '.join(str(exc).split())}; free some "
+                "space or pass a path on a writable disk (nothing was written)"
+            ) from exc
     return build_report(path, json.loads(dumps(manifest)))
 
 
@@ -241,8 +280,29 @@ def _why_dense(param, weight, module, fqn, aliases, filter_fn) -> str:
     return ""
 
 
-def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    """Tensors that are the same memory (tied weights) are kept once; the rest become aliases."""
+def dedupe_tensors(
+    state: dict[str, torch.Tensor],
+) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Tensors that are the same memory (tied weights) are kept once; the rest become aliases.
+
+    Parameters
+    ----------
+    state : dict of str to Tensor
+        A state dict.
+
+    Returns
+    -------
+    aliases : dict of str to str
+        Each repeated name and the name it repeats.
+    unique : dict of str to Tensor
+        The tensors kept, one per piece of memory.
+
+    Examples
+    --------
+    >>> w = torch.zeros(2, 2)
+    >>> dedupe_tensors({"a": w, "b": w})[0]
+    {'b': 'a'}
+    """
     seen: dict[tuple, str] = {}
     aliases: dict[str, str] = {}
     unique: dict[str, torch.Tensor] = {}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import os
 import pickle
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from explorer._threads import one_cpu_thread
+from explorer.output_paths import replacing
 from explorer.results.store.location import cache_dir
 
 __all__ = ["batches", "cached_state", "make_mlp", "train"]
@@ -99,8 +98,7 @@ def cached_state(
             print(f"retraining: cached weights {path} unreadable ({exc})")
     trainer(build)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    torch.save(build.state_dict(), tmp)
-    os.replace(tmp, path)
+    # The cache file is the explorer's own: replaced, but never a device, folder or database.
+    with replacing(path, overwrite=True, what="cached weights") as tmp:
+        torch.save(build.state_dict(), tmp)
     return build.eval(), path

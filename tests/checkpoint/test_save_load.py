@@ -206,7 +206,7 @@ def test_lossy_dtype_is_refused_and_widening_is_exact(tmp_path):
         load_sparse(path, nn.Sequential(nn.Linear(16, 8)).half(), progress=False)
     half = nn.Sequential(nn.Linear(16, 8)).half()
     explorer.prune(half, "magnitude", "2:4", progress=False)
-    save_sparse(half, path, progress=False)
+    save_sparse(half, path, progress=False, overwrite=True)
     wide = load_sparse(path, nn.Sequential(nn.Linear(16, 8)), progress=False)
     assert torch.equal(wide[0].weight, half[0].weight.float())
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -20,6 +22,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from explorer import _html
+from explorer.errors import OutputPathError
+from explorer.output_paths import replacing
 from explorer.results.store import schema
 from explorer.results.store.canonical import canonical_json, to_jsonable
 from explorer.results.store.files import check_output, is_sqlite_file
@@ -58,6 +62,28 @@ def _refuse_side_files(path: Path) -> None:
             )
 
 
+def _refuse_special(path: Path) -> None:
+    # SQLite would read a FIFO forever, and write "<device>-journal" beside a device node.
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise StoreError(
+            f"results database {path} is not a regular file (a device, FIFO or socket); "
+            "SQLite would write side files beside it; pass a file path such as results.db"
+        )
+
+
+def _is_shipped(path: Path) -> bool:
+    # The package's own reference database is opened immutable: nothing is written beside it.
+    shipped = reference_path()
+    try:
+        return shipped is not None and path.resolve() == shipped.resolve()
+    except OSError:
+        return False
+
+
 class ResultStore:
     """An SQLite results database with provenance on every row.
 
@@ -81,7 +107,9 @@ class ResultStore:
     ------
     StoreError
         The file is corrupt, not SQLite, SQLite without our schema, written by a newer
-        explorer, or its path cannot be opened or written; the message says what to do.
+        explorer, a device, FIFO or socket (nothing is written beside it), or its path cannot
+        be opened or written; the message says what to do. The shipped reference database
+        is opened immutable, so nothing is ever written into the installed package.
 
     Examples
     --------
@@ -126,6 +154,8 @@ class ResultStore:
                 f"results database {self.path} is a folder, expected a file; pass a file path "
                 f"such as {self.path / 'results.db'}"
             )
+        if not memory:
+            _refuse_special(self.path)
         if readonly and not memory and not self.path.is_file():
             raise StoreError(f"results database {self.path} does not exist; check the path")
         if not memory:
@@ -135,6 +165,8 @@ class ResultStore:
     # -- opening -------------------------------------------------------------------------------
     def _open(self, memory: bool) -> sqlite3.Connection:
         if self.readonly and not memory:
+            if _is_shipped(self.path):
+                return self._open_target(f"file:{quote(str(self.path.resolve()))}?immutable=1")
             try:
                 return self._open_target(f"file:{quote(str(self.path.resolve()))}?mode=ro")
             except StoreError as exc:
@@ -518,7 +550,7 @@ class ResultStore:
         >>> ResultStore(db).export_csv(db)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        explorer.results.store.location.StoreError: refusing to write the CSV export to ...
+        explorer.results.store.files.OutputRefused: refusing to write the CSV export to ...
         """
         protect = [self.path, *(r.path for r in self._references)]
         check_output(path, protect=protect, force=force, what="CSV export")
@@ -565,16 +597,24 @@ class ResultStore:
 
         This is how a reference database is made from a measured ``results.db``.
         """
-        dest = Path(dest)
-        if dest.exists():
+        dest = Path(dest).expanduser()
+        if os.path.lexists(dest):
             raise StoreError(f"{dest} exists already; pass a new path or remove it first")
-        out = sqlite3.connect(dest, isolation_level=None)
         try:
-            with self._lock:
-                self._conn.backup(out)
-            out.execute("PRAGMA journal_mode = DELETE")
+            with replacing(dest, what="database snapshot") as part:
+                out = sqlite3.connect(part, isolation_level=None)
+                try:
+                    with self._lock:
+                        self._conn.backup(out)
+                    out.execute("PRAGMA journal_mode = DELETE")
+                finally:
+                    out.close()
+        except OutputPathError as exc:
+            raise StoreError(str(exc)) from None
         finally:
-            out.close()
+            for side in ("-wal", "-shm", "-journal"):
+                for part_file in dest.parent.glob(f".{dest.name}.*.part{side}"):
+                    part_file.unlink(missing_ok=True)
         return dest
 
     # -- lifetime and display ------------------------------------------------------------------

@@ -17,6 +17,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from explorer import _html
+from explorer.errors import OutputPathError
+from explorer.output_paths import replacing
 from explorer.results.store import schema
 from explorer.results.store.files import is_sqlite_file
 from explorer.results.store.location import StoreError
@@ -341,8 +343,13 @@ def recover_store(path: str | Path, dest: str | Path) -> RecoveryResult:
     """
     from explorer.results.store.db import ResultStore
 
+    if str(dest) == ":memory:":
+        raise StoreError(
+            "store recover needs a file to copy the rows into, got ':memory:' (the rows would "
+            "vanish at once); pass a new path such as rescued.db"
+        )
     path, dest = Path(path).expanduser(), Path(dest).expanduser()
-    if dest.exists() or Path(f"{dest}-wal").exists():
+    if os.path.lexists(dest) or Path(f"{dest}-wal").exists():
         raise StoreError(f"{dest} exists already; recover into a new file (pass a new path)")
     if dest.name.endswith(("-wal", "-shm", "-journal")):
         raise StoreError(
@@ -364,18 +371,21 @@ def recover_store(path: str | Path, dest: str | Path) -> RecoveryResult:
             ) from exc
     finally:
         conn.close()
-    part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    part = None
     try:
-        with ResultStore(part) as store, store._write() as out:
-            columns = ", ".join(["id", *_RESULT_COLUMNS])
-            marks = ", ".join("?" * (len(_RESULT_COLUMNS) + 1))
-            out.executemany(f"INSERT OR IGNORE INTO results ({columns}) VALUES ({marks})", rows)
-            out.executemany(
-                "INSERT OR IGNORE INTO sweeps (sweep_id, created, config) VALUES (?, ?, ?)",
-                sweeps,
-            )
-        os.replace(part, dest)
+        with replacing(dest, what="recovered store") as part:
+            with ResultStore(part) as store, store._write() as out:
+                columns = ", ".join(["id", *_RESULT_COLUMNS])
+                marks = ", ".join("?" * (len(_RESULT_COLUMNS) + 1))
+                out.executemany(f"INSERT OR IGNORE INTO results ({columns}) VALUES ({marks})", rows)
+                out.executemany(
+                    "INSERT OR IGNORE INTO sweeps (sweep_id, created, config) VALUES (?, ?, ?)",
+                    sweeps,
+                )
+    except OutputPathError as exc:
+        raise StoreError(str(exc)) from None
     finally:
-        for side in ("", "-wal", "-shm", "-journal"):
-            Path(f"{part}{side}").unlink(missing_ok=True)
+        for side in ("-wal", "-shm", "-journal"):
+            if part is not None:
+                Path(f"{part}{side}").unlink(missing_ok=True)
     return RecoveryResult(path, dest, len(rows), len(sweeps), unreadable, missing)

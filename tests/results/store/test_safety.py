@@ -71,8 +71,14 @@ def test_export_csv_and_json_refuse_their_own_store_and_any_sqlite_file(tmp_path
                 with pytest.raises(StoreError, match="refusing"):
                     export(target)
         store.export_csv(tmp_path / "rows.csv")
-        store.export_json(other, force=True)  # an explicit force replaces another file
-    assert json.loads(other.read_text())[0]["kind"] == "prune"
+        with pytest.raises(StoreError, match="even --force"):
+            store.export_json(other, force=True)  # forced, a database is still never replaced
+        plain = tmp_path / "rows.json"
+        plain.write_text("[]")
+        store.export_json(plain, force=True)  # an explicit force replaces a plain file
+    assert json.loads(plain.read_text())[0]["kind"] == "prune"
+    with ResultStore(other) as kept:
+        assert len(kept) == 2
     with ResultStore(db) as store:
         assert len(store) == 3
 
