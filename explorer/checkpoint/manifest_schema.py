@@ -325,7 +325,7 @@ def _section(manifest: dict, key: str, where: str) -> dict:
     if not isinstance(section, dict):
         _fail(where, key, section, "an object")
     for name in section:
-        if not _is_name(name) and not (key == "layers" and name == ""):
+        if not _is_name(name) and not (key in ("layers", "skipped") and name == ""):
             _fail(where, f"{key} key", name, f"a name of 1 to {_MAX_NAME} characters")
     return section
 
