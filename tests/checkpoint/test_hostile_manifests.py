@@ -15,7 +15,6 @@ from safetensors.torch import save_file
 from torch import nn
 
 import explorer
-from conftest import llama_config
 from explorer import cli
 from explorer.checkpoint import (
     MANIFEST_NAME,
@@ -60,8 +59,19 @@ def _write(path, tensors, manifest):
 
 
 def _fresh_llama(tie=True):
+    """The tiny_llama fixture's architecture (conftest), with other random weights."""
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=tie,
+    )
     torch.manual_seed(1)
-    return transformers.LlamaForCausalLM(llama_config(tie)).to(torch.bfloat16).eval()
+    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
 
 
 def _fails_untouched(path, match, model):
