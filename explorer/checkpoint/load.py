@@ -1,9 +1,13 @@
 """``load_sparse`` and ``verify_checkpoint``: read a sparse checkpoint back, checking everything.
 
 Reading goes through safetensors only (never pickle). Before a single weight of the model is
-touched: the manifest must describe exactly the tensors in the file, every tensor's checksum
-must match, every 2:4 layer's positions must be a valid 2:4 encoding and its rebuilt dense
-weight must match the checksum taken when it was saved, and every tensor must fit the model.
+touched: the manifest must fit its schema (:mod:`~explorer.checkpoint.manifest_schema`) and
+describe exactly the tensors in the file, shapes and dtypes first (from the header), then every
+tensor's checksum; every 2:4 layer's positions must be a valid 2:4 encoding and its rebuilt
+dense weight must match the checksum taken when it was saved; every tensor must fit the model,
+and every alias must be a tensor the model itself ties. A model the manifest describes is first
+built on the meta device and compared with the header (:mod:`~explorer.checkpoint.rebuild`), so
+a small file cannot make the loader allocate what its config claims.
 """
 
 from __future__ import annotations
@@ -249,7 +253,16 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
 
 
 def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> CheckpointReport:
-    """Check a sparse checkpoint completely without building a model.
+    """Check a sparse checkpoint completely without allocating a model.
+
+    Everything :func:`read_checkpoint` checks; and for a Hugging Face model (when transformers
+    is installed) the model its manifest describes is built on the meta device, where it must
+    fit the file and tie every tensor the manifest records as an alias.
+
+    Raises
+    ------
+    CheckpointError
+        The first problem found, in one line.
 
     Examples
     --------
@@ -303,8 +316,11 @@ def load_sparse(
     Raises
     ------
     CheckpointError
-        Any problem :func:`read_checkpoint` finds, or tensors that do not fit ``model``
-        (names, shapes, or a dtype that would lose precision); the model is left untouched.
+        Any problem :func:`read_checkpoint` finds; tensors that do not fit ``model`` (names,
+        shapes, or a dtype that would lose precision); an alias between tensors the model does
+        not tie, or tied tensors stored with different values; or, without ``model``, a
+        recorded config whose model (built on the meta device first) does not fit the file.
+        The model is left untouched and nothing is allocated for a model that does not fit.
 
     Examples
     --------
