@@ -273,7 +273,7 @@ def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> Checkp
     CheckpointReport(fc.safetensors: 1 of 1 layers 2:4, 3.6 KiB = 88.7% of 4.1 KiB dense, checksums ok)
     """
     manifest, _ = read_checkpoint(path, progress=progress)
-    if manifest["model"].get("hf_class") and importlib.util.find_spec("transformers"):
+    if (manifest.get("model") or {}).get("hf_class") and importlib.util.find_spec("transformers"):
         _check_on_meta(manifest, Path(path))
     return build_report(Path(path), manifest)
 

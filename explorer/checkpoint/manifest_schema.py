@@ -37,11 +37,11 @@ _FIX = "the file was altered or damaged; use a good copy, or save the model agai
 _TOP = {
     "format": True,
     "version": True,
-    "model": True,
     "layers": True,
     "skipped": True,
     "aliases": True,
     "tensors": True,
+    "model": False,
     "explorer_version": False,
     "torch_version": False,
     "created": False,
@@ -116,7 +116,8 @@ def validate_checkpoint_manifest(manifest: Any, where: str) -> dict[str, Any]:
     """
     _check_format(manifest, FORMAT, where)
     _fields(manifest, _TOP, "(top level)", where)
-    _check_model(manifest["model"], where)
+    if manifest.get("model") is not None:
+        _check_model(manifest["model"], where)
     for key in ("pruning", "provenance"):
         if key in manifest and not (manifest[key] is None or isinstance(manifest[key], dict)):
             _fail(where, key, manifest[key], "an object or null")

@@ -159,7 +159,7 @@ def build_model(manifest: dict[str, Any], where: str) -> nn.Module:
         return cls(config).eval()
     from explorer.models import MODELS, load
 
-    bundle = manifest["model"]["bundle"]
+    bundle = (manifest.get("model") or {}).get("bundle")
     if bundle not in MODELS:
         raise CheckpointError(
             f"{where} was saved from bundle {short_repr(bundle)}, which is not bundled; expected "
@@ -169,7 +169,7 @@ def build_model(manifest: dict[str, Any], where: str) -> nn.Module:
 
 
 def _hf_class_and_config(manifest: dict[str, Any], where: str) -> tuple[Any, Any]:
-    described = manifest["model"]
+    described = manifest.get("model") or {}
     if not described.get("hf_class"):
         if described.get("bundle"):
             return None, None
