@@ -298,12 +298,12 @@ def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> No
             raise CheckpointError(
                 f"the manifest of {where} makes {short_repr(alias)} an alias of {short_repr(original)}, "
                 f"but the file stores {short_repr(alias)} itself; expected aliases only for tensors "
-                f"the file does not store. {_FIX}"
+                f"the file does not store; {_FIX}"
             )
         if original not in stored:
             raise CheckpointError(
                 f"the manifest of {where} makes {short_repr(alias)} an alias of {short_repr(original)}, "
-                f"which the file does not store; expected an alias of a stored tensor. {_FIX}"
+                f"which the file does not store; expected an alias of a stored tensor; {_FIX}"
             )
         layer = by_param.get(alias)
         if layer is None:
@@ -317,7 +317,7 @@ def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> No
                 f"but {short_repr(alias)} was saved as {layer['dtype']} {layer['shape']} with "
                 f"checksum {layer['sha256'][:12]}... and {short_repr(original)} is "
                 f"{target['dtype']} {target['shape']} with checksum {target['sha256'][:12]}...; "
-                f"expected tied tensors to be identical. {_FIX}"
+                f"expected tied tensors to be identical; {_FIX}"
             )
 
 
