@@ -5,6 +5,12 @@
   in full on load; never pickle.
 * :func:`export_pretrained` / :func:`export_onnx`: the dense masked model for other runtimes.
 * :func:`check_onnx`: which weights of an ONNX file can take TensorRT's 2:4 sparse tactics.
+* :func:`check_file`: what ``sparsity-explorer check [--strict]`` does, for any of the above.
+
+Nothing a checkpoint says is trusted unchecked: its manifest is parsed with bounded nesting and
+number sizes and checked field by field (:mod:`~explorer.checkpoint.manifest_schema`), and a
+model it describes is built on the meta device and compared with the file before any memory is
+allocated (:mod:`~explorer.checkpoint.rebuild`).
 
 ``safetensors``, ``onnx`` and ``onnxscript`` come with ``pip install "sparsity-explorer[deploy]"``.
 
@@ -19,6 +25,7 @@ Examples
 0.5625
 """
 
+from .check import check_file
 from .export import (
     MANIFEST_NAME,
     export_onnx,
@@ -26,7 +33,7 @@ from .export import (
     sparse_layers,
     verify_pretrained,
 )
-from .load import load_sparse, read_checkpoint, verify_checkpoint
+from .load import load_sparse, read_checkpoint, read_manifest, verify_checkpoint
 from .manifest import CheckpointCancelled, CheckpointError
 from .onnx_check import OnnxReport, OnnxWeight, check_onnx
 from .report import CheckpointReport, LayerRecord
@@ -40,11 +47,13 @@ __all__ = [
     "LayerRecord",
     "OnnxReport",
     "OnnxWeight",
+    "check_file",
     "check_onnx",
     "export_onnx",
     "export_pretrained",
     "load_sparse",
     "read_checkpoint",
+    "read_manifest",
     "save_sparse",
     "sparse_layers",
     "verify_checkpoint",

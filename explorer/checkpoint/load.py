@@ -1,13 +1,18 @@
 """``load_sparse`` and ``verify_checkpoint``: read a sparse checkpoint back, checking everything.
 
 Reading goes through safetensors only (never pickle). Before a single weight of the model is
-touched: the manifest must describe exactly the tensors in the file, every tensor's checksum
-must match, every 2:4 layer's positions must be a valid 2:4 encoding and its rebuilt dense
-weight must match the checksum taken when it was saved, and every tensor must fit the model.
+touched: the manifest must fit its schema (:mod:`~explorer.checkpoint.manifest_schema`) and
+describe exactly the tensors in the file, shapes and dtypes first (from the header), then every
+tensor's checksum; every 2:4 layer's positions must be a valid 2:4 encoding and its rebuilt
+dense weight must match the checksum taken when it was saved; every tensor must fit the model,
+and every alias must be a tensor the model itself ties. A model the manifest describes is first
+built on the meta device and compared with the header (:mod:`~explorer.checkpoint.rebuild`), so
+a small file cannot make the loader allocate what its config claims.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 from pathlib import Path
@@ -29,10 +34,11 @@ from .manifest import (
     parse_manifest,
     tensor_sha256,
 )
+from .rebuild import build_model, build_on_meta, check_model_fits, check_ties, expected_state
 from .report import CheckpointReport
 from .save import build_report
 
-__all__ = ["load_sparse", "read_checkpoint", "verify_checkpoint"]
+__all__ = ["load_sparse", "read_checkpoint", "read_manifest", "verify_checkpoint"]
 
 
 def read_checkpoint(
@@ -72,31 +78,13 @@ def read_checkpoint(
     >>> manifest["format"], torch.equal(state["0.weight"], net[0].weight)
     ('sparsity-explorer.sparse-checkpoint', True)
     """
-    safetensors = require("safetensors", "deploy")
     from tqdm.auto import tqdm
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist (or is not a file)")
     where = str(path)
-    try:
-        handle = safetensors.safe_open(str(path), framework="pt", device="cpu")
-    except Exception as exc:  # SafetensorError has no stable import path across versions
-        raise CheckpointError(
-            f"{where} cannot be read as safetensors ({exc}); the file is truncated, damaged or "
-            "not a checkpoint. Save it again with explorer.save_sparse"
-        ) from None
-    with handle as f:
-        manifest = parse_manifest((f.metadata() or {}).get(METADATA_KEY), where)
-        described = manifest["tensors"]
-        present = set(f.keys())
-        missing = sorted(set(described) - present)
-        extra = sorted(present - set(described))
-        if missing or extra:
-            raise CheckpointError(
-                f"the manifest of {where} does not match its tensors: described but absent "
-                f"{missing[:5]}, present but not described {extra[:5]}; the file was altered"
-            )
+    with _open(path) as f:
+        manifest, described = _described(f, where)
+        _check_header(f, described, where)
         raw: dict[str, torch.Tensor] = {}
         for name in tqdm(sorted(described), desc="verifying", disable=not progress, leave=False):
             if cancel is not None and cancel.is_set():
@@ -117,6 +105,86 @@ def read_checkpoint(
             raw[name] = tensor
     state = _rebuild(manifest, raw, where)
     return manifest, state
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a checkpoint's manifest against its header, without reading any tensor.
+
+    The manifest must fit the schema and describe exactly the file's tensors with their shapes
+    and dtypes (from the safetensors header; checksums need the data, see
+    :func:`read_checkpoint`).
+
+    Examples
+    --------
+    >>> import os, tempfile, explorer
+    >>> from torch import nn
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
+    >>> _ = explorer.save_sparse(nn.Linear(8, 4), path, progress=False)
+    >>> sorted(read_manifest(path)["tensors"])
+    ['bias', 'weight']
+    """
+    with _open(Path(path)) as f:
+        manifest, described = _described(f, str(path))
+        _check_header(f, described, str(path))
+    return manifest
+
+
+def _open(path: Path):
+    safetensors = require("safetensors", "deploy")
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist (or is not a file)")
+    try:
+        return safetensors.safe_open(str(path), framework="pt", device="cpu")
+    except Exception as exc:  # SafetensorError has no stable import path across versions
+        raise CheckpointError(
+            f"{path} cannot be read as safetensors ({exc}); the file is truncated, damaged or "
+            "not a checkpoint. Save it again with explorer.save_sparse"
+        ) from None
+
+
+def _described(f, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    manifest = parse_manifest((f.metadata() or {}).get(METADATA_KEY), where)
+    described = manifest["tensors"]
+    present = set(f.keys())
+    missing = sorted(set(described) - present)
+    extra = sorted(present - set(described))
+    if missing or extra:
+        raise CheckpointError(
+            f"the manifest of {where} does not match its tensors: described but absent "
+            f"{missing[:5]}, present but not described {extra[:5]}; the file was altered"
+        )
+    return manifest, described
+
+
+#: safetensors' dtype codes by the names a manifest uses.
+_HEADER_DTYPES = {
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "I8": "int8",
+    "U8": "uint8",
+    "I16": "int16",
+    "I32": "int32",
+    "I64": "int64",
+    "BOOL": "bool",
+}
+
+
+def _check_header(f, described: dict[str, Any], where: str) -> None:
+    """Every tensor's shape and dtype in the header is the manifest's (no data is read)."""
+    for name, entry in described.items():
+        try:
+            piece = f.get_slice(name)
+            shape, code = list(piece.get_shape()), str(piece.get_dtype())
+        except Exception as exc:
+            raise CheckpointError(f"tensor {name!r} in {where} cannot be read ({exc})") from None
+        dtype = _HEADER_DTYPES.get(code, code)
+        if shape != entry["shape"] or dtype != entry["dtype"]:
+            raise CheckpointError(
+                f"tensor {name!r} in {where} is {dtype} {shape} but the manifest says "
+                f"{entry['dtype']} {entry['shape']}; the file was altered"
+            )
 
 
 def _get(handle, name: str, where: str) -> torch.Tensor:
@@ -185,7 +253,16 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
 
 
 def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> CheckpointReport:
-    """Check a sparse checkpoint completely without building a model.
+    """Check a sparse checkpoint completely without allocating a model.
+
+    Everything :func:`read_checkpoint` checks; and for a Hugging Face model (when transformers
+    is installed) the model its manifest describes is built on the meta device, where it must
+    fit the file and tie every tensor the manifest records as an alias.
+
+    Raises
+    ------
+    CheckpointError
+        The first problem found, in one line.
 
     Examples
     --------
@@ -196,6 +273,8 @@ def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> Checkp
     CheckpointReport(fc.safetensors: 1 of 1 layers 2:4, 3.6 KiB = 88.7% of 4.1 KiB dense, checksums ok)
     """
     manifest, _ = read_checkpoint(path, progress=progress)
+    if (manifest.get("model") or {}).get("hf_class") and importlib.util.find_spec("transformers"):
+        _check_on_meta(manifest, Path(path))
     return build_report(Path(path), manifest)
 
 
@@ -237,8 +316,11 @@ def load_sparse(
     Raises
     ------
     CheckpointError
-        Any problem :func:`read_checkpoint` finds, or tensors that do not fit ``model``
-        (names, shapes, or a dtype that would lose precision); the model is left untouched.
+        Any problem :func:`read_checkpoint` finds; tensors that do not fit ``model`` (names,
+        shapes, or a dtype that would lose precision); an alias between tensors the model does
+        not tie, or tied tensors stored with different values; or, without ``model``, a
+        recorded config whose model (built on the meta device first) does not fit the file.
+        The model is left untouched and nothing is allocated for a model that does not fit.
 
     Examples
     --------
@@ -259,15 +341,21 @@ def load_sparse(
             f"sparse_linear=True builds cuSPARSELt layers and needs device='cuda', got "
             f"device={device!r}; pass device='cuda' or load the dense masked model"
         )
+    where = str(path)
+    if model is None:
+        # 1. the model the manifest describes, on the meta device: it must fit the file's header
+        #    before anything is allocated or read
+        _check_on_meta(read_manifest(path), Path(path))
     manifest, state = read_checkpoint(path, progress=progress, cancel=cancel)
     if model is None:
-        model = _rebuild_model(manifest, str(path))
+        model = build_model(manifest, where)
         # a rebuilt model takes the checkpoint's dtypes (non-persistent buffers stay as built)
         for name, target in model.state_dict(keep_vars=True).items():
             source = state.get(name)
             if source is not None and target.is_floating_point() and source.is_floating_point():
                 target.data = target.data.to(source.dtype)
-    _check_fits(model, state, str(path))
+    _check_fits(model, state, where)
+    check_ties(model, manifest["aliases"], expected_state(manifest), where)
     if cancel is not None and cancel.is_set():
         raise CheckpointCancelled(
             f"loading {Path(path).name} was cancelled; the model is unchanged"
@@ -316,30 +404,14 @@ def _widens(source: torch.dtype, target: torch.dtype) -> bool:
     return False
 
 
-def _rebuild_model(manifest: dict[str, Any], where: str) -> nn.Module:
-    described = manifest.get("model") or {}
-    bundle = described.get("bundle")
-    if described.get("hf_class"):
-        transformers = require("transformers", "models")
-        name = described["hf_class"]
-        cls = getattr(transformers, name, None) if str(name).isidentifier() else None
-        if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
-            raise CheckpointError(
-                f"{where} names the Hugging Face class {name!r}, which this transformers does not "
-                "have; build the model yourself and pass model="
-            )
-        config = cls.config_class.from_dict(dict(described.get("hf_config") or {}))
-        return cls(config).eval()
-    if bundle:
-        from explorer.models import MODELS, load
-
-        if bundle not in MODELS:
-            raise CheckpointError(f"{where} was saved from bundle {bundle!r}, which is not bundled")
-        return load(bundle).model
-    raise CheckpointError(
-        f"{where} holds a plain torch model ({described.get('class', 'unknown class')}); the file "
-        "stores weights, not code. Build the same architecture and pass it as model="
-    )
+def _check_on_meta(manifest: dict[str, Any], path: Path) -> None:
+    """The described Hugging Face model, built on meta, fits the file and ties what it aliases."""
+    meta = build_on_meta(manifest, str(path))
+    if meta is None:  # a bundled model: this package's own code, checked once built
+        return
+    expected = expected_state(manifest)
+    check_model_fits(meta, expected, str(path), path.stat().st_size)
+    check_ties(meta, manifest["aliases"], expected, str(path))
 
 
 def _to_sparse_linear(model: nn.Module, manifest: dict[str, Any], dtype) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "CheckpointCancelled",
     "CheckpointError",
     "dtype_from_name",
+    "dtype_names",
     "parse_manifest",
     "tensor_sha256",
 ]
@@ -75,6 +76,17 @@ def dtype_from_name(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def dtype_names() -> frozenset[str]:
+    """The dtype names a manifest may use.
+
+    Examples
+    --------
+    >>> "bfloat16" in dtype_names()
+    True
+    """
+    return frozenset(_DTYPES)
+
+
 def tensor_sha256(tensor: torch.Tensor) -> str:
     """SHA-256 of a tensor's raw bytes (row-major, as stored).
 
@@ -95,7 +107,11 @@ def now() -> str:
 
 
 def parse_manifest(text: str | None, where: str) -> dict[str, Any]:
-    """Parse and shape-check a manifest's JSON text; every problem is a :class:`CheckpointError`.
+    """Parse and check a checkpoint's manifest; every problem is a :class:`CheckpointError`.
+
+    The JSON is parsed with bounded nesting and number sizes
+    (:func:`~explorer.checkpoint.bounded_json.loads_bounded`) and every field is checked
+    against the schema (:func:`~explorer.checkpoint.manifest_schema.validate_checkpoint_manifest`).
 
     Parameters
     ----------
@@ -111,82 +127,30 @@ def parse_manifest(text: str | None, where: str) -> dict[str, Any]:
     ...
     explorer.checkpoint.manifest.CheckpointError: m.safetensors is not a sparsity-explorer checkpoint ...
     """
+    from .bounded_json import loads_bounded
+    from .manifest_schema import validate_checkpoint_manifest
+
     if text is None:
         raise CheckpointError(
             f"{where} has no sparsity-explorer manifest in its metadata (key {METADATA_KEY!r}); "
             "it is a plain safetensors file. Save with explorer.save_sparse(model, path)"
         )
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(
-            f"the manifest in {where} is not valid JSON ({exc}); the file was altered or damaged"
-        ) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise CheckpointError(
-            f"{where} is not a sparsity-explorer checkpoint (manifest format {found!r}, "
-            f"expected {FORMAT!r})"
-        )
-    if manifest.get("version") != VERSION:
-        raise CheckpointError(
-            f"{where} has checkpoint version {manifest.get('version')!r}; this explorer reads "
-            f"version {VERSION}. Upgrade sparsity-explorer to read it"
-        )
-    for key, kind in (("layers", dict), ("skipped", dict), ("tensors", dict), ("aliases", dict)):
-        if not isinstance(manifest.get(key), kind):
-            raise CheckpointError(
-                f"the manifest in {where} has no valid {key!r} section "
-                f"(got {type(manifest.get(key)).__name__}); the file was altered"
-            )
-    for name, entry in manifest["tensors"].items():
-        if not (
-            isinstance(entry, dict)
-            and isinstance(entry.get("sha256"), str)
-            and isinstance(entry.get("shape"), list)
-            and isinstance(entry.get("dtype"), str)
-        ):
-            raise CheckpointError(
-                f"the manifest in {where} describes tensor {name!r} without sha256, shape and "
-                "dtype; the file was altered"
-            )
-    for name, entry in manifest["layers"].items():
-        shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not (
-            isinstance(entry, dict)
-            and isinstance(entry.get("param"), str)
-            and isinstance(shape, list)
-            and len(shape) == 2
-            and all(isinstance(s, int) and s >= 0 for s in shape)
-            and isinstance(entry.get("sha256"), str)
-        ):
-            raise CheckpointError(
-                f"the manifest in {where} describes layer {name!r} without param, a 2-D shape "
-                "and sha256; the file was altered"
-            )
-    return manifest
+    manifest = loads_bounded(text, f"the manifest in {where}")
+    return validate_checkpoint_manifest(manifest, where)
 
 
 def parse_json_manifest(text: str, where: str) -> dict[str, Any]:
-    """Parse the ``sparsity_manifest.json`` of a Hugging Face export.
+    """Parse and check the ``sparsity_manifest.json`` of a Hugging Face export.
 
     Examples
     --------
     >>> parse_json_manifest('{"format": "%s.pretrained", "version": 1, "layers": {}}' % FORMAT, "m")
     {'format': 'sparsity-explorer.sparse-checkpoint.pretrained', 'version': 1, 'layers': {}}
     """
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{where} is not valid JSON ({exc}); it was altered") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT + ".pretrained":
-        raise CheckpointError(f"{where} is not a sparsity-explorer export manifest")
-    if manifest.get("version") != VERSION or not isinstance(manifest.get("layers"), dict):
-        raise CheckpointError(
-            f"{where} has version {manifest.get('version')!r} or no layers; this explorer reads "
-            f"version {VERSION}"
-        )
-    return manifest
+    from .bounded_json import loads_bounded
+    from .manifest_schema import validate_pretrained_manifest
+
+    return validate_pretrained_manifest(loads_bounded(text, where), where)
 
 
 def dumps(manifest: dict[str, Any]) -> str:

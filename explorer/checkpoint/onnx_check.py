@@ -10,8 +10,9 @@ for layers whose constant weights already hold 2:4 along the reduction dimension
   kernel position, every group of 4 consecutive input channels.
 
 The weights are read from the file's initializers (and ``Constant`` nodes) with the ``onnx``
-package, followed back through ``Identity``, ``Cast``, ``Transpose`` and ``DequantizeLinear``
-nodes, and counted with :func:`explorer.check_pattern`. The shape rules are the doctor's
+package, followed back through ``Identity``, ``Cast``, ``Transpose``, ``DequantizeLinear``,
+``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and constant ``Mul``/``Div`` nodes, and
+counted with :func:`explorer.check_pattern`. The shape rules are the doctor's
 (:mod:`explorer.doctor`): the reduction width must be a multiple of 4 to hold 2:4 at all; the
 sparse operand's rows and columns should be multiples of 16 (16-bit) or 32 (8-bit), or the
 sparse kernels cannot take it; small products are rarely faster sparse. TensorRT times sparse
@@ -40,7 +41,11 @@ from .manifest import CheckpointError
 __all__ = ["OnnxReport", "OnnxWeight", "check_onnx"]
 
 _WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
-_PASS_THROUGH = ("Identity", "Cast", "Transpose", "DequantizeLinear")
+_PASS_THROUGH = (
+    *("Identity", "Cast", "Transpose", "DequantizeLinear"),
+    *("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Mul", "Div"),
+)
+_MAX_TRACE = 16
 _EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)
 _MAX_HTML_ROWS = 80
 
@@ -116,6 +121,19 @@ class OnnxReport:
     def fallbacks(self) -> dict[str, str]:
         """Weights that fall back to dense, with the reasons."""
         return {w.layer: "; ".join(w.reasons) for w in self.weights if w.verdict == "dense"}
+
+    @property
+    def strict_problems(self) -> tuple[str, ...]:
+        """Why ``check --strict`` fails: weights that fall back to dense, or none checked.
+
+        Examples
+        --------
+        >>> OnnxReport(Path("m.onnx"), torch.float16, 1024, ()).strict_problems
+        ('no MatMul/Gemm/Conv weight was found and checked in m.onnx',)
+        """
+        if not self.weights:
+            return (f"no MatMul/Gemm/Conv weight was found and checked in {self.path.name}",)
+        return tuple(f"{layer} falls back to dense: {why}" for layer, why in self.fallbacks.items())
 
     def weight(self, layer: str) -> OnnxWeight:
         """The check of one layer, by PyTorch module name or node name."""
@@ -231,55 +249,141 @@ def check_onnx(
         raise CheckpointError(f"{path} has an empty graph (no nodes); it is not a usable model")
     constants: dict[str, Any] = {t.name: t for t in graph.initializer}
     for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        if (
+            node.op_type == "Constant"
+            and node.output
+            and node.attribute
+            and node.attribute[0].name == "value"
+        ):
             constants[node.output[0]] = node.attribute[0].t
     producers = {out: node for node in graph.node for out in node.output}
     weight_nodes = [n for n in graph.node if n.op_type in _WEIGHT_OPS]
+    for node in weight_nodes:
+        if len(node.input) < 2 or not node.output:
+            raise CheckpointError(
+                f"{path}: node {_label(node)!r} ({node.op_type}) has {len(node.input)} inputs and "
+                f"{len(node.output)} outputs, expected at least 2 inputs and 1 output; the file "
+                "is damaged or was not written by an ONNX exporter"
+            )
     graph_inputs = {i.name for i in graph.input}
     # 1. a model whose weight ops read their weights from graph inputs was exported without them
     if (
         weight_nodes
         and not graph.initializer
-        and any(len(n.input) > 1 and n.input[1] in graph_inputs for n in weight_nodes)
+        and any(n.input[1] in graph_inputs for n in weight_nodes)
     ):
         raise CheckpointError(
             f"{path} holds no weights: its {len(weight_nodes)} MatMul/Gemm/Conv nodes read them "
             "from graph inputs. Export with the weights (torch.onnx.export(..., "
             "export_params=True), or explorer.checkpoint.export_onnx)"
         )
-    arrays: dict[str, np.ndarray] = {}
+    tracer = _ConstantTracer(constants, producers, numpy_helper, onnx)
+    checks = []
+    for node in weight_nodes:
+        # 2. follow each weight back to its constant through layout-only and scaling nodes
+        try:
+            found = _sparse_operand(node, tracer.resolve)
+            if found is not None:
+                checks.append(_check_weight(node, *found, dtype, tokens))
+        except (ValueError, IndexError, TypeError, KeyError, RecursionError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            raise CheckpointError(
+                f"{path}: the weight of node {_label(node)!r} ({node.op_type}) cannot be read "
+                f"({type(exc).__name__}: {str(exc)[:120]}); the file is damaged or uses an "
+                "unusual graph. Re-export it with explorer.checkpoint.export_onnx"
+            ) from None
+    return OnnxReport(path, dtype, tokens, tuple(checks))
 
-    def array(name: str) -> np.ndarray:
-        if name not in arrays:
-            arrays[name] = numpy_helper.to_array(constants[name])
-        return arrays[name]
 
-    def resolve(name: str, depth: int = 0) -> tuple[np.ndarray, str] | None:
-        # 2. follow a weight back to its constant through layout-only nodes
-        if name in constants:
-            return array(name), name
-        node = producers.get(name)
-        if node is None or node.op_type not in _PASS_THROUGH or depth > 8:
+class _ConstantTracer:
+    """Follows a node input back to the constant it is computed from, if any.
+
+    Layout and scaling nodes are followed (``Identity``, ``Cast``, ``Transpose``,
+    ``DequantizeLinear``, ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, and ``Mul`` or
+    ``Div`` of two constants), up to :data:`_MAX_TRACE` nodes deep; their values are computed
+    with numpy so the zero pattern is the one the engine sees.
+    """
+
+    def __init__(self, constants, producers, numpy_helper, onnx) -> None:
+        self.constants, self.producers = constants, producers
+        self.numpy_helper, self.onnx = numpy_helper, onnx
+        self.arrays: dict[str, tuple[np.ndarray, str] | None] = {}
+
+    def resolve(self, name: str, depth: int = 0) -> tuple[np.ndarray, str] | None:
+        """``(value, initializer name)`` of the constant behind ``name``, or None."""
+        if name not in self.arrays:
+            self.arrays[name] = self._resolve(name, depth)
+        return self.arrays[name]
+
+    def _resolve(self, name: str, depth: int) -> tuple[np.ndarray, str] | None:
+        if name in self.constants:
+            return np.asarray(self.numpy_helper.to_array(self.constants[name])), name
+        node = self.producers.get(name)
+        if node is None or node.op_type not in _PASS_THROUGH or depth > _MAX_TRACE:
             return None
-        found = resolve(node.input[0], depth + 1)
+        if not node.input:
+            raise ValueError(f"{node.op_type} node {_label(node)!r} has no inputs")
+        found = self.resolve(node.input[0], depth + 1)
         if found is None:
             return None
         value, source = found
-        if node.op_type == "Transpose":
+        op = node.op_type
+        if op == "Transpose":
             perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
             value = np.transpose(value, perm) if perm else value.T
-        elif node.op_type == "DequantizeLinear" and len(node.input) > 2:
-            zero = resolve(node.input[2], depth + 1)
+        elif op == "Cast":
+            to = _attr(node, "to", 0)
+            try:
+                target = self.onnx.helper.tensor_dtype_to_np_dtype(to)
+            except (KeyError, ValueError, TypeError):
+                target = None
+            if target is not None and target.kind in "biuf":
+                with np.errstate(all="ignore"):
+                    value = value.astype(target)
+        elif op == "DequantizeLinear" and len(node.input) > 2:
+            zero = self.resolve(node.input[2], depth + 1)
             if zero is not None and np.any(zero[0] != 0):
                 value = value.astype(np.int32) - np.asarray(zero[0], dtype=np.int32)
+        elif op in ("Reshape", "Squeeze", "Unsqueeze"):
+            value = self._reshape(node, value, depth)
+        elif op == "Flatten":
+            axis = _attr(node, "axis", 1) % max(value.ndim, 1)
+            value = value.reshape(int(np.prod(value.shape[:axis], dtype=np.int64)), -1)
+        elif op in ("Mul", "Div"):
+            other = self.resolve(node.input[1], depth + 1) if len(node.input) > 1 else None
+            if other is None:
+                return None  # a weight times activations is not a constant weight
+            with np.errstate(all="ignore"):
+                product = value * other[0] if op == "Mul" else value / other[0]
+            if other[0].size > value.size:
+                source = other[1]
+            value = product
         return value, source
 
-    checks = []
-    for node in weight_nodes:
-        found = _sparse_operand(node, resolve)
-        if found is not None:
-            checks.append(_check_weight(node, *found, dtype, tokens))
-    return OnnxReport(path, dtype, tokens, tuple(checks))
+    def _reshape(self, node, value: np.ndarray, depth: int) -> np.ndarray | None:
+        second = self.resolve(node.input[1], depth + 1) if len(node.input) > 1 else None
+        if node.op_type == "Reshape":
+            if second is None:
+                raise ValueError(f"Reshape node {_label(node)!r} has no constant shape")
+            shape = [int(d) for d in np.asarray(second[0]).reshape(-1)]
+            if not _attr(node, "allowzero", 0):
+                shape = [value.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+            return value.reshape(shape)
+        axes = (
+            [int(a) for a in np.asarray(second[0]).reshape(-1)]
+            if second is not None
+            else next((list(a.ints) for a in node.attribute if a.name == "axes"), [])
+        )
+        if node.op_type == "Squeeze":
+            return np.squeeze(value, axis=tuple(axes)) if axes else np.squeeze(value)
+        for axis in sorted(a % (value.ndim + len(axes)) for a in axes):
+            value = np.expand_dims(value, axis)
+        return value
+
+
+def _label(node) -> str:
+    return node.name or (node.output[0] if node.output else f"<unnamed {node.op_type}>")
 
 
 def _load_external_data(onnx, model, path: Path) -> None:
@@ -379,7 +483,7 @@ def _check_weight(node, nonzero, source, kind, dtype, tokens) -> OnnxWeight:
         )
     verdict = "dense" if dense else ("slow" if reasons else "sparse")
     return OnnxWeight(
-        node=node.name or node.output[0],
+        node=_label(node),
         layer=_layer_name(node),
         op=node.op_type,
         initializer=source,
@@ -402,4 +506,4 @@ def _layer_name(node) -> str:
                 break
             if isinstance(scopes, list) and len(scopes) >= 2 and scopes[-2]:
                 return str(scopes[-2])
-    return node.name or node.output[0]
+    return _label(node)

@@ -97,6 +97,20 @@ class CheckpointReport:
         return dict(self.manifest.get("skipped", {}))
 
     @property
+    def strict_problems(self) -> tuple[str, ...]:
+        """Why ``check --strict`` fails: layers kept dense, or no 2:4 layer recorded at all.
+
+        Examples
+        --------
+        >>> CheckpointReport(Path("m.safetensors"), 10, 10, (), {}).strict_problems
+        ('m.safetensors records no 2:4 layer',)
+        """
+        problems = tuple(f"{fqn} is stored dense: {why}" for fqn, why in self.skipped.items())
+        if not self.sparse_layers:
+            problems += (f"{self.path.name} records no 2:4 layer",)
+        return problems
+
+    @property
     def ratio(self) -> float:
         """File bytes over dense bytes."""
         return self.file_bytes / self.dense_bytes if self.dense_bytes else 1.0
