@@ -36,7 +36,6 @@ from .distill import check_teacher, check_temperature, distillation_loss, forwar
 from .finetune_checks import (
     FinetuneDiverged,
     MaskedLayer,
-    Snapshot,
     check_batch,
     check_data,
     check_masks,
@@ -45,6 +44,7 @@ from .finetune_checks import (
     masks_hold,
     move_to,
 )
+from .snapshot import Snapshot
 
 __all__ = ["FinetuneDiverged", "FinetuneResult", "finetune"]
 

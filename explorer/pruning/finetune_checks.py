@@ -3,20 +3,13 @@
 :func:`explorer.pruning.finetune` trains a pruned model in place, so it refuses what would
 destroy that model before touching it (a learning rate that is not a finite positive number,
 masks that are not bool or that would undo a layer's 2:4 pattern, batches holding NaN), keeps a
-:class:`Snapshot` of every parameter and buffer before the first step, and after the last one
+:class:`~explorer.pruning.snapshot.Snapshot` of every parameter and buffer before the first step, and after the last one
 asks :func:`masks_hold` whether the pruned weights are still zero.
 
 Examples
 --------
 >>> import torch
 >>> from torch import nn
->>> net = nn.Linear(8, 2)
->>> snap = Snapshot(net)
->>> with torch.no_grad():
-...     _ = net.weight.fill_(float("nan"))
->>> snap.restore()
->>> bool(torch.isfinite(net.weight).all())
-True
 >>> check_positive(float("inf"), "lr", "1e-3")
 Traceback (most recent call last):
 ...
@@ -39,7 +32,6 @@ from ..checks import check_pattern
 __all__ = [
     "FinetuneDiverged",
     "MaskedLayer",
-    "Snapshot",
     "check_batch",
     "check_data",
     "check_masks",
@@ -333,43 +325,3 @@ def check_parameters(named: Sequence[tuple[str, torch.Tensor]], when: str) -> No
                     f"parameter {name!r} holds {bad} NaN or infinite value(s) of {p.numel()} "
                     f"{when} ({why})"
                 )
-
-
-class Snapshot:
-    """A copy of every parameter, buffer and gradient of a module, put back bit for bit.
-
-    Parameters and buffers are remembered by the module and name that hold them, so a forward
-    pass that replaces a buffer (rather than writing into it) is undone too.
-
-    Parameters
-    ----------
-    model : nn.Module
-        The module to copy (on the devices its tensors are on).
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        self._saved: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = []
-        self._grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        seen: set[int] = set()
-        with torch.no_grad():
-            for module in model.modules():
-                own = [
-                    *module.named_parameters(recurse=False),
-                    *module.named_buffers(recurse=False),
-                ]
-                for name, tensor in own:
-                    self._saved.append((module, name, tensor, tensor.detach().clone()))
-                    if isinstance(tensor, nn.Parameter) and id(tensor) not in seen:
-                        seen.add(id(tensor))
-                        grad = tensor.grad
-                        self._grads.append((tensor, None if grad is None else grad.clone()))
-
-    def restore(self) -> None:
-        """Put every parameter, buffer and gradient back as it was when the snapshot was taken."""
-        with torch.no_grad():
-            for module, name, tensor, copy in self._saved:
-                tensor.copy_(copy)
-                if getattr(module, name, None) is not tensor:
-                    setattr(module, name, tensor)
-            for param, grad in self._grads:
-                param.grad = grad
