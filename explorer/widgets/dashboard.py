@@ -116,7 +116,7 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         self.busy = False
         self.runs: dict[str, _Run] = {}
         self.current: _Run | None = None
-        self._dense: dict[str, torch.Tensor] = {}
+        self._dense = None  # a Snapshot of the dense model, taken when it loads
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[str], None]] = []
