@@ -135,7 +135,7 @@ class _Pruning:
             self._add_run_point(config, score, masks, speed, start)
             self._progress(1.0, "done")
             self._emit("model")
-            self.select_layer(self.selected)
+            self.select_layer(self.selected or self._first_prunable())
             said = (
                 f"no speed data ({speed.details.get('why', speed.label)})"
                 if speed.speedup is None
