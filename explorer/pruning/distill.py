@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["check_teacher", "distillation_loss", "forward"]
+from .finetune_checks import check_positive
+
+__all__ = ["check_teacher", "check_temperature", "distillation_loss", "forward"]
 
 
 def forward(model: nn.Module, batch: Any) -> Any:
@@ -45,8 +47,49 @@ def _tensor(output: Any) -> tuple[torch.Tensor, bool]:
     )
 
 
+def check_temperature(temperature: Any) -> float:
+    """The softmax temperature as a float, if it is a finite number above 0.
+
+    Logits are divided by it and the loss multiplied by its square: 0 divides by zero, infinity
+    flattens every distribution to uniform (and scales the loss to infinity), NaN poisons
+    everything, and a negative temperature reverses the softmax, teaching the student the
+    teacher's least likely tokens.
+
+    Raises
+    ------
+    ValueError
+        Naming the value and a usual one.
+
+    Examples
+    --------
+    >>> check_temperature(2)
+    2.0
+    >>> check_temperature(-1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: temperature must be a finite number above 0, got -1.0; e.g. temperature=1.0 (the logits as they are) or 2.0 (softer targets)
+    """
+    return check_positive(
+        temperature, "temperature", "1.0 (the logits as they are) or 2.0 (softer targets)"
+    )
+
+
 def distillation_loss(student_out: Any, teacher_out: Any, temperature: float = 1.0) -> torch.Tensor:
     """The loss between a student's and a teacher's outputs on the same batch.
+
+    Parameters
+    ----------
+    student_out, teacher_out : Any
+        The two models' outputs: logits (an output with ``.logits``), a tensor, an output with
+        ``.last_hidden_state``, or a tuple whose first element is a tensor.
+    temperature : float
+        Softmax temperature for logits, a finite number above 0 (see
+        :func:`check_temperature`).
+
+    Returns
+    -------
+    torch.Tensor
+        A scalar: ``KL * T^2`` for logits, the normalised mean squared error otherwise.
 
     Examples
     --------
@@ -54,6 +97,7 @@ def distillation_loss(student_out: Any, teacher_out: Any, temperature: float = 1
     >>> float(distillation_loss(t, t))
     0.0
     """
+    temperature = check_temperature(temperature)
     s, is_logits = _tensor(student_out)
     t, _ = _tensor(teacher_out)
     if s.shape != t.shape:

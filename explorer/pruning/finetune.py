@@ -3,6 +3,12 @@
 Prune, retrain, recover: after each backward pass the gradients of pruned weights are zeroed,
 and after each optimizer step the masks are applied again (Adam's moments could otherwise move
 a pruned weight off zero), so the sparsity pattern survives training exactly.
+
+Training changes the model in place, so nothing that would destroy it gets that far: the
+arguments, masks and data are checked before the first step
+(:mod:`explorer.pruning.finetune_checks`), and a run that meets a NaN or infinite loss or
+parameter, is cancelled or fails puts every parameter and buffer back bit for bit before it
+raises.
 """
 
 from __future__ import annotations
@@ -21,15 +27,26 @@ from torch import nn
 from .. import _html
 from .calibration import (
     PruningCancelled,
-    _to_device,
     check_cancel,
     model_device,
     progress_bar,
     validate_cancel,
 )
-from .distill import check_teacher, distillation_loss, forward
+from .distill import check_teacher, check_temperature, distillation_loss, forward
+from .finetune_checks import (
+    FinetuneDiverged,
+    MaskedLayer,
+    check_batch,
+    check_data,
+    check_masks,
+    check_parameters,
+    check_positive,
+    masks_hold,
+    move_to,
+)
+from .snapshot import Snapshot
 
-__all__ = ["FinetuneResult", "finetune"]
+__all__ = ["FinetuneDiverged", "FinetuneResult", "finetune"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +67,9 @@ class FinetuneResult:
         ``"steps"`` (all steps done) or ``"time"`` (``max_minutes`` reached first).
     distilled : bool
         Whether the loss was distillation from a teacher.
+    masks_hold : bool
+        Checked after the last step: every pruned weight is still zero and every layer that
+        was 2:4 before training still is.
     """
 
     losses: tuple[float, ...]
@@ -58,6 +78,7 @@ class FinetuneResult:
     seconds: float
     stopped_by: str = "steps"
     distilled: bool = False
+    masks_hold: bool = True
 
     @property
     def first_loss(self) -> float:
@@ -80,6 +101,7 @@ class FinetuneResult:
             "seconds": round(self.seconds, 4),
             "stopped_by": self.stopped_by,
             "distilled": self.distilled,
+            "masks_hold": self.masks_hold,
             "losses": list(self.losses),
         }
 
@@ -90,9 +112,11 @@ class FinetuneResult:
     def __repr__(self) -> str:
         how = ", distilled" if self.distilled else ""
         stop = ", stopped by time" if self.stopped_by == "time" else ""
+        held = "masks hold" if self.masks_hold else "MASKS BROKEN"
         return (
             f"FinetuneResult(steps={self.steps}, lr={self.lr:g}{how}, "
-            f"loss {self.first_loss:.4f} -> {self.final_loss:.4f}, seconds={self.seconds:.2f}{stop})"
+            f"loss {self.first_loss:.4f} -> {self.final_loss:.4f}, {held}, "
+            f"seconds={self.seconds:.2f}{stop})"
         )
 
     def _repr_html_(self) -> str:
@@ -103,9 +127,13 @@ class FinetuneResult:
             ("final loss (last 10%)", f"{self.final_loss:.4f}"),
             ("seconds", f"{self.seconds:.2f}"),
             ("stopped by", self.stopped_by),
+            (
+                "masks hold",
+                _html.badge("yes", "ok") if self.masks_hold else _html.badge("NO", "error"),
+            ),
         ]
         title = "masked distillation" if self.distilled else "masked fine-tuning"
-        return _html.table(("", "value"), rows, title)
+        return _html.table(("", "value"), rows, title, raw_columns=(1,))
 
 
 def _cycle(data: Any) -> Iterator[Any]:
@@ -147,31 +175,6 @@ def _default_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if logits.dim() > 2:
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
     return F.cross_entropy(logits, target)
-
-
-def _pairs(model: nn.Module, masks: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    masks = getattr(masks, "masks", masks)
-    if not isinstance(masks, Mapping):
-        raise TypeError(
-            f"masks must be a dict of layer name to bool mask or a PruneResult, "
-            f"got {type(masks).__name__}; e.g. finetune(model, prune(model).masks, data)"
-        )
-    pairs = []
-    for fqn, mask in masks.items():
-        try:
-            weight = model.get_submodule(fqn).weight
-        except AttributeError as exc:
-            raise ValueError(
-                f"mask {fqn!r} names no layer with a weight in this model ({exc}); "
-                f"pass the masks prune() returned for this same model"
-            ) from None
-        if tuple(mask.shape) != tuple(weight.shape):
-            raise ValueError(
-                f"mask {fqn!r} has shape {tuple(mask.shape)} but the weight has "
-                f"{tuple(weight.shape)}; pass the masks prune() returned for this model"
-            )
-        pairs.append((weight, mask.to(weight.device, torch.bool)))
-    return pairs
 
 
 def finetune(
@@ -229,12 +232,28 @@ def finetune(
         Train every trainable parameter (default), or only the masked layers' weights and
         biases (cheaper; embeddings and norms stay as they are).
     temperature : float
-        Softmax temperature of the distillation loss on logits.
+        Softmax temperature of the distillation loss on logits, a finite number above 0.
 
     Returns
     -------
     FinetuneResult
-        The loss curve, how many steps were taken and what stopped the run.
+        The loss curve, how many steps were taken, what stopped the run and whether the masks
+        still hold.
+
+    Raises
+    ------
+    ValueError
+        Before the first step, with the model untouched: ``lr`` or ``temperature`` not a
+        finite number above 0, a mask of the wrong shape or one that breaks 2:4 on a layer
+        that follows 2:4, empty data or a batch holding NaN or infinity.
+    TypeError
+        Before the first step: a mask that is not bool, or a batch that is not an
+        ``(input, target)`` pair without a teacher.
+    FinetuneDiverged
+        At the first step whose loss, or whose updated parameters, hold NaN or infinity: the
+        message names the step and the cause, and every parameter and buffer was restored bit
+        for bit to its state before the first step. The same restore happens on cancellation
+        (:class:`PruningCancelled`) and on any other error.
 
     Examples
     --------
@@ -248,10 +267,11 @@ def finetune(
     >>> curve.steps, bool((net[0].weight[~result.masks["0"]] == 0).all())
     (20, True)
     """
-    if not isinstance(steps, int) or steps < 0:
+    # 1. everything that could destroy the model is refused before it is touched.
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
         raise ValueError(f"steps must be a non-negative int, got {steps!r}; e.g. steps=200")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}; e.g. lr=1e-3")
+    lr = check_positive(lr, "lr", "1e-3")
+    temperature = check_temperature(temperature)
     if max_minutes is not None and not (isinstance(max_minutes, int | float) and max_minutes > 0):
         raise ValueError(
             f"max_minutes must be a positive number of minutes or None, got {max_minutes!r}; "
@@ -267,23 +287,29 @@ def finetune(
                 "masked distillation needs training text or inputs (data=None); pass batches of "
                 "inputs kept apart from the evaluation data, e.g. bundle.calibration(64, seed=1)"
             )
-    pairs = _pairs(model, masks)
-    loss_fn = loss_fn or _default_loss
-    device = model_device(model)
+    layers = check_masks(model, masks)
+    pairs = teacher is None
+    checked = check_data(data, pairs)
     if train == "masked":
-        names = getattr(masks, "masks", masks)
+        names = [layer.name for layer in layers]
         params = [
             p for fqn in names for p in model.get_submodule(fqn).parameters() if p.requires_grad
         ]
     else:
         params = [p for p in model.parameters() if p.requires_grad]
+    trained = {id(p) for p in params}
+    named = [(n, p) for n, p in model.named_parameters() if id(p) in trained]
+    check_parameters(named, "before the first step (the model was already broken)")
+    loss_fn = loss_fn or _default_loss
+    device = model_device(model)
     optimizer = torch.optim.Adam(params, lr=lr)
     teacher_modes = None
     if teacher is not None:
         teacher_modes = {mod: mod.training for mod in teacher.modules()}
         teacher.eval()
     stopped_by = "steps"
-    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # 2. the state to put back, bit for bit, if the run does not finish.
+    snapshot = Snapshot(model)
     modes = {mod: mod.training for mod in model.modules()}
     batches = _cycle(data)
     losses: list[float] = []
@@ -297,47 +323,40 @@ def finetune(
         with progress_bar(steps if max_minutes is None else None, title, progress) as bar:
             for step in range(steps):
                 check_cancel(cancel, f"at step {step}")
-                # 1. the budget: stop when the next step (at the mean pace) would overrun it.
+                # 3. the budget: stop when the next step (at the mean pace) would overrun it.
                 now = time.perf_counter()
                 if deadline is not None and step and now + (now - start) / step > deadline:
                     stopped_by = "time"
                     break
                 batch = next(batches)
-                if teacher is not None:
-                    inputs = _to_device(batch, device)
-                    with torch.no_grad():
-                        target_out = forward(teacher, inputs)
-                    loss = distillation_loss(forward(model, inputs), target_out, temperature)
-                else:
-                    if not (isinstance(batch, tuple | list) and len(batch) == 2):
-                        raise TypeError(
-                            f"each data batch must be an (input, target) pair, got "
-                            f"{type(batch).__name__}; e.g. data=[(x, y)], or pass teacher= "
-                            "to distil from the dense model on inputs alone"
-                        )
-                    inputs, target = _to_device(tuple(batch), device)
-                    out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
-                    loss = loss_fn(_logits(out), target)
+                if not checked:  # batches of a DataLoader or generator, as they come
+                    check_batch(batch, f"the batch of step {step}", pairs)
+                loss, outputs = _loss(model, teacher, batch, device, loss_fn, temperature)
+                value = float(loss.detach())
+                # 4. a NaN or infinite loss stops the run before it reaches the weights.
+                if not math.isfinite(value):
+                    raise FinetuneDiverged(
+                        f"the loss is {value} at step {step} ({_cause(outputs)})"
+                    )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                # 2. pruned weights get no gradient ...
-                for weight, mask in pairs:
-                    if weight.grad is not None:
-                        weight.grad.masked_fill_(~mask, 0)
-                optimizer.step()
-                # 3. ... and are put back to zero after the step.
-                with torch.no_grad():
-                    for weight, mask in pairs:
-                        weight.masked_fill_(~mask, 0)
-                losses.append(float(loss.detach()))
+                _step(optimizer, layers)
+                check_parameters(named, f"after step {step}")
+                losses.append(value)
                 bar.update()
                 if step % 10 == 0:
                     bar.set_postfix(loss=f"{losses[-1]:.4f}")
     except BaseException as exc:
-        model.load_state_dict(saved)
+        snapshot.restore()
         if isinstance(exc, PruningCancelled):
             raise PruningCancelled(
                 f"fine-tuning was cancelled ({exc}); the model's parameters were restored"
+            ) from None
+        if isinstance(exc, FinetuneDiverged):
+            raise FinetuneDiverged(
+                f"fine-tuning stopped: {exc}; every parameter and buffer was restored to its "
+                f"state before the first step. Lower lr (now {lr:g}), check the data and "
+                "loss_fn, or train fewer steps"
             ) from None
         raise
     finally:
@@ -348,8 +367,53 @@ def finetune(
     return FinetuneResult(
         tuple(losses),
         len(losses),
-        float(lr),
+        lr,
         time.perf_counter() - start,
         stopped_by,
         teacher is not None,
+        masks_hold(layers),
     )
+
+
+def _loss(model, teacher, batch, device, loss_fn, temperature):
+    """The loss of one batch, and the outputs it came from (to name a non-finite one)."""
+    if teacher is not None:
+        inputs = move_to(batch, device)
+        with torch.no_grad():
+            target_out = forward(teacher, inputs)
+        student_out = forward(model, inputs)
+        loss = distillation_loss(student_out, target_out, temperature)
+        return loss, {"the teacher's output": target_out, "the model's output": student_out}
+    inputs, target = move_to(tuple(batch), device)
+    out = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+    logits = _logits(out)
+    return loss_fn(logits, target), {"the model's output": logits}
+
+
+def _cause(outputs: dict[str, Any]) -> str:
+    """Which output was not finite, or that the loss function made a NaN of finite outputs."""
+    for what, out in outputs.items():
+        try:
+            tensor = _logits(out)
+        except TypeError:
+            continue
+        if (
+            isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+            and not bool(torch.isfinite(tensor.detach()).all())
+        ):
+            return f"{what} holds NaN or infinity"
+    return "the outputs are finite: the loss function returned it"
+
+
+def _step(optimizer: torch.optim.Optimizer, layers: list[MaskedLayer]) -> None:
+    """One optimizer step that leaves every pruned weight at zero."""
+    # pruned weights get no gradient ...
+    for layer in layers:
+        if layer.weight.grad is not None:
+            layer.weight.grad.masked_fill_(~layer.mask, 0)
+    optimizer.step()
+    # ... and are put back to zero after the step.
+    with torch.no_grad():
+        for layer in layers:
+            layer.weight.masked_fill_(~layer.mask, 0)

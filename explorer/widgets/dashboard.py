@@ -116,7 +116,7 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         self.busy = False
         self.runs: dict[str, _Run] = {}
         self.current: _Run | None = None
-        self._dense: dict[str, torch.Tensor] = {}
+        self._dense = None  # a Snapshot of the dense model, taken when it loads
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[str], None]] = []
@@ -139,7 +139,7 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         mask = self.current.masks.get(name) if self.current else None
         pattern = self.current.config.pattern if self.current else self.method_picker.config.pattern
         # Groups are marked against the run's N:M pattern, or against 2:4 for other patterns.
-        marked = pattern if _is_nm(pattern) else "2:4"
+        marked = str(pattern) if _is_nm(pattern) else "2:4"
         if mask is not None:
             label = f"{name} ({self.current.config.method} {pattern})"
         elif self.current is None and (preview := self._preview(name, weight, marked)) is not None:
@@ -207,5 +207,10 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
 
 
 def _is_nm(pattern: str) -> bool:
-    n, _, m = str(pattern).partition(":")
-    return n.isdigit() and m.isdigit()
+    """Whether ``pattern`` parses as an N:M pattern (anything unparsable is not one)."""
+    from explorer.patterns import Pattern
+
+    try:
+        return Pattern.parse(pattern).is_nm
+    except (ValueError, TypeError):
+        return False

@@ -116,11 +116,10 @@ class _Loading:
         return True
 
     def _keep_dense(self) -> None:
-        self._dense = {
-            name: module.weight.detach().clone()
-            for name, module in self.bundle.model.named_modules()
-            if isinstance(module, nn.Linear)
-        }
+        """Copy every parameter and buffer of the dense model, for runs to start from."""
+        from explorer.pruning.snapshot import Snapshot
+
+        self._dense = Snapshot(self.bundle.model)
 
     def _start_job(self, target, *args) -> None:
         self._dense_job = threading.Thread(

@@ -135,10 +135,16 @@ class _Points:
         self._emit("model")
         self.select_layer(self.selected)
         note = (
-            ""
-            if config.method in ("magnitude", "random", "dense")
-            else (
-                " (masks applied to the dense weights; run it again for the method's weight updates)"
-            )
+            " (masks applied to the dense weights; run it again for the method's weight updates)"
+            if _updates_weights(config.method)
+            else ""
         )
         self.say("ok", f"loaded {point.label}{note}")
+
+
+def _updates_weights(method: str) -> bool:
+    """Whether ``method`` changes kept weights too, as the pruning method registry says."""
+    from explorer.pruning import METHODS as REGISTRY
+
+    info = REGISTRY.get(method)
+    return info is not None and info.updates_weights

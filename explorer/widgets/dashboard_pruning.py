@@ -3,7 +3,8 @@
 :class:`_Pruning` is the part of :class:`explorer.widgets.Dashboard` that prunes its model
 with a :class:`~explorer.widgets.method_picker.MethodConfig` in a background thread, reports
 progress, adds the run's trade-off point (:mod:`explorer.widgets.dashboard_points`) and, when
-cancelled or failing, restores the dense weights and says so.
+cancelled or failing, restores the dense model (every parameter and buffer, bit for bit), shows
+it as it now is in the layer table and the mask view, and says so.
 
 Examples
 --------
@@ -21,10 +22,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from explorer.widgets.method_picker import MethodConfig
+from explorer.widgets.method_picker import MethodConfig, min_calibration
 
 __all__: list[str] = []
 
@@ -73,9 +73,19 @@ class _Pruning:
             self.say("info", "cancelling ...")
 
     def _restore_dense(self) -> None:
-        with torch.no_grad():
-            for name, weight in self._dense.items():
-                self.bundle.model.get_submodule(name).weight.copy_(weight)
+        """Put every parameter and buffer back as it was when the model loaded, bit for bit."""
+        if self._dense is not None:
+            self._dense.restore()
+
+    def _after_failure(self, progress: str, level: str, text: str) -> None:
+        """Restore the dense model and show it as it now is: layer table, mask, status."""
+        self._restore_dense()
+        self.current = None
+        self.layer_picker.refresh()
+        self._progress(0.0, progress)
+        self._emit("model")
+        self.say(level, text)
+        self.select_layer(self.selected)
 
     def _filter(self, config: MethodConfig):
         if config.layers is None:
@@ -97,7 +107,7 @@ class _Pruning:
             self._restore_dense()
             self.current = None
             calibration = None
-            if config.calibration and config.method not in ("random", "magnitude", "weightnorm"):
+            if config.calibration and min_calibration(config.method):
                 self._progress(0.15, f"calibration: {config.calibration} samples")
                 calibration = self.bundle.calibration(config.calibration)
             self._check_cancel()
@@ -133,15 +143,15 @@ class _Pruning:
             )
             self.say("ok", f"{config.label}: {self.bundle.metric} {score:.4g}, {said}")
         except PruningCancelled:
-            self._restore_dense()
-            self._progress(0.0, "cancelled")
-            self.say("warn", "the run was cancelled; the model is dense again")
-            self.select_layer(self.selected)
+            self._after_failure(
+                "cancelled", "warn", "the run was cancelled; the model is dense again"
+            )
         except Exception as exc:  # the page shows every failure as a message, never a traceback
-            self._restore_dense()
-            self._progress(0.0, "failed")
-            self.say("error", f"{config.label} failed: {type(exc).__name__}: {exc}")
-            self.select_layer(self.selected)
+            self._after_failure(
+                "failed",
+                "error",
+                f"{config.label} failed: {type(exc).__name__}: {exc}; the model is dense again",
+            )
         finally:
             self.busy = False
             self._emit("busy")

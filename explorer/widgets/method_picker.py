@@ -6,7 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker"]
+from explorer.patterns import Pattern
+
+__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker", "min_calibration"]
 
 #: Methods offered when :mod:`explorer.pruning` does not list its own.
 METHODS = ("magnitude", "wanda", "sparsegpt", "random")
@@ -26,6 +28,23 @@ def available_methods() -> tuple[str, ...]:
     return tuple(names) if names else METHODS
 
 
+def min_calibration(method: str) -> int:
+    """The fewest calibration samples ``method`` runs with: 1 if it needs data, else 0.
+
+    The pruning method registry (:data:`explorer.pruning.METHODS`) says which methods need
+    calibration data; a name it does not know (such as ``"dense"``) needs none.
+
+    Examples
+    --------
+    >>> min_calibration("wanda"), min_calibration("magnitude"), min_calibration("dense")
+    (1, 0, 0)
+    """
+    from explorer.pruning import METHODS as REGISTRY
+
+    info = REGISTRY.get(method)
+    return 1 if info is not None and info.needs_calibration else 0
+
+
 @dataclass(frozen=True)
 class MethodConfig:
     """One pruning configuration (frozen, JSON-serialisable).
@@ -35,9 +54,11 @@ class MethodConfig:
     method : str
         Pruning method, e.g. ``"magnitude"`` or ``"wanda"``.
     pattern : str
-        Sparsity pattern, e.g. ``"2:4"``.
+        Sparsity pattern, e.g. ``"2:4"``; stored in the canonical form
+        :meth:`explorer.Pattern.parse` gives (``" 2:4 "`` becomes ``"2:4"``).
     calibration : int
-        Number of calibration samples (0 for data-free methods).
+        Number of calibration samples: at least 1 for methods that need data (see
+        :func:`min_calibration`), 0 allowed for data-free ones.
     layers : tuple of str, optional
         Layer names to prune; None prunes every layer the model's filter selects.
     dtype : str
@@ -52,6 +73,12 @@ class MethodConfig:
     True
     >>> cfg.label
     'wanda 2:4 all float16'
+    >>> MethodConfig("magnitude", " 2:4 ").pattern
+    '2:4'
+    >>> MethodConfig("magnitude", "4:2")
+    Traceback (most recent call last):
+    ...
+    ValueError: pattern '4:2': N:M needs 1 <= N < M (keep N of every M weights), got N=4, M=2; e.g. "2:4" or "4:8"
     """
 
     method: str = "magnitude"
@@ -66,19 +93,31 @@ class MethodConfig:
             raise ValueError(
                 f"method must be a non-empty str, got {self.method!r}; e.g. 'magnitude'"
             )
-        if not isinstance(self.calibration, int) or self.calibration < 0:
+        if (
+            not isinstance(self.calibration, int)
+            or isinstance(self.calibration, bool)
+            or self.calibration < 0
+        ):
             raise ValueError(
-                f"calibration must be a non-negative int (samples), got {self.calibration!r}"
+                f"calibration must be a non-negative int (samples), got {self.calibration!r}; "
+                "e.g. calibration=32"
+            )
+        if self.calibration < min_calibration(self.method):
+            raise ValueError(
+                f"method {self.method!r} needs calibration data, but calibration is "
+                f"{self.calibration} samples; use at least 1, e.g. calibration=32, or a "
+                "data-free method such as 'magnitude'"
             )
         if not isinstance(self.tokens, int) or self.tokens < 1:
             raise ValueError(f"tokens must be a positive int, got {self.tokens!r}; e.g. 1024")
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(str(n) for n in self.layers))
-        try:
-            from explorer.patterns import Pattern
-        except ImportError:
-            return
-        Pattern.parse(self.pattern)
+        if not isinstance(self.pattern, str | Pattern):
+            raise TypeError(
+                f"pattern must be a string, got {type(self.pattern).__name__} {self.pattern!r}; "
+                'e.g. "2:4"'
+            )
+        object.__setattr__(self, "pattern", Pattern.parse(self.pattern).name)
 
     @property
     def layer_set(self) -> str:

@@ -11,6 +11,7 @@ import threading
 
 from explorer.errors import require
 from explorer.widgets._plotly import figure_widget
+from explorer.widgets.method_picker import min_calibration
 
 __all__ = [
     "DashboardView",
@@ -206,15 +207,22 @@ class DashboardView:
         self.method = w.Dropdown(
             options=list(dash.method_picker.methods), value=cfg.method, description="method"
         )
+        # Read on Enter or when the box loses focus, not at every keystroke ("2" of "2:4").
         self.pattern_choice = w.Combobox(
             options=list(dash.method_picker.patterns),
             value=cfg.pattern,
             description="pattern",
             ensure_option=False,
+            continuous_update=False,
         ).add_class("explorer-pattern-choice")
+        # Methods that need data start at 1 sample (see _sync_calibration).
         self.calibration = w.IntSlider(
-            value=cfg.calibration, min=0, max=256, step=8, description="calibration"
-        )
+            value=cfg.calibration,
+            min=min_calibration(cfg.method),
+            max=256,
+            step=1,
+            description="calibration",
+        ).add_class("explorer-calibration")
         self.layers = w.Dropdown(
             options=[("all prunable", "all"), ("selected layer", "one")],
             value="all",
@@ -360,7 +368,15 @@ class DashboardView:
         if change["new"] != self.dash.selected:
             self.dash.layer_picker.select(change["new"])
 
-    def _on_config(self, change) -> None:
+    def _sync_calibration(self) -> None:
+        """The slider's lower end: 1 sample for a method that needs data, else 0."""
+        low = min_calibration(self.method.value)
+        if self.calibration.min != low:
+            self.calibration.min = low  # raises the value to ``low`` when it was below
+
+    def _on_config(self, change) -> bool:
+        """Hand the controls' values to the method picker; False (and an error shown) if refused."""
+        self._sync_calibration()
         try:
             self.dash.method_picker.set(
                 method=self.method.value,
@@ -371,9 +387,16 @@ class DashboardView:
             )
         except (ValueError, TypeError) as exc:
             self.dash.say("error", f"invalid setting: {exc}")
+            return False
+        canonical = self.dash.method_picker.config.pattern  # " 2:4 " is shown as "2:4"
+        if self.pattern_choice.value != canonical:
+            self.pattern_choice.value = canonical
+        return True
 
     def _on_run(self, _button) -> None:
-        self._on_config(None)
+        # A setting the picker refuses is never replaced by the previous one: nothing runs.
+        if not self._on_config(None):
+            return
         picker = self.dash.method_picker
         layers = None
         if self.layers.value == "one" and self.dash.selected is not None:
