@@ -160,6 +160,20 @@ def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 4096, log=None
                 host_us(lambda: fused(x)),
             )
         )
+        # the compiled op called by itself: what each sparse call adds under torch.compile
+        sl = SparseLinear.from_linear(lin)
+        x = torch.randn(16, d, dtype=dtype, device="cuda")
+        sl(x)
+        op = torch.ops.explorer.sparse_forward
+        rows.append(
+            _row(
+                f"explorer::sparse_forward op against F.linear, {d}x{d}",
+                dtype,
+                16,
+                host_us(lambda: nn.functional.linear(x, w)),
+                host_us(lambda: op(x, sl.op_id)),
+            )
+        )
         # one layer compiled in the default mode: the difference is the op against aten::mm
         x = torch.randn(16, d, dtype=dtype, device="cuda")
         times = []

@@ -378,6 +378,29 @@ class Plan:
                 raise
             raise CusparseltRefused(f"cuSPARSELt refused to run {self}: {exc}") from exc
 
+    def bind(self, a_ptr: int, alpha_ptr: int = 0):
+        """``run`` with ``A`` (and ``alpha``) fixed: a function of the ``B`` and ``D`` pointers
+        that launches on the current stream, for a caller that runs the same weight many
+        times (a layer's fast path). It raises :class:`CusparseltRefused` where ``run`` would,
+        and ``RuntimeError`` once the plan is closed.
+        """
+        mm, h, plan, ws = self._matmul, self.h, self._plan_ptr, self._ws_ptr
+        alpha, beta = alpha_ptr or self._alpha_ptr, self._beta_ptr
+        streams, streams_ptr, dev, res = self._streams, self._streams_ptr, self.device, self._res
+
+        def launch(b_ptr: int, d_ptr: int) -> None:
+            if res.freed:
+                raise RuntimeError(f"{self} was closed; build the plan again")
+            streams[0] = _stream_ptr(dev)
+            try:
+                mm(h, plan, alpha, a_ptr, b_ptr, beta, d_ptr, d_ptr, ws, streams_ptr, 1)
+            except Exception as exc:
+                if not _refused(exc):
+                    raise
+                raise CusparseltRefused(f"cuSPARSELt refused to run {self}: {exc}") from exc
+
+        return launch
+
     def search(self, a_ptr: int, b_ptr: int, d_ptr: int, alpha_ptr: int = 0) -> int:
         """Run ``matmul_search`` (the library times its configs) and return the chosen id."""
         L = _bindings()

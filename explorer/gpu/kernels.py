@@ -124,10 +124,10 @@ def launch(
     cannot (another device than the current one)."""
     dev = tensor.device.index or 0
     if dev == torch.cuda.current_device():
-        kinds = tuple(_KINDS[a.dtype] for a in args)
-        key = (name, fn, dev, kinds)
+        key = (name, fn, dev)
         launcher = _LAUNCHERS.get(key)
-        if launcher is None:
+        if launcher is None:  # a kernel's parameter types never change: read them once
+            kinds = tuple(_KINDS[a.dtype] for a in args)
             launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev), kinds)
         try:
             launcher.launch(

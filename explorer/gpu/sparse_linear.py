@@ -284,6 +284,11 @@ class SparseLinear(nn.Module):
         self._dense_at = {}
         return out
 
+    @property
+    def op_id(self) -> int:
+        """This module's id for the compiled op ``torch.ops.explorer.sparse_forward``."""
+        return self._op_id
+
     def set_mode(self, mode: str) -> None:
         """Choose routes for another execution mode from now on (see the class's ``mode``).
 
@@ -977,6 +982,8 @@ class SparseLinear(nn.Module):
 
     def _fast_sparse(self, plan: C.Plan, n: int, t: int, transpose: bool):
         """The sparse route for ``t`` rows (padded to ``n``) as one closure, 2-D in, 2-D out."""
+        if not transpose and n == t and plan.key.layout == "cc":
+            return self._bound_sparse(plan, n)
         run, pad = partial(self._run, plan, n=n), n - t
         if transpose:
             if pad:
@@ -985,6 +992,21 @@ class SparseLinear(nn.Module):
         if pad:
             return lambda x_: run(nn.functional.pad(x_, (0, 0, 0, pad)))[:t]
         return run
+
+    def _bound_sparse(self, plan: C.Plan, n: int):
+        """The row-major sparse route at exactly ``n`` rows, everything but the input and
+        output pointers bound once: the eager call with the least host time."""
+        launch = plan.bind(self.compressed.data_ptr())
+        shape, dtype, device = (n, self.out_features), self.out_dtype, self.compressed.device
+
+        def call(x_: torch.Tensor) -> torch.Tensor:
+            if not x_.is_contiguous():
+                x_ = x_.contiguous()
+            y = torch.empty(shape, dtype=dtype, device=device)
+            launch(x_.data_ptr(), y.data_ptr())
+            return y
+
+        return call
 
     def _remember(self, x: torch.Tensor, fn2d, clock: str, any_dims: bool = False) -> None:
         """Keep ``fn2d`` (2-D input to 2-D output, or any leading dims with ``any_dims``) as the
