@@ -106,19 +106,21 @@ class _Echo(torch.nn.Module):
 _OVERHEAD_US: dict[int, float] = {}
 
 
-def call_overhead_us() -> float:
-    """Host microseconds the op adds to a call of its module on this machine (measured once
-    per process on the current CUDA device; 0 where it cannot be measured now: no GPU, or
-    inside a CUDA-graph capture).
+def call_overhead_us(measure: bool = False) -> float:
+    """Host microseconds the op adds to a call of its module on this machine (0 until
+    measured; ``measure=True`` measures it once per process on the current CUDA device,
+    outside any CUDA-graph capture).
 
     A compiled model pays this on every sparse call and not on a traced dense matmul, so
     routes for ``torch.compile``'s default mode are chosen with it counted.
     """
-    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+    if not torch.cuda.is_available():
         return 0.0
     dev = torch.cuda.current_device()
     found = _OVERHEAD_US.get(dev)
     if found is None:
+        if not measure or torch.cuda.is_current_stream_capturing():
+            return 0.0
         from explorer.gpu.timing import host_us
 
         echo = _Echo()

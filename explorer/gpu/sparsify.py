@@ -426,6 +426,9 @@ def _measure(model, units, counts, report, mode) -> list:
     shown = "wall" if mode == "auto" else clock_for(mode)
     from explorer.gpu.sparse_linear import SparseLinear
 
+    from explorer.gpu.ops import call_overhead_us
+
+    call_overhead_us(measure=True)  # once: what the compiled op adds, for compile-mode routes
     kept = []
     with torch.no_grad():
         for unit in units:
