@@ -424,9 +424,8 @@ def _measure(model, units, counts, report, mode) -> list:
     (both clocks for ``"auto"``, which decides per call)."""
     clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
     shown = "wall" if mode == "auto" else clock_for(mode)
-    from explorer.gpu.sparse_linear import SparseLinear
-
     from explorer.gpu.ops import call_overhead_us
+    from explorer.gpu.sparse_linear import SparseLinear
 
     call_overhead_us(measure=True)  # once: what the compiled op adds, for compile-mode routes
     kept = []
