@@ -265,10 +265,10 @@ def bench_whole_model(
         row["dense_ms"] = _time(call(dense))
         row["explorer_ms"] = _time(call(sparse))
         row["speedup"] = row["dense_ms"] / row["explorer_ms"]
-        from explorer.gpu.cusparselt import padded_tokens
+        from explorer.gpu.cusparselt import decision_tokens
 
-        est = rep.layer_estimate(padded_tokens(n_tokens, dtype), clock="wall")
-        est_gpu = rep.layer_estimate(padded_tokens(n_tokens, dtype), clock="gpu")
+        est = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="wall")
+        est_gpu = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="gpu")
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est
             row["ceiling"] = ceiling(row["dense_ms"], *est)

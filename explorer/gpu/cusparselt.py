@@ -114,6 +114,25 @@ def padded_tokens(tokens: int, dtype: torch.dtype) -> int:
     return -(-tokens // gran) * gran
 
 
+#: Token counts up to this are decided each on their own: the padding to the plan's count
+#: costs host calls that are a large part of such a small product.
+EXACT_TOKENS_UP_TO = 64
+
+
+def decision_tokens(tokens: int, dtype: torch.dtype) -> int:
+    """The token count a route decision is measured and kept for: ``tokens`` itself up to
+    :data:`EXACT_TOKENS_UP_TO`, else :func:`padded_tokens` (one decision per plan).
+
+    Examples
+    --------
+    >>> decision_tokens(1, torch.float16), decision_tokens(16, torch.float16)
+    (1, 16)
+    >>> decision_tokens(1000, torch.float16)
+    1024
+    """
+    return tokens if tokens <= EXACT_TOKENS_UP_TO else padded_tokens(tokens, dtype)
+
+
 def feature_multiple(dtype: torch.dtype) -> int:
     """``in`` and ``out`` features must be multiples of this for cuSPARSELt."""
     return 32 if dtype.itemsize == 1 else 16

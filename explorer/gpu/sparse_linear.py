@@ -230,8 +230,10 @@ class SparseLinear(nn.Module):
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
         self._seen: dict = {}  # padded tokens -> Decision this layer was given
-        # padded tokens -> {clock: True if dense is chosen}, read while torch.compile traces
+        # decision tokens -> {clock: True if dense is chosen}, and the token counts a compiled
+        # model runs as a traced dense matmul in this layer's mode (a tuple: one cheap guard)
         self._dense_at: dict[int, dict[str, bool]] = {}
+        self._traced_dense: tuple[int, ...] = ()
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
         self._npad: dict[int, int] = {}
         self._mult = C.token_multiple(dtype)
@@ -282,6 +284,7 @@ class SparseLinear(nn.Module):
         self._reset_runtime()
         self._seen = {}
         self._dense_at = {}
+        self._traced_dense = ()
         return out
 
     @property
@@ -299,6 +302,7 @@ class SparseLinear(nn.Module):
         self._routes.clear()
         self._fast.clear()
         self._fast_graph.clear()
+        self._update_traced_dense()
 
     def set_activation(self, activation: str) -> None:
         """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product, fused
@@ -475,6 +479,7 @@ class SparseLinear(nn.Module):
         self._routes.clear()
         self._fast.clear()
         self._fast_graph.clear()
+        self._traced_dense = ()
 
     @property
     def decode_kept(self) -> bool:
@@ -549,23 +554,25 @@ class SparseLinear(nn.Module):
         return clock_for(self.mode)
 
     def _route(
-        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
+        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
     ) -> Route:
-        """The route for ``n`` padded tokens whose input arrives in layout ``first``."""
+        """The route for ``t`` tokens (``n`` padded) whose input arrives in layout ``first``."""
         if self._force is not None:
             return self._force
-        key = (n, first, fused_act, clock)
+        key = (t if t <= C.EXACT_TOKENS_UP_TO else n, first, fused_act, clock)
         route = self._routes.get(key)
         if route is None:
-            route = self._routes[key] = self._choose(n, dev, fused_act, alpha, first, clock)
+            route = self._routes[key] = self._choose(n, t, dev, fused_act, alpha, first, clock)
         return route
 
     def _choose(
-        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
+        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
     ) -> Route:
         """Measure the routes open to this problem once (per process) by both clocks, and
         keep the one that is fastest by ``clock``.
 
+        Decisions are kept per :func:`~explorer.gpu.cusparselt.decision_tokens`: small token
+        counts each on their own (their padding is part of the cost), larger ones per plan.
         A fixed ``layout`` or an 8-bit type leaves one route. Inside a CUDA-graph capture
         nothing can be timed: the decision of the nearest measured token count is used, or the
         sparse row-major route if none was measured.
@@ -577,38 +584,56 @@ class SparseLinear(nn.Module):
             fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
             if not decoding:
                 return fixed
-            return self._choose_decode(n, dev, fused_act, alpha, first, fixed, clock)
+            return self._choose_decode(n, t, dev, fused_act, alpha, first, fixed, clock)
+        key = C.decision_tokens(t, self.dtype)
         decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
-        found = decided.get(n)
+        found = decided.get(key)
         if found is None:
             if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(n, {k: v.route(clock) for k, v in decided.items()})
+                near = nearest_route(key, {k: v.route(clock) for k, v in decided.items()})
                 if near is not None and near.kind == "decode" and not decoding:
                     near = None  # the decode kernel takes at most 64 tokens
                 return near or Route("sparse", first + "c", self.alg)
-            timed = self._time_routes(n, dev, fused_act, alpha, first)
+            timed = self._time_routes(n, t, dev, fused_act, alpha, first)
             if not timed:
                 return Route("sparse", first + "c", self.alg)
-            found = decided[n] = _decision(timed)
-        self._remember_decision(n, found)
+            found = decided[key] = _decision(timed)
+        self._remember_decision(key, found)
         return found.route(clock)
 
-    def _remember_decision(self, n: int, found: Decision) -> None:
+    def _remember_decision(self, key: int, found: Decision) -> None:
         """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense
         (``"compile"``: wall time with the compiled op's own host cost added to every route
         but dense, which a compiled model runs as a traced matmul)."""
-        self._seen[n] = found
+        self._seen[key] = found
         op_ms = ops.call_overhead_us() / 1e3
         compiled = {r: t + (op_ms if r.sparse_weight else 0.0) for r, t in found.wall.items()}
-        self._dense_at[n] = {
+        self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
             "compile": bool(compiled) and Decision({}, compiled).route("wall") == DENSE,
         }
+        self._update_traced_dense()
+
+    def _update_traced_dense(self) -> None:
+        """The token counts a compiled model runs as a traced dense matmul in this mode: by
+        GPU time for ``"graphs"``, by wall time with the op's cost for ``"eager"`` and
+        ``"compile"``, by both for ``"auto"`` (which decides at each call)."""
+        if self.mode == "graphs":
+            wanted = ("gpu",)
+        elif self.mode == "auto":
+            wanted = ("gpu", "compile")
+        else:
+            wanted = ("compile",)
+        dense = self._dense is not None and self.backend == "cusparselt"
+        self._traced_dense = tuple(
+            sorted(k for k, f in self._dense_at.items() if dense and all(f[c] for c in wanted))
+        )
 
     def _choose_decode(
         self,
         n: int,
+        t: int,
         dev: int,
         fused_act: bool,
         alpha: bool,
@@ -618,15 +643,16 @@ class SparseLinear(nn.Module):
     ) -> Route:
         """The decode route or the one fixed route, by timing whole forwards (8-bit types and
         fixed layouts, whose cuSPARSELt route is not chosen among others)."""
+        key = C.decision_tokens(t, self.dtype)
         decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
-        found = decided.get(n)
+        found = decided.get(key)
         if found is None:
             if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(n, {k: v.route(clock) for k, v in decided.items()})
+                near = nearest_route(key, {k: v.route(clock) for k, v in decided.items()})
                 return near or fixed
             gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
             act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
-            x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
+            x = torch.randn(t, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
             if first == "r":
                 x = x.t().contiguous().t()
             timed = {}
@@ -638,28 +664,30 @@ class SparseLinear(nn.Module):
                 self._force = None
                 self._fast.clear()
                 self._fast_graph.clear()
-            found = decided[n] = _decision(timed)
-        self._remember_decision(n, found)
+            found = decided[key] = _decision(timed)
+        self._remember_decision(key, found)
         return found.route(clock)
 
     def _time_routes(
-        self, n: int, dev: int, fused_act: bool, alpha: bool, first: str
+        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str
     ) -> dict[Route, tuple[float | None, float]]:
-        """``{Route: (gpu ms, wall ms)}`` of every route open to ``n`` tokens, each timed as
-        the call its fast path makes."""
+        """``{Route: (gpu ms, wall ms)}`` of every route open to ``t`` tokens (``n`` padded),
+        each timed as the call its fast path makes, padding included."""
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
-        x = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
-        x = x.to(self.dtype)
+        full = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
+        full = full.to(self.dtype)
         probe = min(n, self._probe_x.shape[0]) if self._probe_x is not None else 0
         if probe:
-            x[:probe] = self._probe_x[:probe]
+            full[:probe] = self._probe_x[:probe]
+        x = full[:t].contiguous()
         if first == "r":
+            full = full.t().contiguous().t()
             x = x.t().contiguous().t()
         times: dict[Route, tuple[float | None, float]] = {}
         if self._dense is not None:
             dense = self._dense_call(fused_act)
             times[DENSE] = _both_clocks(lambda: dense(x))
-        if self.decode_kept and n <= D.MAX_TOKENS:
+        if self.decode_kept and t <= D.MAX_TOKENS:
             times[DECODE] = _both_clocks(lambda: self._decode_forward(x, fused_act))
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
@@ -671,21 +699,23 @@ class SparseLinear(nn.Module):
             for alg in algs:
                 try:
                     plan = self._plan_for(n, dev, fused_act, alpha, Route("sparse", lay, alg))
-                    y = self._run(plan, x, n)
+                    y = self._run(plan, full, n)
                 except C.CusparseltRefused:
                     continue  # the library has no kernel for this config: not a route
                 if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
                     continue  # a config that computes something else: never use it
                 if lay[1] == "c" or self.output == "any":
-                    run = self._fast_sparse(plan, n, n, False)
+                    run = self._fast_sparse(plan, n, t, False)
                     times[Route("sparse", lay, alg)] = _both_clocks(lambda f=run: f(x))
                 if lay[1] == "r":
-                    run = self._fast_sparse(plan, n, n, True)
+                    run = self._fast_sparse(plan, n, t, True)
                     times[Route("sparse", lay, alg, True)] = _both_clocks(lambda f=run: f(x))
         return times
 
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
-        """Measured routes of this layer so far: ``{padded tokens: (route, {route: ms})}``.
+        """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``, keyed by
+        :func:`~explorer.gpu.cusparselt.decision_tokens` (small counts as they are, larger
+        ones padded to their plan's count).
 
         Parameters
         ----------
@@ -699,7 +729,8 @@ class SparseLinear(nn.Module):
         return {n: (d.route(clock), d.times(clock)) for n, d in self._seen.items()}
 
     def measured(self) -> dict[int, Decision]:
-        """``{padded tokens: Decision}``: both clocks' times of every route measured so far."""
+        """``{tokens: Decision}``: both clocks' times of every route measured so far (keyed
+        as :meth:`decisions`)."""
         return dict(self._seen)
 
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
@@ -743,18 +774,11 @@ class SparseLinear(nn.Module):
         count by the clock of the layer's mode (both clocks for ``"auto"``, which decides at
         each call), counting the compiled op's host cost against sparse routes. Token counts
         never measured, or not known while tracing (symbolic sizes), go to the op."""
-        if self._dense is None or self.backend != "cusparselt" or self._force is not None:
+        if not self._traced_dense or self._force is not None:
             return False
         if not isinstance(tokens, int) or tokens < 1:
             return False  # a symbolic (dynamic) size: the op decides at each call
-        flags = self._dense_at.get(C.padded_tokens(tokens, self.dtype))
-        if flags is None:
-            return False
-        if self.mode == "graphs":
-            return flags["gpu"]
-        if self.mode == "auto":
-            return flags["gpu"] and flags["compile"]
-        return flags["compile"]
+        return C.decision_tokens(tokens, self.dtype) in self._traced_dense
 
     def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
         """The dense route written as torch calls a compiler can trace and fuse."""
@@ -885,7 +909,7 @@ class SparseLinear(nn.Module):
         first = "c" if x2.is_contiguous() else "r"
         dev = x2.device.index or 0
         alpha, fuse = self._alpha_vector, self._fuses
-        route = self._route(n, dev, fuse, alpha, first, clock)
+        route = self._route(n, t, dev, fuse, alpha, first, clock)
         if route.kind == "dense":
             y = self._dense_forward(x2, fuse)
             if self.activation != "none" and not fuse:
@@ -910,7 +934,7 @@ class SparseLinear(nn.Module):
             self._fast.clear()
             self._fast_graph.clear()
             fuse = False
-            route = self._route(n, dev, fuse, alpha, first, clock)
+            route = self._route(n, t, dev, fuse, alpha, first, clock)
             plan = self._plan_for(n, dev, fuse, alpha, route)
             y = self._run(plan, xp, n, alpha_ptr)
         if route.transpose:
@@ -929,7 +953,7 @@ class SparseLinear(nn.Module):
         if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
             y = y.to(x.dtype)
         direct = (
-            (x2 is x or (x.is_contiguous() and x2.dtype == x.dtype))
+            x2.dtype == x.dtype  # a dtype cast is not in the fast path; a copy to rows is
             and self.weight_scale is None
             and (fuse or self.activation == "none")
             and y.dtype == x.dtype
@@ -962,10 +986,11 @@ class SparseLinear(nn.Module):
 
     def _maybe_decode(self, x: torch.Tensor, x2: torch.Tensor, clock: str) -> torch.Tensor | None:
         """Run ``x2`` (at most 64 rows) on the decode kernel if that is its route, else None."""
-        n = self._padded(x2.shape[0])
+        t = x2.shape[0]
+        n = self._padded(t)
         first = "c" if x2.is_contiguous() or not x2.t().is_contiguous() else "r"
         fuse = self._fuses
-        route = self._route(n, x2.device.index or 0, fuse, self._alpha_vector, first, clock)
+        route = self._route(n, t, x2.device.index or 0, fuse, self._alpha_vector, first, clock)
         if route.kind != "decode":
             return None
         y = self._decode_forward(x2, fuse)

@@ -363,7 +363,7 @@ def _compare_examples(model, examples, dense_runs, mode, report) -> None:
 
     for inputs, (tokens, (how, dense_ms), busy) in zip(examples, dense_runs, strict=True):
         how_now, sparse_ms = _timed_or_eager(model, inputs, how)
-        est = report.layer_estimate(C.padded_tokens(tokens, torch.float16))
+        est = report.layer_estimate(C.decision_tokens(tokens, torch.float16))
         speed = ModelSpeed(
             tokens,
             how_now,
@@ -442,7 +442,7 @@ def _measure(model, units, counts, report, mode) -> list:
             for i, layer in enumerate(layers):
                 name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
                 measured = layer.measured()
-                for n in sorted({C.padded_tokens(t, layer.dtype) for t in counts}, reverse=True):
+                for n in sorted({C.decision_tokens(t, layer.dtype) for t in counts}, reverse=True):
                     found = measured.get(n)
                     for clock in (shown, *(c for c in clocks if c != shown)):
                         times = found.times(clock) if found is not None else {}

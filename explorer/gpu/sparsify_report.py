@@ -22,7 +22,8 @@ class LayerTiming:
     shape : tuple of int
         ``(out, in)`` of the product timed.
     tokens : int
-        Padded token count.
+        Token count as decided: small counts as they are, larger ones padded to their
+        plan's count (:func:`~explorer.gpu.cusparselt.decision_tokens`).
     dense_ms, sparse_ms : float or None
         cuBLAS on the dense weight, and the fastest correct sparse route.
     route : str
