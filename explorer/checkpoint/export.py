@@ -36,7 +36,7 @@ from .manifest import (
 )
 from .onnx_check import OnnxReport, check_onnx
 from .report import CheckpointReport, LayerRecord
-from .save import dedupe_tensors, in_export_cache, model_description
+from .save import dedupe_tensors, model_description
 
 __all__ = [
     "MANIFEST_NAME",
@@ -189,8 +189,7 @@ def export_onnx(
         The ``.onnx`` file to write, by the rule of :mod:`explorer.output_paths` (an existing
         file only with ``overwrite=True``). The weights are kept inside the file when they fit
         ONNX's 2 GiB limit; larger models also write ``<path>.data`` beside it, by the same
-        rule. A file in the explorer's own export cache is replaced (see
-        :func:`~explorer.checkpoint.save.in_export_cache`).
+        rule.
     example_inputs : torch.Tensor, tuple or dict
         One input batch: a tensor, a tuple of positional arguments, or a dict of keyword
         arguments (tokenized Hugging Face input as it is).
@@ -233,7 +232,6 @@ def export_onnx(
     path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
-    overwrite = overwrite or in_export_cache(path)
     target = check_output_path(path, overwrite=overwrite, what="ONNX export")
     expected = sparse_layers(model)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
