@@ -280,6 +280,17 @@ def test_strict_fails_a_folder_with_no_24_layer(hf_folder):
         check_file(hf_folder, strict=True)
 
 
+def test_check_verb_strict_fails_a_folder_with_no_24_layer(hf_folder, capsys):
+    assert cli.main(["check", str(hf_folder), "--strict"]) == 0
+    manifest = json.loads((hf_folder / MANIFEST_NAME).read_text())
+    (hf_folder / MANIFEST_NAME).write_text(json.dumps({**manifest, "layers": {}}))
+    capsys.readouterr()
+    assert cli.main(["check", str(hf_folder)]) == 0  # without --strict it verifies
+    assert cli.main(["check", str(hf_folder), "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert err == "sparsity-explorer: check --strict: hf records no 2:4 layer\n"
+
+
 def test_strict_fails_a_checkpoint_with_no_24_layer(tmp_path):
     path = tmp_path / "dense.safetensors"
     save_sparse(nn.Sequential(nn.LayerNorm(8)), path, progress=False)
