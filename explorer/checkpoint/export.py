@@ -25,6 +25,7 @@ from explorer.errors import OutputPathError, require
 from explorer.output_paths import FORCE_HINT, check_output_path, replacing_folder
 from explorer.results.store import explorer_version
 
+from .bounded_json import MAX_TEXT_CHARS
 from .manifest import (
     FORMAT,
     VERSION,
@@ -298,7 +299,9 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
     Raises
     ------
     CheckpointError
-        No manifest, a layer missing from the weights, no longer 2:4, or changed.
+        No manifest, a manifest larger than
+        :data:`~explorer.checkpoint.bounded_json.MAX_TEXT_CHARS` bytes (refused before it is
+        read), a layer missing from the weights, no longer 2:4, or changed.
 
     Examples
     --------
@@ -316,6 +319,12 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
     if not manifest_path.is_file():
         raise CheckpointError(
             f"{directory} has no {MANIFEST_NAME}; it was not written by export_pretrained"
+        )
+    size = manifest_path.stat().st_size
+    if size > MAX_TEXT_CHARS:  # a UTF-8 file holds at least one byte per character
+        raise CheckpointError(
+            f"{manifest_path} is {size:,} bytes, expected at most {MAX_TEXT_CHARS:,}; the file "
+            "was altered or the folder was not written by export_pretrained"
         )
     manifest = parse_json_manifest(manifest_path.read_text(), str(manifest_path))
     files = sorted(directory.glob("*.safetensors"))
