@@ -38,6 +38,7 @@ _LAZY = {
     "prune": "explorer.pruning",
     "PruneResult": "explorer.pruning",
     "PruningCancelled": "explorer.pruning",
+    "FinetuneDiverged": "explorer.pruning",
     "finetune": "explorer.pruning",
     "permute_channels": "explorer.pruning",
     "sensitivity": "explorer.pruning",

@@ -239,7 +239,9 @@ def _checkpoint_verbs(verbs) -> None:
     p.add_argument("--dtype", default="float16", help="TensorRT build precision (default float16)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per call (default 1024)")
     p.add_argument(
-        "--strict", action="store_true", help="exit with 1 when any weight falls back to dense"
+        "--strict",
+        action="store_true",
+        help="exit with 1 when any layer or weight is not 2:4, or none was checked",
     )
 
 
@@ -515,15 +517,16 @@ def _check(args) -> int:
     from explorer.checkpoint import check_onnx, verify_checkpoint, verify_pretrained
 
     if args.file.is_dir():
-        print(verify_pretrained(args.file))
-        return 0
-    if args.file.suffix.lower() == ".onnx":
+        report = verify_pretrained(args.file)
+    elif args.file.suffix.lower() == ".onnx":
         report = check_onnx(args.file, dtype=args.dtype, tokens=args.tokens)
-        print(report)
-        return 1 if args.strict and report.fallbacks else 0
-    report = verify_checkpoint(args.file)
+    else:
+        report = verify_checkpoint(args.file)
     print(report)
-    return 1 if args.strict and report.skipped else 0
+    problems = report.strict_problems if args.strict else ()
+    for problem in problems:
+        print(f"{PROG}: check --strict: {' '.join(problem.split())}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:

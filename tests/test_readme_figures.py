@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -35,7 +36,8 @@ def readme_figures(text: str) -> list[str]:
 def measured_speedups(db: Path) -> list[dict]:
     """Every speedup recorded in ``db``: value, metric, commit, GPU and the row's label."""
     found = []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    # immutable: SQLite writes no -wal/-shm files beside the shipped database
+    con = sqlite3.connect(f"file:{quote(str(Path(db).resolve()))}?mode=ro&immutable=1", uri=True)
     try:
         rows = con.execute(
             "SELECT id, kind, config, metrics, provenance, gpu FROM results WHERE status = 'ok'"

@@ -25,6 +25,7 @@ from explorer.errors import OutputPathError, require
 from explorer.output_paths import FORCE_HINT, check_output_path, replacing_folder
 from explorer.results.store import explorer_version
 
+from .bounded_json import MAX_TEXT_CHARS
 from .manifest import (
     FORMAT,
     VERSION,
@@ -36,7 +37,7 @@ from .manifest import (
 )
 from .onnx_check import OnnxReport, check_onnx
 from .report import CheckpointReport, LayerRecord
-from .save import dedupe_tensors, in_export_cache, model_description
+from .save import dedupe_tensors, model_description
 
 __all__ = [
     "MANIFEST_NAME",
@@ -189,8 +190,7 @@ def export_onnx(
         The ``.onnx`` file to write, by the rule of :mod:`explorer.output_paths` (an existing
         file only with ``overwrite=True``). The weights are kept inside the file when they fit
         ONNX's 2 GiB limit; larger models also write ``<path>.data`` beside it, by the same
-        rule. A file in the explorer's own export cache is replaced (see
-        :func:`~explorer.checkpoint.save.in_export_cache`).
+        rule.
     example_inputs : torch.Tensor, tuple or dict
         One input batch: a tensor, a tuple of positional arguments, or a dict of keyword
         arguments (tokenized Hugging Face input as it is).
@@ -233,7 +233,6 @@ def export_onnx(
     path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
-    overwrite = overwrite or in_export_cache(path)
     target = check_output_path(path, overwrite=overwrite, what="ONNX export")
     expected = sparse_layers(model)
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -300,7 +299,9 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
     Raises
     ------
     CheckpointError
-        No manifest, a layer missing from the weights, no longer 2:4, or changed.
+        No manifest, a manifest larger than
+        :data:`~explorer.checkpoint.bounded_json.MAX_TEXT_CHARS` bytes (refused before it is
+        read), a layer missing from the weights, no longer 2:4, or changed.
 
     Examples
     --------
@@ -318,6 +319,12 @@ def verify_pretrained(directory: str | os.PathLike) -> CheckpointReport:
     if not manifest_path.is_file():
         raise CheckpointError(
             f"{directory} has no {MANIFEST_NAME}; it was not written by export_pretrained"
+        )
+    size = manifest_path.stat().st_size
+    if size > MAX_TEXT_CHARS:  # a UTF-8 file holds at least one byte per character
+        raise CheckpointError(
+            f"{manifest_path} is {size:,} bytes, expected at most {MAX_TEXT_CHARS:,}; the file "
+            "was altered or the folder was not written by export_pretrained"
         )
     manifest = parse_json_manifest(manifest_path.read_text(), str(manifest_path))
     files = sorted(directory.glob("*.safetensors"))

@@ -17,7 +17,7 @@ from explorer.compression import compress
 from explorer.dtypes import dtype_name
 from explorer.errors import require
 from explorer.output_paths import check_output_path, replacing
-from explorer.results.store import cache_dir, explorer_version
+from explorer.results.store import explorer_version
 
 from .manifest import (
     FORMAT,
@@ -34,28 +34,7 @@ from .manifest import (
 )
 from .report import CheckpointReport, LayerRecord
 
-__all__ = ["dedupe_tensors", "in_export_cache", "model_description", "save_sparse"]
-
-
-def in_export_cache(path: str | os.PathLike) -> bool:
-    """True for a file in the explorer's own export cache, ``<cache>/exports``.
-
-    The dashboard saves and exports there under names it chooses, and saves again under the
-    same names; such a file is replaced without ``overwrite=True`` (a database, side file,
-    device or folder there is still refused).
-
-    Examples
-    --------
-    >>> in_export_cache(cache_dir() / "exports" / "digits.safetensors")
-    True
-    >>> in_export_cache("thesis.tex")
-    False
-    """
-    try:
-        own = (cache_dir() / "exports").resolve()
-        return Path(path).expanduser().resolve().parent == own
-    except OSError:
-        return False
+__all__ = ["dedupe_tensors", "model_description", "save_sparse"]
 
 
 def save_sparse(
@@ -86,9 +65,8 @@ def save_sparse(
         :func:`load_sparse` can rebuild it without ``model=``.
     path : str or path-like
         The file to write (``.safetensors`` by convention). It follows the output-path rule of
-        :mod:`explorer.output_paths`: an existing file is replaced only with ``overwrite=True``
-        (or when it is in the explorer's own export cache, see :func:`in_export_cache`), and
-        never a database, its side files, a device, FIFO or folder.
+        :mod:`explorer.output_paths`: an existing file is replaced only with ``overwrite=True``,
+        and never a database, its side files, a device, FIFO or folder.
     result : PruneResult, optional
         The pruning run: its method, pattern, calibration and per-layer errors go into the
         manifest, and a layer it pruned to 2:4 that is no longer 2:4 is an error.
@@ -158,7 +136,6 @@ def save_sparse(
     path = Path(path).expanduser()
     if not path.parent.is_dir():
         raise FileNotFoundError(f"the folder {path.parent} does not exist; create it first")
-    overwrite = overwrite or in_export_cache(path)
     check_output_path(path, overwrite=overwrite, what="checkpoint")
 
     # 1. the state dict, each shared tensor stored once (aliases rebuild the others)

@@ -21,6 +21,7 @@ from .admm import admm_update
 from .api import prune
 from .calibration import PruningCancelled
 from .finetune import FinetuneResult, finetune
+from .finetune_checks import FinetuneDiverged
 from .methods import METHODS, UPDATES, MethodInfo
 from .permute import PermutationResult, PermutedLayer, permute_channels, undo_permutation
 from .result import PruneResult
@@ -29,6 +30,7 @@ from .sensitivity import SensitivityResult, sensitivity
 __all__ = [
     "METHODS",
     "UPDATES",
+    "FinetuneDiverged",
     "FinetuneResult",
     "MethodInfo",
     "PermutationResult",

@@ -3,6 +3,9 @@
 *Save* writes a compressed 2:4 checkpoint (:func:`explorer.save_sparse`); *Export* writes the
 dense masked model as ONNX (:func:`explorer.export_onnx`) and checks it for TensorRT. Files go
 to ``<cache>/exports`` (see :func:`explorer.results.store.cache_dir`) unless a path is given.
+The dashboard replaces its own files there (``overwrite=True``, so it can save again under the
+same name); a path given by the user follows :mod:`explorer.output_paths` and an existing file
+there is refused.
 """
 
 from __future__ import annotations
@@ -81,6 +84,10 @@ def write_file(
 ) -> WrittenFile:
     """Save or export ``bundle.model``; ``check`` (dtype, tokens) goes to the ONNX check.
 
+    Without ``path`` the file goes to :func:`default_path` and replaces an earlier one of the
+    same name (the dashboard's own cache); a given ``path`` must not exist yet. A database,
+    device or folder is refused either way.
+
     Examples
     --------
     >>> import os, tempfile, explorer
@@ -92,18 +99,26 @@ def write_file(
     """
     from explorer.checkpoint import export_onnx, save_sparse
 
-    path = Path(path) if path is not None else default_path(bundle.name, label, kind)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+    # the dashboard's own default files are replaced; a path the user chose is not
+    overwrite = path is None
+    path = Path(path) if path is not None else default_path(bundle.name, label, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "save":
         provenance = {"written by": "dashboard", "run": label}
         report = save_sparse(
-            bundle, path, result, provenance=provenance, progress=False, cancel=cancel
+            bundle,
+            path,
+            result,
+            provenance=provenance,
+            progress=False,
+            cancel=cancel,
+            overwrite=overwrite,
         )
     else:
         example = bundle.calibration(8)[0]
-        report = export_onnx(bundle.model, path, example, **check)
+        report = export_onnx(bundle.model, path, example, overwrite=overwrite, **check)
     seen, dense = set(), 0
     for tensor in bundle.model.state_dict().values():
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)

@@ -184,7 +184,7 @@ def timings(shots):
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory, shots, timings):
+def page(tmp_path_factory, shots, timings, jupyter_dirs):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (Debian package chromium); ./dev test installs it")
     pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
@@ -197,6 +197,7 @@ def page(tmp_path_factory, shots, timings):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["SPARSITY_EXPLORER_CACHE"] = str(cache)
+    env.update(jupyter_dirs)  # the kernel and server write nothing into ~
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         # 1. first start: nothing cached; the kernel loads the model, then caches the page.

@@ -217,14 +217,18 @@ def test_export_pretrained_needs_overwrite_for_a_folder_with_files(tmp_path, tin
     assert stat.S_IMODE((new / "config.json").stat().st_mode) == 0o666 & ~mask
 
 
-def test_the_explorers_own_export_cache_is_replaced_but_never_a_store(tmp_path, monkeypatch):
+def test_the_explorers_own_export_cache_needs_overwrite_too_and_never_a_store(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path / "cache"))
     exports = tmp_path / "cache" / "exports"
     exports.mkdir(parents=True)
     net = small_net()
     save_sparse(net, exports / "d.safetensors", progress=False)
-    save_sparse(net, exports / "d.safetensors", progress=False)  # the dashboard saves again
+    with pytest.raises(OutputPathError, match="it exists"):
+        save_sparse(net, exports / "d.safetensors", progress=False)  # no exception for the cache
+    save_sparse(net, exports / "d.safetensors", progress=False, overwrite=True)  # the dashboard
     db = make_store(exports / "results.db")
     with pytest.raises(OutputPathError, match="SQLite database"):
-        save_sparse(net, db, progress=False)
+        save_sparse(net, db, progress=False, overwrite=True)
     assert rows(db) == 3 and leftovers(tmp_path) == []

@@ -271,6 +271,23 @@ def test_folder_with_an_empty_layer_entry_is_a_checkpoint_error(hf_folder):
         verify_pretrained(hf_folder)
 
 
+def test_oversized_folder_manifest_is_refused_before_it_is_read(hf_folder, monkeypatch):
+    from pathlib import Path
+
+    from explorer.checkpoint.bounded_json import MAX_TEXT_CHARS
+
+    with open(hf_folder / MANIFEST_NAME, "r+b") as handle:
+        handle.truncate(MAX_TEXT_CHARS + 1)  # sparse: no 64 MiB written
+
+    def never(*args, **kwargs):
+        raise AssertionError("the oversized manifest was read")
+
+    monkeypatch.setattr(Path, "read_text", never)
+    monkeypatch.setattr(Path, "read_bytes", never)
+    with pytest.raises(CheckpointError, match=f"is {MAX_TEXT_CHARS + 1:,} bytes, expected at most"):
+        verify_pretrained(hf_folder)
+
+
 def test_strict_fails_a_folder_with_no_24_layer(hf_folder):
     assert check_file(hf_folder, strict=True).sparse_layers
     manifest = json.loads((hf_folder / MANIFEST_NAME).read_text())
@@ -278,6 +295,17 @@ def test_strict_fails_a_folder_with_no_24_layer(hf_folder):
     assert check_file(hf_folder).layers == ()  # without strict it verifies
     with pytest.raises(CheckpointError, match="fails the strict check: hf records no 2:4 layer"):
         check_file(hf_folder, strict=True)
+
+
+def test_check_verb_strict_fails_a_folder_with_no_24_layer(hf_folder, capsys):
+    assert cli.main(["check", str(hf_folder), "--strict"]) == 0
+    manifest = json.loads((hf_folder / MANIFEST_NAME).read_text())
+    (hf_folder / MANIFEST_NAME).write_text(json.dumps({**manifest, "layers": {}}))
+    capsys.readouterr()
+    assert cli.main(["check", str(hf_folder)]) == 0  # without --strict it verifies
+    assert cli.main(["check", str(hf_folder), "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert err == "sparsity-explorer: check --strict: hf records no 2:4 layer\n"
 
 
 def test_strict_fails_a_checkpoint_with_no_24_layer(tmp_path):

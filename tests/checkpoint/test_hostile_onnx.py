@@ -121,7 +121,10 @@ def test_weights_behind_reshape_mul_and_cast_are_checked(hidden_weights):
 def test_strict_check_verb_fails_on_hidden_dense_weight(hidden_weights, capsys):
     assert cli.main(["check", str(hidden_weights), "--tokens", "4096"]) == 0
     assert cli.main(["check", str(hidden_weights), "--strict", "--tokens", "4096"]) == 1
-    assert "mm_bad" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "mm_bad" in out
+    assert err.startswith("sparsity-explorer: check --strict: mm_bad falls back to dense: ")
+    assert err.count("\n") == 1
 
 
 def test_strict_fails_when_no_weight_was_checked(tmp_path):
@@ -140,3 +143,22 @@ def test_strict_fails_when_no_weight_was_checked(tmp_path):
     assert check_file(path).weights == ()
     with pytest.raises(CheckpointError, match="no MatMul/Gemm/Conv weight was found and checked"):
         check_file(path, strict=True)
+
+
+def test_check_verb_strict_fails_an_onnx_file_with_no_weight(tmp_path, capsys):
+    path = _save(
+        tmp_path / "noweights.onnx",
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        {},
+        [_vi("x", [8, 64])],
+        [_vi("y", [8, 64])],
+    )
+    assert cli.main(["check", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", str(path), "--strict"]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("OnnxReport(noweights.onnx: 0 weights")
+    assert err == (
+        "sparsity-explorer: check --strict: no MatMul/Gemm/Conv weight was found and checked "
+        "in noweights.onnx\n"
+    )

@@ -49,8 +49,11 @@ WORKSHOP = sorted(name for name in SMALL if name[:2].isdigit())
 
 
 @pytest.fixture(scope="module")
-def kernel_name(tmp_path_factory, monkeypatch_module):
-    """A kernelspec that runs this interpreter (CI's fresh venv), found through JUPYTER_PATH."""
+def kernel_name(tmp_path_factory, monkeypatch_module, jupyter_dirs):
+    """A kernelspec that runs this interpreter (CI's fresh venv), found through JUPYTER_PATH.
+
+    IPython's and Jupyter's own folders go under the temporary folder too (``jupyter_dirs``).
+    """
     root = tmp_path_factory.mktemp("jupyter")
     spec = root / "kernels" / "explorer-test"
     spec.mkdir(parents=True)
@@ -64,6 +67,8 @@ def kernel_name(tmp_path_factory, monkeypatch_module):
         )
     )
     monkeypatch_module.setenv("JUPYTER_PATH", str(root))
+    for var, folder in jupyter_dirs.items():
+        monkeypatch_module.setenv(var, folder)
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     monkeypatch_module.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     if "SPARSITY_EXPLORER_CACHE" not in os.environ:

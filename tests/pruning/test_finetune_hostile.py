@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+import explorer
 from explorer.checks import check_pattern
-from explorer.pruning import PruningCancelled, finetune, prune
+from explorer.pruning import FinetuneDiverged, PruningCancelled, finetune, prune
 from explorer.pruning.distill import distillation_loss
-from explorer.pruning.finetune import FinetuneDiverged
 
 
 def _net() -> nn.Sequential:
@@ -272,3 +272,10 @@ def test_the_result_says_when_masks_do_not_hold():
     curve = finetune(net, masks, _batches(), steps=0, progress=False)
     assert curve.masks_hold is False
     assert "MASKS BROKEN" in repr(curve) and "NO" in curve._repr_html_()
+
+
+def test_finetune_diverged_is_public_beside_the_other_pruning_errors():
+    from explorer.pruning import finetune_checks
+
+    assert explorer.FinetuneDiverged is FinetuneDiverged is finetune_checks.FinetuneDiverged
+    assert "FinetuneDiverged" in explorer.__all__ and issubclass(FinetuneDiverged, RuntimeError)

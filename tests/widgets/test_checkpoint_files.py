@@ -41,6 +41,18 @@ def test_save_without_a_path_goes_to_the_cache(dash):
     assert dash.status.level == "ok", dash.status.text
     assert dash.last_file.path.parent.name == "exports"
     assert dash.last_file.path.name.startswith("digits-mlp-")
+    first = dash.last_file.path
+    dash.save(wait=True)  # the dashboard replaces its own file under the same name
+    assert dash.status.level == "ok", dash.status.text
+    assert dash.last_file.path == first
+
+
+def test_save_never_replaces_a_file_the_user_named(dash, tmp_path):
+    path = tmp_path / "mine.safetensors"
+    path.write_bytes(b"my file")
+    dash.save(path, wait=True)
+    assert dash.status.level == "error" and "save failed" in dash.status.text
+    assert path.read_bytes() == b"my file"
 
 
 def test_export_writes_onnx_and_checks_it(dash, tmp_path):
