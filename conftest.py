@@ -29,7 +29,9 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import shutil
 import stat
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,6 +39,29 @@ import pytest
 
 GPU = doctest.register_optionflag("GPU")
 SLOW = doctest.register_optionflag("SLOW")
+
+
+_CACHE_VARIABLES = (
+    ("SPARSITY_EXPLORER_CACHE", "explorer"),  # tuned algorithms, trained weights, exports
+    ("TRITON_CACHE_DIR", "triton"),  # torch.compile's kernels
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("CUPY_CACHE_DIR", "cupy"),  # the explorer's CUDA kernels, compiled by CuPy
+)
+_SESSION_CACHE: list[Path] = []
+
+
+def pytest_configure(config):
+    """Point every cache the code under test fills at one temporary folder for the session, so
+    no test writes into the home folder (the guard below checks that)."""
+    root = Path(tempfile.mkdtemp(prefix="sparsity-explorer-tests-"))
+    _SESSION_CACHE.append(root)
+    for var, sub in _CACHE_VARIABLES:
+        os.environ[var] = str(root / sub)
+
+
+def pytest_unconfigure(config):
+    for root in _SESSION_CACHE:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def pytest_addoption(parser):
