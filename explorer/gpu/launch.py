@@ -59,8 +59,14 @@ def argument_slots(kinds: Sequence[str]) -> list[ctypes._SimpleCData]:
 
 @cache
 def _driver():
-    """``cuLaunchKernel`` from the CUDA driver library, with its argument types declared."""
-    lib = ctypes.CDLL("libcuda.so.1")
+    """``cuLaunchKernel`` from the CUDA driver library, with its argument types declared.
+
+    Loaded with ``ctypes.PyDLL``, which keeps the GIL through the call: a launch returns in
+    microseconds, and releasing the GIL around it would let any other Python thread (a
+    compiler's worker, a progress bar's monitor) take it, so that the caller waits for the
+    interpreter's switch interval (milliseconds) before it can issue the next call.
+    """
+    lib = ctypes.PyDLL("libcuda.so.1")
     fn = lib.cuLaunchKernel
     u = ctypes.c_uint
     fn.argtypes = [
