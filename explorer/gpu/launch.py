@@ -107,10 +107,10 @@ class Launcher:
     """
 
     def __init__(self, function, kinds: Sequence[str], fixed: dict | None = None) -> None:
+        self._slots = argument_slots(kinds)
         self.function = function
         raw = getattr(function, "kernel", function)  # a CuPy RawKernel holds its Function
         self._handle = ctypes.c_void_p(int(raw.ptr))
-        self._slots = argument_slots(kinds)
         array = ctypes.c_void_p * len(self._slots)
         self._params = array(*(ctypes.addressof(s) for s in self._slots))
         self._params_ptr = ctypes.addressof(self._params)

@@ -1,0 +1,95 @@
+"""The execution-mode logic that needs no GPU: clocks, decisions, the report's whole-model
+figures, the launcher's argument slots."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+from explorer.gpu.dispatch import DECODE, DENSE, Decision, Route, check_mode, clock_for
+from explorer.gpu.model_timing import ModelSpeed, input_tokens
+from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+
+SPARSE = Route("sparse", "cc", 17)
+
+
+def test_every_mode_has_a_clock_and_unknown_modes_name_the_choices():
+    assert {m: clock_for(m) for m in ("eager", "compile", "graphs", "auto")} == {
+        "eager": "wall",
+        "compile": "wall",
+        "graphs": "gpu",
+        "auto": "wall",
+    }
+    with pytest.raises(ValueError, match=r"'reduce-overhead' unknown.*graphs"):
+        check_mode("reduce-overhead")
+
+
+def test_a_route_faster_on_the_gpu_but_slower_on_the_host_is_not_taken_by_wall_time():
+    found = Decision(gpu={DENSE: 0.010, SPARSE: 0.006}, wall={DENSE: 0.025, SPARSE: 0.031})
+    assert found.route("gpu") == SPARSE
+    assert found.route("wall") == DENSE
+    assert "gpu: sparse cc alg 17" in repr(found) and "wall: dense" in repr(found)
+
+
+def test_a_decision_without_graph_times_falls_back_to_wall_times():
+    found = Decision(gpu={}, wall={DENSE: 0.02, DECODE: 0.01})
+    assert found.route("gpu") == DECODE and found.times("gpu") == found.wall
+
+
+def test_the_report_puts_the_measurement_where_an_estimate_would_mislead():
+    rep = SparsifyReport(mode="eager")
+    rep.timings = [
+        LayerTiming("l", (64, 64), 16, 1.36, 1.0, "sparse cc default", "wall"),
+        LayerTiming("l", (64, 64), 4096, 2.0, 1.0, "sparse cc default", "wall"),
+    ]
+    rep.model_speeds = [ModelSpeed(16, "eager", 10.0, 24.4, 0.35, 1.36)]
+    text = repr(rep)
+    assert "model at 16 tokens 0.41x measured (eager)" in text
+    assert "dense host-bound at 16 tokens" in text
+    assert "layers at 16 tokens" not in text  # no 1.36x estimate beside a 0.41x measurement
+    assert "layers at 4096 tokens 2.00x (estimate)" in text
+    assert "mode=eager" in text
+    html = rep._repr_html_()
+    assert "whole model" in html and "reduce-overhead" in html  # the host-bound advice
+
+
+def test_layer_estimates_keep_their_clocks_apart():
+    rep = SparsifyReport()
+    rep.timings = [
+        LayerTiming("l", (64, 64), 16, 2.0, 1.0, "sparse", "wall"),
+        LayerTiming("l", (64, 64), 16, 1.0, 2.0, "dense", "gpu"),
+    ]
+    assert rep.layer_estimate(16, clock="wall") == (2.0, 1.0)
+    assert rep.layer_estimate(16, clock="gpu") == (1.0, 1.0)
+    assert "| wall |" in rep.timing_table() and "| gpu |" in rep.timing_table()
+
+
+def test_model_speed_says_when_the_gpu_is_not_the_bottleneck():
+    bound = ModelSpeed(16, "eager", 9.0, 9.2, 0.11)
+    assert bound.host_bound and "CUDA graphs" in bound.advice()
+    busy = ModelSpeed(4096, "graphs", 9.0, 7.5, 0.97)
+    assert not busy.host_bound and busy.advice() == ""
+    assert f"{busy.speedup:.2f}" == "1.20"
+
+
+def test_tokens_of_example_inputs():
+    assert input_tokens({"input_ids": torch.zeros(4, 1024, dtype=torch.long)}) == 4096
+    assert input_tokens((torch.zeros(16, 1, 64),)) == 16
+    with pytest.raises(ValueError, match="example_inputs"):
+        input_tokens({"attention_mask": None})
+
+
+def test_launcher_argument_kinds():
+    from explorer.gpu.launch import Launcher, argument_slots
+
+    assert [ctypes.sizeof(s) for s in argument_slots(("u64", "u32", "i32", "i64", "f32"))] == [
+        8,
+        4,
+        4,
+        8,
+        4,
+    ]
+    with pytest.raises(ValueError, match=r"u16.*unknown"):
+        Launcher(object(), ("u16",))
