@@ -135,12 +135,7 @@ class Launcher:
         LaunchRefused
             The driver returned an error code (no current context, a bad configuration).
         """
-        with self._lock:  # the slots are shared: one launch writes them at a time
-            for slot, value in zip(self._slots, values, strict=True):
-                slot.value = value
-            code = self._launch(self._handle, *grid, *block, shared, stream, self._params_ptr, None)
-        if code:
-            raise LaunchRefused(f"cuLaunchKernel returned CUDA error {code}")
+        self._fire(self._slots, grid, block, shared, stream, values)
 
     def launch_changed(
         self,
@@ -157,8 +152,11 @@ class Launcher:
         LaunchRefused
             The driver returned an error code.
         """
-        with self._lock:
-            for slot, value in zip(self._changing, values, strict=True):
+        self._fire(self._changing, grid, block, shared, stream, values)
+
+    def _fire(self, slots, grid, block, shared: int, stream: int, values) -> None:
+        with self._lock:  # the slots are shared: one launch writes them at a time
+            for slot, value in zip(slots, values, strict=True):
                 slot.value = value
             code = self._launch(self._handle, *grid, *block, shared, stream, self._params_ptr, None)
         if code:
