@@ -104,9 +104,15 @@ class Launcher:
     fixed : mapping of int to number, optional
         Values of parameters that never change (a weight's pointer, its shape), written once;
         :meth:`launch_changed` then writes only the others.
+    driver : callable, optional
+        What launches: ``cuLaunchKernel``'s signature (function, grid x/y/z, block x/y/z,
+        shared bytes, stream, parameter array, extra) returning a CUDA error code. The CUDA
+        driver's by default.
     """
 
-    def __init__(self, function, kinds: Sequence[str], fixed: dict | None = None) -> None:
+    def __init__(
+        self, function, kinds: Sequence[str], fixed: dict | None = None, driver=None
+    ) -> None:
         self._slots = argument_slots(kinds)
         self.function = function
         raw = getattr(function, "kernel", function)  # a CuPy RawKernel holds its Function
@@ -115,7 +121,7 @@ class Launcher:
         self._params = array(*(ctypes.addressof(s) for s in self._slots))
         self._params_ptr = ctypes.addressof(self._params)
         self._lock = threading.Lock()
-        self._launch = _driver()
+        self._launch = driver if driver is not None else _driver()
         for index, value in (fixed or {}).items():
             self._slots[index].value = value
         self._changing = [s for i, s in enumerate(self._slots) if i not in (fixed or {})]

@@ -93,3 +93,45 @@ def test_launcher_argument_kinds():
     ]
     with pytest.raises(ValueError, match=r"u16.*unknown"):
         Launcher(object(), ("u16",))
+
+
+class _Kernel:
+    """Stands in for a compiled kernel: only its driver handle is read."""
+
+    ptr = 1234
+
+
+def _recording_driver(seen: list):
+    def launch(handle, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p * 3)).contents
+        values = (
+            ctypes.c_uint64.from_address(slots[0]).value,
+            ctypes.c_int32.from_address(slots[1]).value,
+            ctypes.c_int64.from_address(slots[2]).value,
+        )
+        seen.append((handle.value, (gx, gy, gz), (bx, by, bz), shared, stream, values))
+        return 0
+
+    return launch
+
+
+def test_a_launch_writes_every_argument_or_only_the_changing_ones():
+    from explorer.gpu.launch import Launcher
+
+    seen: list = []
+    launcher = Launcher(_Kernel(), ("u64", "i32", "i64"), driver=_recording_driver(seen))
+    launcher.launch((2, 1, 1), (64, 1, 1), 0, 99, (2**40, -3, 2**35))
+    assert seen[-1] == (1234, (2, 1, 1), (64, 1, 1), 0, 99, (2**40, -3, 2**35))
+    fixed = Launcher(_Kernel(), ("u64", "i32", "i64"), fixed={1: 7}, driver=_recording_driver(seen))
+    fixed.launch_changed((1, 1, 1), (32, 1, 1), 512, 5, (11, 13))
+    assert seen[-1][-1] == (11, 7, 13)
+    with pytest.raises(ValueError):
+        fixed.launch_changed((1, 1, 1), (32, 1, 1), 0, 5, (11,))  # one value short
+
+
+def test_a_refused_launch_names_the_cuda_error():
+    from explorer.gpu.launch import Launcher, LaunchRefused
+
+    launcher = Launcher(_Kernel(), ("u64",), driver=lambda *args: 201)
+    with pytest.raises(LaunchRefused, match="CUDA error 201"):
+        launcher.launch((1, 1, 1), (1, 1, 1), 0, 0, (0,))
