@@ -120,12 +120,23 @@ def _parser() -> _Parser:
     p = verbs.add_parser(
         "sweep",
         help="run a resumable grid of pruning (and speed) measurements",
-        description="Prune a bundled model over methods x patterns x layer sets x dtypes, "
+        description="Prune a bundled model, or your own Hugging Face checkpoint folder "
+        "(--model ./my-model --text corpus.txt), over methods x patterns x layer sets x dtypes, "
         "recording accuracy and pruning time (and layer speed on a CUDA GPU) in a results "
         "database. Each cell is committed when it finishes; run the same command again to "
         "resume an interrupted sweep.",
     )
-    p.add_argument("--model", default="digits-mlp", help="bundled model (default digits-mlp)")
+    p.add_argument(
+        "--model",
+        default="digits-mlp",
+        help="bundled model (default digits-mlp), or a folder written by save_pretrained",
+    )
+    p.add_argument(
+        "--text",
+        type=Path,
+        help="text file a checkpoint folder is evaluated (its end) and calibrated (before) on; "
+        "required with a folder",
+    )
     p.add_argument("--methods", type=_csv, default=["magnitude"], help="e.g. magnitude,wanda")
     p.add_argument("--patterns", type=_csv, default=["2:4"], help="e.g. 2:4,4:8,unstructured:0.5")
     p.add_argument(
@@ -326,6 +337,7 @@ def _sweep(args) -> int:
         args.tokens,
         args.calibration_samples,
         args.seed,
+        args.text,
     )
     if args.name is not None and not args.name.strip():
         raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
@@ -361,6 +373,7 @@ def _sweep(args) -> int:
             calibration_samples=args.calibration_samples,
             seed=args.seed,
             retry_failed=args.retry_failed,
+            text=args.text,
         )
         print(result)
         for row in result.rows(store):
