@@ -64,6 +64,18 @@ class CheckpointFolder:
             f"CheckpointFolder({self.label}, task={self.task!r}, {len(self.weights)} weight files)"
         )
 
+    def _repr_html_(self) -> str:
+        from explorer import _html
+
+        rows = [
+            ("folder", self.path),
+            ("architecture", self.architecture),
+            ("model_type", self.model_type),
+            ("task", self.task),
+            ("weights", ", ".join(self.weights)),
+        ]
+        return _html.table(["", ""], rows, caption=f"CheckpointFolder {self.label}")
+
 
 def is_checkpoint_path(name: object) -> bool:
     """Whether a ``--model`` value means a folder rather than a bundled name.
@@ -147,6 +159,8 @@ def inspect_folder(path: str | os.PathLike, task: str = "auto") -> CheckpointFol
     >>> info = inspect_folder(folder)
     >>> info.architecture, info.task
     ('LlamaForCausalLM', 'causal-lm')
+    >>> "LlamaForCausalLM" in info._repr_html_()
+    True
     """
     # 1. A folder with a config.json that names an architecture transformers knows.
     where = Path(os.fspath(path)).expanduser()
