@@ -81,7 +81,11 @@ def _parser() -> _Parser:
         help="say layer by layer whether 2:4 will run fast, and why not",
         description="Diagnose a bundled model for 2:4 sparse matmuls on a target GPU.",
     )
-    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument(
+        "model",
+        help="a bundled model (digits-mlp, fashion-mlp, minilm, smollm2) or a folder written "
+        "by save_pretrained",
+    )
     p.add_argument("--dtype", default="float16", help="float16 (default), bfloat16, int8, ...")
     p.add_argument(
         "--tokens",
@@ -203,7 +207,11 @@ def _checkpoint_verbs(verbs) -> None:
         description="Prune a bundled model and write one safetensors file with its 2:4 layers "
         "stored compressed (kept values plus 2-bit positions) and a manifest of every layer.",
     )
-    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument(
+        "model",
+        help="a bundled model (digits-mlp, fashion-mlp, minilm, smollm2) or a folder written "
+        "by save_pretrained",
+    )
     p.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
     p.add_argument(
         "--force",
@@ -282,13 +290,18 @@ def _dashboard(args) -> int:
 
 def _doctor(args) -> int:
     from explorer.doctor import doctor, resolve_target
-    from explorer.models import load
+    from explorer.models import MODELS, load
+    from explorer.models.folder import is_checkpoint_path
+    from explorer.models.pretrained import load_model
 
     device = args.capability or args.device
     resolve_target(device)  # a bad target is refused before the model loads
-    bundle = load(args.model)
+    if args.model not in MODELS and is_checkpoint_path(args.model):
+        model = load_model(args.model)  # a checkpoint folder: the layers need no text
+    else:
+        model = load(args.model).model
     report = doctor(
-        bundle.model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
+        model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
     )
     print(report)
     return 0

@@ -98,3 +98,31 @@ def test_bundled_sweep_ids_and_cell_keys_are_unchanged():
         "f7c00df6dac55dfa",
     ]
     assert SweepConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_doctor_takes_a_folder_without_text(work, capsys):
+    assert main(["doctor", str(work / "my-model"), "--capability", "9.0", "--tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "DoctorReport" in out and "model.layers.0.mlp.gate_proj" in out
+
+
+def test_encoder_folder_sweeps_from_python(work, tmp_path, capsys):
+    from explorer.models.tiny import save_tiny_bert
+    from explorer.sweeps import sweep
+
+    folder = save_tiny_bert(tmp_path / "enc")
+    result = sweep(
+        str(folder),
+        methods="magnitude,wanda",
+        patterns="2:4",
+        db=tmp_path / "enc.db",
+        progress=False,
+        text=work / "corpus.txt",
+        calibration_samples=16,
+    )
+    assert result.failed == 0 and result.ran == 4
+    with ResultStore(tmp_path / "enc.db") as store:
+        pruned = [r for r in store.query("prune")]
+    assert {r.method for r in pruned} == {"magnitude", "wanda"}
+    assert all(0 < r.metrics["cosine_to_dense"] < 1 for r in pruned)
+    assert capsys.readouterr().err == ""  # progress=False: no loading or evaluation bars

@@ -35,7 +35,7 @@ from explorer.models.folder import CheckpointFolder, inspect_folder
 from explorer.models.metrics import cosine_to_reference, perplexity, topk_agreement
 from explorer.models.minilm import SentenceEncoder
 
-__all__ = ["from_pretrained", "output_layers"]
+__all__ = ["from_pretrained", "load_model", "output_layers"]
 
 
 @contextlib.contextmanager
@@ -86,6 +86,29 @@ def _load(info: CheckpointFolder, what: str, loader: Any, **kwargs: Any) -> Any:
         transformers.logging.set_verbosity(verbosity)
         if bars:
             transformers.utils.logging.enable_progress_bar()
+
+
+def _module(info: CheckpointFolder) -> nn.Module:
+    transformers = require("transformers", "models")
+    if info.task == "causal-lm":
+        return _load(info, "model", transformers.AutoModelForCausalLM, dtype=torch.float32).eval()
+    return SentenceEncoder(_load(info, "model", transformers.AutoModel, dtype=torch.float32)).eval()
+
+
+def load_model(path: str | os.PathLike, task: str = "auto") -> nn.Module:
+    """Only the model of a ``save_pretrained`` folder, offline, in float32 and eval mode.
+
+    A causal LM as ``AutoModelForCausalLM`` loads it; an encoder wrapped in
+    :class:`~explorer.models.minilm.SentenceEncoder`. For the layer doctor, which needs no text.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from explorer.models.tiny import save_tiny_llama
+    >>> type(load_model(save_tiny_llama(tempfile.mkdtemp()))).__name__
+    'LlamaForCausalLM'
+    """
+    return _module(inspect_folder(path, task))
 
 
 def output_layers(model: nn.Module) -> set[str]:
@@ -248,7 +271,7 @@ def _causal_lm(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> M
     with _bar(o["progress"], total=3, desc=f"loading {Path(info.path).name}") as bar:
         tokenizer = _load(info, "tokenizer", transformers.AutoTokenizer)
         bar.update()
-        model = _load(info, "model", transformers.AutoModelForCausalLM, dtype=torch.float32)
+        model = _module(info)
         bar.update()
         ids = torch.tensor(tokenizer(raw, add_special_tokens=False)["input_ids"], dtype=torch.long)
         bar.update()
@@ -321,7 +344,7 @@ def _encoder(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> Mod
     with _bar(o["progress"], total=2, desc=f"loading {Path(info.path).name}") as bar:
         tokenizer = _load(info, "tokenizer", transformers.AutoTokenizer)
         bar.update()
-        model = SentenceEncoder(_load(info, "model", transformers.AutoModel)).eval()
+        model = _module(info)
         bar.update()
     # 1. The text's sentences: the last n_eval are held out, calibration draws from the rest.
     paragraphs = [" ".join(block.split()) for block in raw.split("\n\n")]
@@ -354,7 +377,7 @@ def _encoder(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> Mod
 
     def evaluate(m: nn.Module) -> dict[str, float]:
         if "dense" not in reference:
-            dense = SentenceEncoder(_load(info, "model", transformers.AutoModel)).eval()
+            dense = _module(info)
             reference["dense"] = _embed(dense, eval_batches, o["progress"])
         emb = _embed(m, eval_batches, o["progress"])
         return {

@@ -66,10 +66,17 @@ def _tokenizer(text: str, bert: bool):
 
 
 def _save(model: torch.nn.Module, tokenizer, folder: str | os.PathLike) -> Path:
+    logging = require("transformers", "models").utils.logging
     path = Path(os.fspath(folder))
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # a second's work: no "Writing model shards" bar
+    try:
+        model.save_pretrained(str(path))
+        tokenizer.save_pretrained(str(path))
+    finally:
+        if bars:
+            logging.enable_progress_bar()
     return path
 
 

@@ -204,3 +204,17 @@ def test_bad_options(work):
         from_pretrained(work / "llama", work / "corpus.txt", seq_len=0)
     with pytest.raises(ValueError, match="task='decoder'"):
         from_pretrained(work / "llama", work / "corpus.txt", task="decoder")
+
+
+def test_progress_bars_show_and_a_quiet_sweep_hides_them(work, capsys):
+    from explorer.sweeps.loading import quiet_progress
+
+    bundle = from_pretrained(work / "llama", work / "corpus.txt", seq_len=64)
+    bundle.evaluate()
+    bundle.calibration(8)
+    err = capsys.readouterr().err
+    assert "loading llama" in err and "perplexity" in err and "calibration" in err
+    with quiet_progress():
+        bundle = from_pretrained(work / "llama", work / "corpus.txt", seq_len=64)
+        bundle.evaluate()
+    assert capsys.readouterr().err == ""
