@@ -81,7 +81,11 @@ def _parser() -> _Parser:
         help="say layer by layer whether 2:4 will run fast, and why not",
         description="Diagnose a bundled model for 2:4 sparse matmuls on a target GPU.",
     )
-    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument(
+        "model",
+        help="a bundled model (digits-mlp, fashion-mlp, minilm, smollm2) or a folder written "
+        "by save_pretrained",
+    )
     p.add_argument("--dtype", default="float16", help="float16 (default), bfloat16, int8, ...")
     p.add_argument(
         "--tokens",
@@ -120,12 +124,23 @@ def _parser() -> _Parser:
     p = verbs.add_parser(
         "sweep",
         help="run a resumable grid of pruning (and speed) measurements",
-        description="Prune a bundled model over methods x patterns x layer sets x dtypes, "
+        description="Prune a bundled model, or your own Hugging Face checkpoint folder "
+        "(--model ./my-model --text corpus.txt), over methods x patterns x layer sets x dtypes, "
         "recording accuracy and pruning time (and layer speed on a CUDA GPU) in a results "
         "database. Each cell is committed when it finishes; run the same command again to "
         "resume an interrupted sweep.",
     )
-    p.add_argument("--model", default="digits-mlp", help="bundled model (default digits-mlp)")
+    p.add_argument(
+        "--model",
+        default="digits-mlp",
+        help="bundled model (default digits-mlp), or a folder written by save_pretrained",
+    )
+    p.add_argument(
+        "--text",
+        type=Path,
+        help="text file a checkpoint folder is evaluated (its end) and calibrated (before) on; "
+        "required with a folder",
+    )
     p.add_argument("--methods", type=_csv, default=["magnitude"], help="e.g. magnitude,wanda")
     p.add_argument("--patterns", type=_csv, default=["2:4"], help="e.g. 2:4,4:8,unstructured:0.5")
     p.add_argument(
@@ -192,7 +207,11 @@ def _checkpoint_verbs(verbs) -> None:
         description="Prune a bundled model and write one safetensors file with its 2:4 layers "
         "stored compressed (kept values plus 2-bit positions) and a manifest of every layer.",
     )
-    p.add_argument("model", help="a bundled model: digits-mlp, fashion-mlp, minilm, smollm2")
+    p.add_argument(
+        "model",
+        help="a bundled model (digits-mlp, fashion-mlp, minilm, smollm2) or a folder written "
+        "by save_pretrained",
+    )
     p.add_argument("--out", type=Path, required=True, help="the .safetensors file to write")
     p.add_argument(
         "--force",
@@ -271,13 +290,18 @@ def _dashboard(args) -> int:
 
 def _doctor(args) -> int:
     from explorer.doctor import doctor, resolve_target
-    from explorer.models import load
+    from explorer.models import MODELS, load
+    from explorer.models.folder import is_checkpoint_path
+    from explorer.models.pretrained import load_model
 
     device = args.capability or args.device
     resolve_target(device)  # a bad target is refused before the model loads
-    bundle = load(args.model)
+    if args.model not in MODELS and is_checkpoint_path(args.model):
+        model = load_model(args.model)  # a checkpoint folder: the layers need no text
+    else:
+        model = load(args.model).model
     report = doctor(
-        bundle.model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
+        model, dtype=args.dtype, tokens=args.tokens, device=device, backend=args.backend
     )
     print(report)
     return 0
@@ -326,6 +350,7 @@ def _sweep(args) -> int:
         args.tokens,
         args.calibration_samples,
         args.seed,
+        args.text,
     )
     if args.name is not None and not args.name.strip():
         raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
@@ -361,6 +386,7 @@ def _sweep(args) -> int:
             calibration_samples=args.calibration_samples,
             seed=args.seed,
             retry_failed=args.retry_failed,
+            text=args.text,
         )
         print(result)
         for row in result.rows(store):

