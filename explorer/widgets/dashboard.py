@@ -57,8 +57,10 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
     Parameters
     ----------
     model : str, ModelBundle or torch.nn.Module
-        A bundled model's name (see :data:`MODELS`), a bundle, or a plain module (then the
-        trade-off plot has no metric to show).
+        A bundled model's name (see :data:`MODELS`), the path of a Hugging Face
+        ``save_pretrained`` folder (see :func:`explorer.models.from_pretrained`; give ``text``
+        for a causal LM), a bundle, or a plain module (then the trade-off plot has no metric
+        to show).
     tokens : int, optional
         Token count the doctor, the kernel runner and the speedup estimate assume (default:
         the model's entry in :data:`MODEL_SETTINGS`, else 1024).
@@ -72,6 +74,9 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         and the dense model is evaluated in that thread too. The thread starts once the page is
         built (:meth:`view`) or on :meth:`wait`; a pruning run waits for it. False loads and
         evaluates before the constructor returns.
+    text : str or Path, optional
+        For a checkpoint folder: the text file its perplexity and calibration windows come
+        from.
 
     Examples
     --------
@@ -88,8 +93,10 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         dtype: str | None = None,
         store=None,
         background: bool = False,
+        text=None,
     ) -> None:
         settings = settings_for(model)
+        self.load_options = {} if text is None else {"text": str(text)}
         tokens = settings["tokens"] if tokens is None else tokens
         # an unknown name is an error naming it, never a silent float32
         dtype = dtype_name(parse_dtype(settings["dtype"] if dtype is None else dtype))

@@ -79,7 +79,7 @@ class _Loading:
             self._start_job(self._load_behind, model)
             return
         try:
-            bundle = _load_bundle(model)
+            bundle = _load_bundle(model, self.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
             self.say("error", f"could not load {model!r}: {exc}")
             return
@@ -159,7 +159,7 @@ class _Loading:
     def _load_behind(self, model: str) -> None:
         """Load the real model behind a page drawn from the cache, then evaluate it."""
         try:
-            bundle = _load_bundle(model)
+            bundle = _load_bundle(model, self.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
             self.say("error", f"could not load {model!r}: {exc}")
             return

@@ -50,21 +50,22 @@ def settings_for(model) -> dict:
     return dict(_DEFAULT_SETTINGS)
 
 
-def _load_bundle(model):
-    """The bundle of ``model``, cast to its 16-bit dtype where :data:`MODEL_SETTINGS` says so."""
+def _load_bundle(model, options: dict | None = None):
+    """The bundle of ``model``, cast to its 16-bit dtype where :data:`MODEL_SETTINGS` says so
+    (``options``: more loader options, e.g. the text of a checkpoint folder)."""
     with hidden_displays():
-        bundle = _bundle(model)
+        bundle = _bundle(model, options or {})
     cast = MODEL_SETTINGS.get(model, {}).get("cast") if isinstance(model, str) else None
     if cast is not None:
         bundle.model.to(_torch_dtype(cast))
     return bundle
 
 
-def _bundle(model):
+def _bundle(model, options: dict):
     if isinstance(model, str):
         from explorer.models import load
 
-        return load(model, **MODEL_OPTIONS.get(model, {}))
+        return load(model, **{**MODEL_OPTIONS.get(model, {}), **options})
     if hasattr(model, "evaluate") and hasattr(model, "model"):
         return model
     if isinstance(model, nn.Module):
@@ -77,7 +78,8 @@ def _bundle(model):
             metric="score",
         )
     raise TypeError(
-        f"model must be a model name ({', '.join(MODELS)}), a ModelBundle or a torch.nn.Module, "
+        f"model must be a model name ({', '.join(MODELS)}), a checkpoint folder's path, a "
+        "ModelBundle or a torch.nn.Module, "
         f"got {type(model).__name__}"
     )
 
