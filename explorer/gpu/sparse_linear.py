@@ -547,12 +547,6 @@ class SparseLinear(nn.Module):
             self.dense_kept,  # last: drop_dense moves decisions to the key without it
         )
 
-    def _clock(self) -> str:
-        """The clock this call's route is chosen by (``"gpu"`` or ``"wall"``)."""
-        if self.mode == "auto":
-            return "gpu" if torch.cuda.is_current_stream_capturing() else "wall"
-        return clock_for(self.mode)
-
     def _route(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
     ) -> Route:
@@ -810,6 +804,7 @@ class SparseLinear(nn.Module):
         return self._forward(x)
 
     def _clock_now(self) -> str:
+        """The clock this call's route is chosen by (``"gpu"`` or ``"wall"``)."""
         mode = self.mode
         if mode == "auto":
             return "gpu" if torch.cuda.is_current_stream_capturing() else "wall"
@@ -881,7 +876,7 @@ class SparseLinear(nn.Module):
             )
         if x.device.type != "cuda":
             raise ValueError(f"input is on {x.device}; SparseLinear runs on CUDA tensors")
-        clock = self._clock()
+        clock = self._clock_now()
         lead = x.shape[:-1]
         x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
         if self.backend == "torch":
