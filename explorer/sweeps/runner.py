@@ -115,7 +115,8 @@ def _as_completed(futures: Iterable) -> Iterable:
     if futures and type(futures[0]).__module__.startswith("distributed"):
         from distributed import as_completed
 
-        return as_completed(futures)
+        # The futures' own client's loop: it need not be the default client.
+        return as_completed(futures, loop=futures[0].client.loop)
     return concurrent.futures.as_completed(futures)
 
 
