@@ -112,10 +112,27 @@ def test_gpu_cells_run_only_on_the_worker_with_a_gpu(tmp_path):
     assert all(r.status == "skipped" and "no CUDA GPU" in r.error for r in speed)
 
 
-def _dies_on_dense(config):
-    if config["cell"] == "dense":
+def _dies_on_dense(folder):
+    # The dense cell kills its worker process once the other cells are done (it leaves the
+    # worker's thread meanwhile, so a cell queued behind it on that worker runs): only the
+    # dense cell is running on the worker that dies, and the test does not depend on timing.
+    def measure(config):
+        import time
+        from pathlib import Path
+
+        from distributed import secede
+
+        if config["cell"] != "dense":
+            rows = run_cell(config)
+            (Path(folder) / f"{config['cell']}.done").touch()
+            return rows
+        secede()
+        deadline = time.monotonic() + 60
+        while len(list(Path(folder).glob("*.done"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         os._exit(1)  # the worker process dies mid-cell
-    return run_cell(config)
+
+    return measure
 
 
 def test_one_pinned_worker_per_gpu_and_a_dead_worker_leaves_a_failed_row(tmp_path):
@@ -137,7 +154,7 @@ def test_one_pinned_worker_per_gpu_and_a_dead_worker_leaves_a_failed_row(tmp_pat
             tmp_path / "r.db",
             False,
             executor=client,
-            measure=_dies_on_dense,
+            measure=_dies_on_dense(str(tmp_path)),
         )
     finally:
         close_gpu_cluster(client)

@@ -163,7 +163,9 @@ def sweep(
     cancel : threading.Event, optional
         Set it to stop after the running cell; finished cells are kept.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
-        Runs cells elsewhere (``executor.submit(fn, config)``); this process alone writes.
+        Runs cells elsewhere (``executor.submit(fn, config)``); this process alone writes. On a
+        Dask cluster with ``GPU`` workers (``sweep --gpus``), GPU cells run only there, one at
+        a time per GPU (:mod:`explorer.sweeps.routing`).
     name : str, optional
         The sweep's id; by default ``"<model>-<hash of the grid>"``, so the same grid resumes.
         Give a name to grow one sweep with more cells over several runs.
