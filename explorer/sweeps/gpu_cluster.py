@@ -11,6 +11,7 @@ workers, each started with its own ``CUDA_VISIBLE_DEVICES``.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ def start_gpu_cluster(devices: Sequence[int], local_directory: str | Path | None
                 "cls": distributed.Scheduler,
                 "options": {"dashboard_address": None},
             },
-            silence_logs=True,
+            silence_logs=logging.WARNING,
         )
     try:
         client = distributed.Client(cluster, set_as_default=False)
