@@ -165,6 +165,11 @@ def _parser() -> _Parser:
         help="run cells in N worker processes (default: in this process)",
     )
     where.add_argument("--scheduler", help="a dask.distributed scheduler address to run cells on")
+    where.add_argument(
+        "--gpus",
+        help="run cells on a local Dask cluster with one worker per GPU: 'all', a count N, "
+        "or device indices such as 0,2,5",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = verbs.add_parser(
@@ -355,7 +360,16 @@ def _sweep(args) -> int:
     if args.name is not None and not args.name.strip():
         raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
     executor = None
-    if args.scheduler:
+    devices = None
+    if args.gpus is not None:
+        from explorer.sweeps.gpu_cluster import cuda_device_count, parse_gpus
+
+        devices = parse_gpus(args.gpus, cuda_device_count())  # before the database is created
+    if devices is not None:
+        from explorer.sweeps.gpu_cluster import start_gpu_cluster
+
+        executor = start_gpu_cluster(devices)
+    elif args.scheduler:
         from explorer.errors import require
 
         executor = require("dask.distributed", "distributed").Client(args.scheduler)
@@ -405,7 +419,11 @@ def _sweep(args) -> int:
         print(f"report: {PROG} report --db {shlex.quote(str(store.path))} --out report.html")
     finally:
         store.close()
-        if executor is not None:
+        if devices is not None:
+            from explorer.sweeps.gpu_cluster import close_gpu_cluster
+
+            close_gpu_cluster(executor)
+        elif executor is not None:
             (executor.close if hasattr(executor, "close") else executor.shutdown)()
     return 0
 

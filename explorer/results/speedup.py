@@ -199,12 +199,23 @@ def row_speedup(row) -> float | None:
 
 
 def model_speedups(rows: Iterable) -> dict[tuple, tuple[float, str]]:
-    """``{(model, pattern, layers, dtype, tokens): (speedup, source)}`` from layer speed rows.
+    """``{(model, pattern, layers, dtype, tokens, gpu): (speedup, source)}`` from layer speed rows.
 
     Each key's layers are combined by :func:`combine_speedups`, weighting each layer by its
     dense work (``out x in x count``); the result is an estimate of the model's speed-up.
-    ``source`` is ``"local"`` when any of the key's rows were measured here, else the
-    reference rows' origin.
+    ``gpu`` is the GPU kind the rows were measured on (provenance ``gpu``), so a speed-up never
+    mixes layers timed on different kinds of GPU. ``source`` is ``"local"`` when any of the
+    key's rows were measured here, else the reference rows' origin.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as Row
+    >>> cfg = {"model": "m", "pattern": "2:4", "layers": "all", "dtype": "float16",
+    ...        "tokens": 1024, "shape": [64, 64]}
+    >>> rows = [Row(config=cfg, metrics={"speedup": s}, status="ok", source="local",
+    ...             provenance={"gpu": g}) for s, g in ((1.2, "H100"), (1.5, "H200"))]
+    >>> sorted((k[5], v[0]) for k, v in model_speedups(rows).items())
+    [('H100', 1.2), ('H200', 1.5)]
     """
     layers: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     sources: dict[tuple, str] = {}
@@ -214,7 +225,9 @@ def model_speedups(rows: Iterable) -> dict[tuple, tuple[float, str]]:
         if speedup is None or not isinstance(shape, list) or len(shape) != 2:
             continue
         c = row.config
+        gpu = str((getattr(row, "provenance", None) or {}).get("gpu") or "unknown GPU")
         key = (c.get("model"), c.get("pattern"), c.get("layers"), c.get("dtype"), c.get("tokens"))
+        key = (*key, gpu)
         layers[key].append(
             (float(shape[0]) * float(shape[1]) * float(c.get("count") or 1), speedup)
         )

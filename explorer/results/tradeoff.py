@@ -312,6 +312,15 @@ def pareto_points(points: Sequence[TradeoffPoint]) -> list[TradeoffPoint]:
     return [measured[i] for i in reversed(indices)]
 
 
+def _by_tokens(speedups: dict, base: tuple) -> dict:
+    # {tokens: {gpu kind: (speedup, source)}} of the model_speedups keys that start with base.
+    out: dict = {}
+    for key, value in speedups.items():
+        if key[:4] == base:
+            out.setdefault(key[4], {})[key[5]] = value
+    return out
+
+
 def tradeoff_points(rows) -> list[TradeoffPoint]:
     """The report's points: every ok prune row of a results table, at each token count measured.
 
@@ -319,7 +328,8 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
     rows of the same model, dtype and token count) gets that measurement (see
     :func:`choose_speed`). Otherwise a point's speed-up is the estimate
     :func:`explorer.results.speedup.model_speedups` makes from the layer speed rows of the same
-    model, pattern, layers and dtype. Local speed rows win over reference ones for the same key;
+    model, pattern, layers and dtype, one point per kind of GPU they were timed on (kinds are
+    never mixed in one speed-up). Local speed rows win over reference ones for the same key;
     a configuration without any speed row gets one point with ``speedup=None``. Each model with a point that has a speed-up also gets its dense
     baseline at 1.0x (method ``"dense"``), the frontier's slow end.
 
@@ -355,10 +365,11 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
             continue
         c = row.config
         base = (c.get("model"), c.get("pattern"), c.get("layers"), c.get("dtype"))
-        speeds = {k[4]: v for k, v in local.items() if k[:4] == base}
-        for k, v in reference.items():
-            if k[:4] == base:
-                speeds.setdefault(k[4], v)
+        # {tokens: {gpu kind: (speedup, source)}}: one estimate per kind of GPU, never mixed;
+        # local rows at a token count win over the reference's.
+        speeds = _by_tokens(local, base)
+        for tokens, kinds in _by_tokens(reference, base).items():
+            speeds.setdefault(tokens, kinds)
         label = " ".join(str(c.get(k)) for k in ("method", "pattern", "layers", "dtype"))
         common = {
             "label": label,
@@ -392,16 +403,16 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
                     )
                 )
                 continue
-            speedup, source = speeds[tokens]
-            points.append(
-                TradeoffPoint(
-                    **common,
-                    speedup=speedup,
-                    tokens=tokens,
-                    speed_source="estimate-layers",
-                    speed_from=source,
+            for gpu, (speedup, source) in sorted(speeds[tokens].items()):
+                points.append(
+                    TradeoffPoint(
+                        **common,
+                        speedup=speedup,
+                        tokens=tokens,
+                        speed_source="estimate-layers",
+                        speed_from=source if gpu in source else f"{source} ({gpu})",
+                    )
                 )
-            )
     baselines = []
     for model, dtype in sorted({(p.model, p.dtype) for p in points if p.speedup}):
         value = dense.get((model, dtype))

@@ -22,6 +22,7 @@ from explorer.errors import PruningCancelled, validate_cancel
 from explorer.results.store import ResultStore, StoreError
 from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
+from explorer.sweeps import routing as _routing
 from explorer.sweeps.grid import Cell, SweepConfig
 
 __all__ = ["SweepResult", "run_grid", "sweep"]
@@ -114,7 +115,8 @@ def _as_completed(futures: Iterable) -> Iterable:
     if futures and type(futures[0]).__module__.startswith("distributed"):
         from distributed import as_completed
 
-        return as_completed(futures)
+        # The futures' own client's loop: it need not be the default client.
+        return as_completed(futures, loop=futures[0].client.loop)
     return concurrent.futures.as_completed(futures)
 
 
@@ -161,7 +163,9 @@ def sweep(
     cancel : threading.Event, optional
         Set it to stop after the running cell; finished cells are kept.
     executor : concurrent.futures.Executor or dask.distributed.Client, optional
-        Runs cells elsewhere (``executor.submit(fn, config)``); this process alone writes.
+        Runs cells elsewhere (``executor.submit(fn, config)``); this process alone writes. On a
+        Dask cluster with ``GPU`` workers (``sweep --gpus``), GPU cells run only there, one at
+        a time per GPU (:mod:`explorer.sweeps.routing`).
     name : str, optional
         The sweep's id; by default ``"<model>-<hash of the grid>"``, so the same grid resumes.
         Give a name to grow one sweep with more cells over several runs.
@@ -236,6 +240,7 @@ def run_grid(
     lease_timeout: float = 120.0,
     desc: str = "sweep",
     on_rows: Callable[[list[dict]], None] | None = None,
+    measure: Callable[[dict], list[dict]] | None = None,
 ) -> SweepResult:
     """Run the cells of a grid into the store: the loop behind :func:`sweep` and the named grids.
 
@@ -253,6 +258,16 @@ def run_grid(
         The progress bar's label.
     on_rows : callable, optional
         Called with each cell's rows once they are committed.
+    measure : callable, optional
+        What turns a cell's configuration into its rows (default
+        :func:`explorer.sweeps.cells.run_cell`); it must be picklable to go to an executor.
+
+    Notes
+    -----
+    On a ``dask.distributed.Client`` whose cluster has workers with the resource ``GPU``, each
+    cell asks for what it needs (:func:`explorer.sweeps.routing.cell_resources`): GPU cells run
+    only there, one at a time per GPU. A cell whose worker died is recorded as failed with the
+    reason, and the sweep goes on.
 
     Returns
     -------
@@ -267,6 +282,7 @@ def run_grid(
     """
     from tqdm.auto import tqdm
 
+    run_cell = measure if measure is not None else _cells.run_cell
     own = not isinstance(db, ResultStore)
     store = ResultStore(db) if own else db
     writer = _leases.new_writer_id()
@@ -327,16 +343,19 @@ def run_grid(
             try:
                 with _cells.quiet_progress(not progress):
                     if executor is not None:
-                        return executor.submit(_cells.run_cell, cell.config).result()
+                        return _routing.submit(
+                            executor, run_cell, cell.config, use_resources
+                        ).result()
+                    if measure is not None:
+                        return measure(cell.config)
                     return _cells.run_cell(cell.config, cancel=cancel)
             except PruningCancelled:
                 return None
             except Exception as exc:
                 if executor is None:
                     raise
-                return _cells.failed_rows(
-                    cell.config, exc
-                )  # the worker died or could not run the cell
+                # the worker died or could not run the cell
+                return _cells.failed_rows(cell.config, _routing.dead_worker_error(exc))
 
         def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
             """Claim and run each cell here; return the cells other writers hold, and
@@ -355,6 +374,9 @@ def run_grid(
                     commit(cell, rows)
             return waiting, False
 
+        # GPU cells ask a Dask cluster for a GPU only where some worker has one (else they would
+        # wait forever); elsewhere they run as before and record why they were skipped.
+        use_resources = _routing.is_dask_client(executor) and _routing.has_gpu_workers(executor)
         held: list[Cell] = []
         with _leases.LeaseKeeper(store, writer, every=lease_timeout / 4):
             try:
@@ -368,13 +390,16 @@ def run_grid(
                             held.append(cell)
                         elif state == _leases.CLAIMED:
                             mine.append(cell)
-                    futures = {executor.submit(_cells.run_cell, c.config): c for c in mine}
+                    futures = {
+                        _routing.submit(executor, run_cell, c.config, use_resources): c
+                        for c in mine
+                    }
                     for future in _as_completed(futures):
                         cell = futures[future]
                         try:
                             rows = future.result()
                         except Exception as exc:  # the worker died or could not run the cell
-                            rows = _cells.failed_rows(cell.config, exc)
+                            rows = _cells.failed_rows(cell.config, _routing.dead_worker_error(exc))
                         commit(cell, rows)  # a finished cell is kept, even when cancelling
                         if stopping():
                             cancelled = True

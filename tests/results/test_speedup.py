@@ -24,7 +24,7 @@ def test_combine_is_amdahl_over_dense_work():
 def test_the_report_and_the_dashboard_estimate_agree():
     rows = [_row([64, 64], 2.0), _row([64, 32], 1.0, count=2)]
     (key, (speedup, source)), *_ = model_speedups(rows).items()
-    assert key == ("m", "2:4", "all", "float16", 1024) and source == "local"
+    assert key == ("m", "2:4", "all", "float16", 1024, "unknown GPU") and source == "local"
     shapes = {"a": (64, 64), "b1": (64, 32), "b2": (64, 32)}
     est = estimate_speedup(shapes, ["a"], recorded=False)  # "a" at the 2x bound, the rest 1x
     assert speedup == pytest.approx(est.speedup) == pytest.approx(8192 / (2048 + 4096))
@@ -32,4 +32,12 @@ def test_the_report_and_the_dashboard_estimate_agree():
 
 def test_failed_rows_and_rows_without_a_shape_are_left_out():
     rows = [_row([64, 64], 2.0, status="failed"), _row(None, 2.0), _row([8, 8], 1.5, "reference")]
-    assert model_speedups(rows) == {("m", "2:4", "all", "float16", 1024): (1.5, "ref")}
+    key = ("m", "2:4", "all", "float16", 1024, "unknown GPU")
+    assert model_speedups(rows) == {key: (1.5, "ref")}
+
+
+def test_layers_timed_on_different_gpu_kinds_never_share_a_speedup():
+    rows = [_row([64, 64], 2.0), _row([64, 32], 1.0, count=2)]
+    rows[0].provenance, rows[1].provenance = {"gpu": "NVIDIA H100"}, {"gpu": "NVIDIA H200"}
+    found = model_speedups(rows)
+    assert {k[5]: v[0] for k, v in found.items()} == {"NVIDIA H100": 2.0, "NVIDIA H200": 1.0}

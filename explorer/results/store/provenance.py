@@ -1,20 +1,23 @@
 """Where and with what a measurement was made: attached to every row of the results store.
 
 The machine part (GPU, driver, CUDA, torch, cuSPARSELt, explorer, Python, platform) is
-collected once per process and cached; the time is taken afresh for every call.
+collected once per process and cached; the time is taken afresh for every call. The GPU is the
+process's first visible device: a worker of ``sweep --gpus`` sees only its own, so its rows
+name that GPU's kind, its index on the machine and its UUID.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import platform
 import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
 
-__all__ = ["explorer_version", "machine", "provenance"]
+__all__ = ["explorer_version", "machine", "physical_index", "provenance"]
 
 
 def explorer_version() -> str:
@@ -64,6 +67,48 @@ def _cusparselt_version(torch) -> str | None:
     return f"{raw // 1000 if raw >= 1000 else 0}.{raw // 100 % 10}.{raw % 100}"
 
 
+def physical_index(visible: str | None) -> int | None:
+    """The machine's index of the first visible CUDA device, from ``CUDA_VISIBLE_DEVICES``.
+
+    Unset, the first visible device is device 0; a UUID or MIG entry gives None (the index is
+    then looked up from the UUID where NVML can).
+
+    Examples
+    --------
+    >>> physical_index(None), physical_index("3,0,1"), physical_index("GPU-8f1c"), physical_index("")
+    (0, 3, None, None)
+    """
+    if visible is None:
+        return 0
+    first = visible.split(",")[0].strip()
+    return int(first) if first.isdigit() else None
+
+
+def _uuid(torch) -> str | None:
+    # The first visible device's UUID, as nvidia-smi writes it ("GPU-...").
+    try:
+        raw = str(torch.cuda.get_device_properties(0).uuid)
+    except (AttributeError, RuntimeError):
+        return None
+    return raw if raw.startswith(("GPU-", "MIG-")) else f"GPU-{raw}"
+
+
+def _index_from_uuid(uuid: str | None) -> int | None:
+    # NVML's index of the device with this UUID, when pynvml is installed.
+    if uuid is None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML, or it does not know the device: the index stays unknown
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def machine() -> dict:
     """The machine part of the provenance, collected once per process.
@@ -72,7 +117,8 @@ def machine() -> dict:
     -------
     dict
         Keys ``gpu`` (the device name, or ``"cpu"`` without a CUDA GPU), ``gpu_capability``
-        (``"9.0"``), ``gpu_count``, ``driver``, ``cuda``, ``torch``, ``cusparselt``,
+        (``"9.0"``), ``gpu_index`` (the device's index on the machine) and ``gpu_uuid`` (both
+        ``None`` without a CUDA GPU), ``gpu_count``, ``driver``, ``cuda``, ``torch``, ``cusparselt``,
         ``explorer``, ``python``, ``platform`` and ``cpu``; unknown values are ``None``.
 
     Examples
@@ -83,6 +129,8 @@ def machine() -> dict:
     info: dict = {
         "gpu": "cpu",
         "gpu_capability": None,
+        "gpu_index": None,
+        "gpu_uuid": None,
         "gpu_count": 0,
         "driver": None,
         "cuda": None,
@@ -104,6 +152,9 @@ def machine() -> dict:
         info["gpu"] = torch.cuda.get_device_name(0)
         info["gpu_capability"] = f"{major}.{minor}"
         info["gpu_count"] = torch.cuda.device_count()
+        info["gpu_uuid"] = _uuid(torch)
+        index = physical_index(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        info["gpu_index"] = index if index is not None else _index_from_uuid(info["gpu_uuid"])
         info["driver"] = _driver_version()
         info["cusparselt"] = _cusparselt_version(torch)
     return info

@@ -33,6 +33,8 @@ def test_machine_is_cached_and_complete():
     expected = {
         "gpu",
         "gpu_capability",
+        "gpu_index",
+        "gpu_uuid",
         "gpu_count",
         "driver",
         "cuda",
@@ -46,6 +48,7 @@ def test_machine_is_cached_and_complete():
     assert set(info) == expected
     if not torch.cuda.is_available():
         assert info["gpu"] == "cpu" and info["gpu_capability"] is None
+        assert info["gpu_index"] is None and info["gpu_uuid"] is None
 
 
 def test_provenance_adds_a_utc_time_without_touching_the_cache():
