@@ -208,8 +208,10 @@ class _Loading:
         self._wait_for_dense()
 
     def _wait_for_dense(self) -> None:
-        self._release()
         job = self._dense_job
+        if job is None:
+            return  # nothing to wait for: a hold set for the first page stays until it is built
+        self._release()
         if job is not None and job is not threading.current_thread():
             job.join()
 
