@@ -63,7 +63,7 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
         return f"GPU capability {cap[0]}.{cap[1]} has no sparse tensor cores (needs 8.0+)"
     if dtype.itemsize == 1 and dtype != torch.int8 and cap < (8, 9):
         return (
-            f"{dtype_name(dtype)} needs compute capability 8.9+ (Ada, Hopper); "
+            f"{dtype_name(dtype)} needs compute capability 8.9+ (Ada from cuSPARSELt 0.8, Hopper); "
             f"{torch.cuda.get_device_name(w.device)} is {cap[0]}.{cap[1]} "
             "(use dtype='int8' or 'bfloat16' here, or an 8.9+ GPU)"
         )

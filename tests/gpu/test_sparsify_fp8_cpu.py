@@ -42,6 +42,7 @@ def test_fp8_below_capability_8_9_names_the_device_and_the_fix(monkeypatch):
     )
     why = eligibility(cuda_linear, torch.float8_e4m3fn)
     assert why == (
-        "float8_e4m3fn needs compute capability 8.9+ (Ada, Hopper); NVIDIA A100 is 8.0 "
+        "float8_e4m3fn needs compute capability 8.9+ (Ada from cuSPARSELt 0.8, Hopper); "
+        "NVIDIA A100 is 8.0 "
         "(use dtype='int8' or 'bfloat16' here, or an 8.9+ GPU)"
     )
