@@ -28,8 +28,13 @@ DTYPES: dict[str, torch.dtype] = {
     "e4m3": torch.float8_e4m3fn,
     "float8_e4m3fn": torch.float8_e4m3fn,
 }
-#: The dtypes with a 2:4 sparse tensor-core kernel (16-bit floats and int8).
-SPARSE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.int8)
+#: The dtypes with a 2:4 sparse tensor-core kernel (16-bit floats, int8 and fp8 e4m3).
+SPARSE_DTYPES: tuple[torch.dtype, ...] = (
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.float8_e4m3fn,
+)
 
 
 def dtype_name(dtype: object) -> str:
@@ -73,7 +78,7 @@ def parse_dtype(
     >>> parse_dtype("float32", allowed=SPARSE_DTYPES)
     Traceback (most recent call last):
     ...
-    ValueError: dtype 'float32' is not one this can use; expected one of float16, bfloat16, int8
+    ValueError: dtype 'float32' is not one this can use; expected one of float16, bfloat16, int8, float8_e4m3fn
     """
     if isinstance(dtype, torch.dtype):
         found = dtype

@@ -16,7 +16,7 @@ from torch import nn
 from explorer import _html
 from explorer.gpu import cusparselt as C
 from explorer.gpu import decode as D
-from explorer.gpu import ops, quant, tuning
+from explorer.gpu import fp8, ops, quant, tuning
 from explorer.gpu import torch_backend as TB
 from explorer.gpu.dispatch import (
     DECODE,
@@ -147,7 +147,8 @@ class SparseLinear(nn.Module):
     weight_scale : torch.Tensor, optional
         Per-output-channel float32 scales of an int8 weight (folded into the alpha vector).
     out_dtype : torch.dtype, optional
-        Output dtype of the int8/fp8 paths (float16 or bfloat16); the input's for fp16/bf16.
+        Output dtype of the int8 path (float16 or bfloat16) and of the fp8 kernel's raw sums
+        (bfloat16 or float32: float16 cannot hold them); the input's for fp16/bf16.
     backend : {"cusparselt", "torch"}
     alg : int
         A fixed cuSPARSELt config id, or -1 to choose (default and tuned algorithms).
@@ -340,7 +341,8 @@ class SparseLinear(nn.Module):
             On a CUDA device, weight pruned 2:4 (zeros in place).
         dtype : torch.dtype, optional
             float16, bfloat16 (default: the weight's if 16-bit, else float16), int8 (per-channel
-            symmetric quantization, dynamic per-token activations) or float8_e4m3fn.
+            symmetric quantization, dynamic per-token activations) or float8_e4m3fn (the same
+            scheme with e4m3 scales ``max|row| / 448``: :mod:`explorer.gpu.fp8`).
         activation : {"none", "relu", "gelu"}
         backend : {"cusparselt", "torch"}
         keep_dense : bool
@@ -400,11 +402,16 @@ class SparseLinear(nn.Module):
         if dtype == torch.int8:
             wq, scale = quant.quantize_per_channel(w)
             out_dtype = out_dtype or act_dtype
-        elif dtype.itemsize == 1:  # fp8: per-tensor scale folded like int8's, per channel
-            amax = w.float().abs().amax(dim=1).clamp_min(1e-12)
-            scale = (amax / 448.0).float()
-            wq = (w.float() / scale[:, None]).to(dtype)
-            out_dtype = out_dtype or act_dtype
+        elif dtype.itemsize == 1:  # fp8: per-channel weight scale, applied after the matmul
+            if out_dtype == torch.float16:
+                raise ValueError(
+                    "out_dtype float16 cannot hold the fp8 kernel's raw sums (up to 448 * 448 "
+                    "per product, before the scales). Hint: leave out_dtype unset (bfloat16) "
+                    "or pass torch.bfloat16 or torch.float32; the result is returned in the "
+                    "input's dtype."
+                )
+            wq, scale = fp8.quantize_weight(w, name=f"the weight of {linear}")
+            out_dtype = out_dtype or torch.bfloat16
         else:
             wq = w.to(dtype)
             out_dtype = dtype
@@ -888,8 +895,8 @@ class SparseLinear(nn.Module):
         scale_t = None
         if self.dtype == torch.int8:
             x2, scale_t = quant.quantize_per_token(x2)
-        elif self.dtype.itemsize == 1:
-            x2 = x2.to(self.dtype)
+        elif self.dtype.itemsize == 1:  # fp8: dynamic per-token scales, like int8's
+            x2, scale_t = fp8.quantize_activations(x2)
         elif x2.dtype != self.dtype:
             if not x2.is_floating_point():
                 raise TypeError(f"input dtype {x2.dtype} is not a floating type")
@@ -936,12 +943,11 @@ class SparseLinear(nn.Module):
             y = _transpose(y, t)  # row-major, padded tokens dropped in the same pass
         elif pad:
             y = y[:t]
+        if self.weight_scale is not None and not alpha:
+            y = y * self.weight_scale.to(y.dtype)  # fp8: no alpha vector in cuSPARSELt
         if scale_t is not None:
             # one fused step: per-token scale plus the bias (which must come after the scale)
             s = scale_t[:t, None].to(y.dtype)
-            y = torch.addcmul(self.bias, y, s) if self.bias is not None else y * s
-        elif self.weight_scale is not None:  # fp8: no alpha vector in cuSPARSELt, scale after
-            s = self.weight_scale.to(y.dtype)
             y = torch.addcmul(self.bias, y, s) if self.bias is not None else y * s
         if self.activation != "none" and not fuse:
             y = _apply_act(y, self.activation)

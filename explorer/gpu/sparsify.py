@@ -57,12 +57,16 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
     if w.device.type != "cuda":
         return f"on {w.device}: cuSPARSELt needs the model on a CUDA GPU (model.cuda())"
     if dtype not in C.CUSPARSELT_DTYPES:
-        return f"dtype {dtype} has no sparse kernel (use float16, bfloat16 or int8)"
+        return f"dtype {dtype} has no sparse kernel (use float16, bfloat16, int8 or float8_e4m3fn)"
     cap = torch.cuda.get_device_capability(w.device)
     if cap < (8, 0):
         return f"GPU capability {cap[0]}.{cap[1]} has no sparse tensor cores (needs 8.0+)"
     if dtype.itemsize == 1 and dtype != torch.int8 and cap < (8, 9):
-        return f"float8 needs capability 8.9+, this GPU is {cap[0]}.{cap[1]}"
+        return (
+            f"{dtype_name(dtype)} needs compute capability 8.9+ (Ada from cuSPARSELt 0.8, Hopper); "
+            f"{torch.cuda.get_device_name(w.device)} is {cap[0]}.{cap[1]} "
+            "(use dtype='int8' or 'bfloat16' here, or an 8.9+ GPU)"
+        )
     mult = C.feature_multiple(dtype)
     if linear.in_features % mult or linear.out_features % mult:
         return (
@@ -123,8 +127,10 @@ def sparsify(
         The explorer's cached-plan path, or torch's own ``_cslt`` ops for comparison (no
         fusion, no measurement).
     dtype : torch.dtype or str, optional
-        float16, bfloat16, int8 (per-channel weight and per-token activation quantization) or
-        None to keep each layer's 16-bit dtype (float32 layers run in float16).
+        float16, bfloat16, int8 (per-channel weight and per-token activation quantization),
+        ``"float8_e4m3fn"`` (the same scheme in fp8 e4m3, compute capability 8.9+; see
+        :mod:`explorer.gpu.fp8`) or None to keep each layer's 16-bit dtype (float32 layers run
+        in float16).
     inplace : bool
         Change ``model`` itself (default) or a deep copy (then see ``report.model``).
     prune : bool

@@ -27,7 +27,7 @@ from explorer.sweeps.loading import (
     round_weights,
 )
 from explorer.sweeps.speed import speed_cell
-from explorer.sweeps.steps import evaluate, int8_rows, prune_metrics, retrain
+from explorer.sweeps.steps import evaluate, fp8_rows, int8_rows, prune_metrics, retrain
 
 __all__ = ["failed_rows", "hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
 
@@ -40,6 +40,7 @@ def _dense(config: dict) -> list[dict]:
     return [
         {"kind": "dense", "config": config, "metrics": metrics},
         *int8_rows("dense", config, bundle, model, metrics),
+        *fp8_rows("dense", config, bundle, model, metrics),
     ]
 
 
@@ -67,10 +68,11 @@ def _prune(config: dict, cancel: Any = None) -> list[dict]:
         permute=bool(config.get("permute")),
         update=config.get("update"),
     )
-    # 2. Evaluate at the cell's dtype, in int8 where asked, then after fine-tuning if asked.
+    # 2. Evaluate at the cell's dtype, in int8 or FP8 where asked, then after fine-tuning if asked.
     round_weights(model, config["dtype"])
     metrics = {**evaluate(bundle, model), **prune_metrics(result)}
     quantized = int8_rows("prune", config, bundle, model, metrics)
+    quantized += fp8_rows("prune", config, bundle, model, metrics)
     metrics.update(retrain(bundle, model, result.masks, config, cancel))
     return [{"kind": "prune", "config": config, "metrics": metrics}, *quantized]
 

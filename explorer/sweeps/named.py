@@ -35,6 +35,8 @@ def model_grid(
     recovery: dict | None = None,
     int8: bool = False,
     gpu: bool = False,
+    fp8: bool = False,
+    dtype: str = "float32",
 ) -> list[Cell]:
     """One model's experiment cells: dense first, then pattern x method x variant.
 
@@ -60,6 +62,10 @@ def model_grid(
         ``train``, ``minutes``).
     int8, gpu : bool
         Also evaluate every model in int8 (the exact reference), and through the GPU kernel.
+    fp8 : bool
+        Also evaluate every model in FP8 e4m3 (:mod:`explorer.gpu.fp8`'s reference).
+    dtype : str
+        The weights' dtype of the dense and pruned rows (``"bfloat16"``: rounded to it).
 
     Returns
     -------
@@ -80,7 +86,8 @@ def model_grid(
     check_known(model, tuple(methods))
     parsed = [Pattern.parse(p) for p in patterns]
     steps = {"finetune": finetune, "recovery": recovery, "int8": int8, "gpu": gpu and int8}
-    base = {"model": model, "version": CELL_VERSION, "dtype": "float32"}
+    steps["fp8"] = fp8
+    base = {"model": model, "version": CELL_VERSION, "dtype": dtype}
     base.update((k, v) for k, v in {"load": load, **steps}.items() if v)
     out = [Cell({"cell": "dense", **base})]
     for pattern, method, variant in itertools.product(parsed, methods, variants):

@@ -1,6 +1,7 @@
-"""Steps a cell may add after pruning: fine-tuning, distillation, and evaluation in int8.
+"""Steps a cell may add after pruning: fine-tuning, distillation, evaluation in int8 or FP8.
 
-A cell's configuration asks for them (``"finetune"``, ``"recovery"``, ``"int8"``, ``"gpu"``); the
+A cell's configuration asks for them (``"finetune"``, ``"recovery"``, ``"int8"``, ``"fp8"``,
+``"gpu"``); the
 accuracy and int8 experiments are grids of such cells (:mod:`explorer.sweeps.named`).
 """
 
@@ -14,7 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["STEP_METRICS", "OnDevice", "evaluate", "int8_rows", "prune_metrics", "retrain"]
+__all__ = [
+    "STEP_METRICS",
+    "OnDevice",
+    "evaluate",
+    "fp8_rows",
+    "int8_rows",
+    "prune_metrics",
+    "retrain",
+]
 
 #: Metrics a cell adds to the model's own evaluation (the rest are the bundle's metrics).
 STEP_METRICS = (
@@ -165,6 +174,34 @@ def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: d
             }
         )
     return rows
+
+
+def fp8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: dict) -> list[dict]:
+    """Rows of ``model`` with FP8 (e4m3) weights and activations, where ``config["fp8"]`` asks.
+
+    ``quant="fp8"``: :func:`explorer.gpu.fp8.fp8_reference_model`, which emulates the sparse
+    FP8 kernel (per-channel weight and per-token activation scales, float32 sums) on any
+    device. A dense model is quantized whether or not it is 2:4; ``metrics["prune_seconds"]``
+    travels to the FP8 row.
+
+    Examples
+    --------
+    >>> fp8_rows("dense", {}, None, nn.Linear(1, 1), {})
+    []
+    """
+    if not config.get("fp8"):
+        return []
+    from explorer.gpu.fp8 import fp8_reference_model
+
+    timing = {k: metrics[k] for k in ("prune_seconds",) if k in metrics}
+    quantized, names = fp8_reference_model(model, bundle.filter_fn, require_24=kind != "dense")
+    return [
+        {
+            "kind": kind,
+            "config": {**config, "quant": "fp8"},
+            "metrics": {**evaluate(bundle, quantized), "layers": len(names), **timing},
+        }
+    ]
 
 
 class OnDevice(nn.Module):

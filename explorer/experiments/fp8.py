@@ -1,0 +1,169 @@
+"""The sparse + FP8 accuracy experiment: what FP8 e4m3 adds to 2:4 pruning on the shipped models.
+
+Run it with ``python -m explorer.experiments.fp8``. Each model is a named grid of sweep cells
+(:func:`explorer.sweeps.named.model_grid` with ``fp8=True`` and bfloat16 weights): for each
+method it evaluates the dense model, the dense model in FP8, the 2:4-pruned model, and the
+2:4-pruned model in FP8: weights quantized per output channel to e4m3 (``max|row| / 448``,
+zeros stay zeros), activations dynamically per token, products summed in float32, as
+``sparsify(model, dtype="float8_e4m3fn")`` runs them. The FP8 numbers come from
+:class:`explorer.gpu.fp8.Fp8ReferenceLinear`, which emulates that on any device. Results go to
+a Markdown table and a JSON file.
+
+Examples
+--------
+>>> rows = run(["digits-mlp"], methods=["magnitude"], progress=False)
+>>> sorted({r["config"] for r in rows})
+['2:4', '2:4 + FP8', 'dense', 'dense + FP8']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer.experiments.settings import model_settings
+from explorer.models import MODELS
+from explorer.results.store import ResultStore
+from explorer.sweeps.named import model_grid, run_named
+
+__all__ = ["main", "run", "to_markdown"]
+
+DEFAULT_MODELS = tuple(MODELS)  # every bundled model
+
+_CONFIGS = {None: "", "fp8": " + FP8"}
+
+
+def run(
+    models: Sequence[str] = DEFAULT_MODELS,
+    methods: Sequence[str] = ("magnitude", "wanda"),
+    dtype: str = "bfloat16",
+    progress: bool = True,
+    db: str | Path | ResultStore = ":memory:",
+    load: dict[str, dict] | None = None,
+) -> list[dict]:
+    """Measure dense, dense + FP8, 2:4 and 2:4 + FP8 for each model and method.
+
+    Parameters
+    ----------
+    models : sequence of str
+        Shipped model names (see :mod:`explorer.models`).
+    methods : sequence of str
+        Pruning methods (calibrated ones get the model's calibration batches).
+    dtype : str
+        The weights of the rows without FP8 are rounded to this dtype (bfloat16: the dense
+        baseline FP8 is compared with on a GPU).
+    progress : bool
+        Show a progress bar per model.
+    db : path or ResultStore
+        Where the store rows go; a file keeps them, so the same run resumes there.
+    load : dict, optional
+        Loader options per model name, over :func:`explorer.experiments.settings.model_settings`
+        (e.g. ``{"smollm2": {"n_eval": 4}}``).
+
+    Returns
+    -------
+    list of dict
+        One row per (model, method, config) with the headline metric's ``value``.
+    """
+    store = db if isinstance(db, ResultStore) else ResultStore(db)
+    out: list[dict] = []
+    try:
+        for name in models:
+            settings = model_settings(name)
+            cells = model_grid(
+                name,
+                methods,
+                ["2:4"],
+                calibration_samples=settings["calibration"],
+                load={**settings["load"], **(load or {}).get(name, {})},
+                fp8=True,
+                dtype=dtype,
+            )
+            out += _table(run_named(f"fp8-{name}", cells, store, progress))
+    finally:
+        if store is not db:
+            store.close()
+    return out
+
+
+def _table(rows: list[Any]) -> list[dict]:
+    # The dense row names the headline metric.
+    metric = next(r.metrics["metric"] for r in rows if r.kind == "dense" and r.status == "ok")
+    table = []
+    for r in rows:
+        quant = r.config.get("quant")
+        config = ("dense" if r.kind == "dense" else r.pattern) + _CONFIGS[quant]
+        row = {"model": r.model, "metric": metric, "method": r.method or "-", "config": config}
+        row["weights"] = "float8_e4m3fn" if quant else r.config.get("dtype", "float32")
+        row["value"] = float(r.metrics.get(metric, float("nan")))
+        row.update((k, r.metrics[k]) for k in ("layers",) if quant and k in r.metrics)
+        if r.status != "ok":
+            row["error"] = r.error
+        table.append(row)
+    return table
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """One table per model: configurations as rows, the headline metric as the value.
+
+    Examples
+    --------
+    >>> print(to_markdown([dict(model="m", metric="accuracy", method="-", config="dense",
+    ...                         weights="bfloat16", value=0.9)]).splitlines()[4])
+    | - | dense | bfloat16 | - | 0.900 |
+    """
+    out: list[str] = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name]
+        metric = mine[0]["metric"]
+        out += [
+            f"**{name}** ({metric})",
+            "",
+            "| method | configuration | weights | FP8 layers | value |",
+            "|---|---|---|---:|---:|",
+        ]
+        for r in mine:
+            v = r["value"]
+            text = f"{v:,.1f}" if metric == "perplexity" else f"{v:.3f}"
+            text = "error" if r.get("error") else text
+            layers = r.get("layers", "-")
+            out.append(f"| {r['method']} | {r['config']} | {r['weights']} | {layers} | {text} |")
+        out.append("")
+    return "\n".join(out[:-1]) if out else ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m explorer.experiments.fp8 [--models ...] [--methods ...]``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--methods", default="magnitude,wanda")
+    p.add_argument("--dtype", default="bfloat16", help="weights of the rows without FP8")
+    p.add_argument("--n-eval", type=int, default=None, help="held-out items of MiniLM and SmolLM2")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--markdown", type=Path, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    # --n-eval reaches the models whose loader takes it (MiniLM, SmolLM2)
+    load = {m: {"n_eval": a.n_eval} for m in models if "n_eval" in model_settings(m)["load"]}
+    rows = run(
+        models,
+        [m for m in a.methods.split(",") if m],
+        dtype=a.dtype,
+        progress=not a.no_progress,
+        load=load if a.n_eval else None,
+    )
+    table = to_markdown(rows)
+    print(table)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    if a.markdown:
+        a.markdown.write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

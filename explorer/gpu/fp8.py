@@ -1,0 +1,263 @@
+"""FP8 (e4m3) quantization for the sparse FP8 flow, and a reference that runs on any device.
+
+Weights: per output channel, ``scale = max|w| / 448`` (448 is e4m3's largest finite value) and
+``q = fp8(w / scale)``; zeros stay zeros, so a 2:4 weight stays 2:4. Activations: dynamically per
+token, the same rule per row. An all-zero row gets scale 1 (never 0 or NaN). The FP8 matmul sums
+the products of the fp8 values in float32; both scales and the bias are applied after, and the
+result is rounded to the output dtype. :func:`fp8_reference` computes exactly that in plain torch,
+so FP8 accuracy can be measured on a CPU; :class:`Fp8ReferenceLinear` is a drop-in layer.
+
+This module imports only torch.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+__all__ = [
+    "FP8",
+    "FP8_MAX",
+    "Fp8ReferenceLinear",
+    "fp8_reference",
+    "fp8_reference_model",
+    "quantize_activations",
+    "quantize_weight",
+    "row_scales",
+]
+
+#: The FP8 format of the sparse flow (4 exponent bits, 3 mantissa bits, no infinities).
+FP8 = torch.float8_e4m3fn
+#: Its largest finite value.
+FP8_MAX = 448.0
+
+
+def row_scales(t: torch.Tensor) -> torch.Tensor:
+    """One float32 scale per row of ``t``: ``max|row| / 448``, or 1 for an all-zero row.
+
+    Examples
+    --------
+    >>> row_scales(torch.tensor([[0.0, -896.0], [0.0, 0.0]])).tolist()
+    [2.0, 1.0]
+    """
+    # 1. The largest magnitude of each row, in float32.
+    amax = t.detach().float().abs().amax(dim=-1)
+    # 2. Map it onto 448; a row whose scale would be 0 (all zeros, or below float32's range
+    #    once divided) gets 1, so dividing by the scale never makes a NaN.
+    scale = amax / FP8_MAX
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def _to_fp8(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``t / scale`` per row, clamped to +-448 (e4m3fn has no infinity) and cast to fp8."""
+    return (t.float() / scale[..., None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+def quantize_weight(
+    weight: torch.Tensor, name: str = "weight"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``weight[out, in]`` to fp8 e4m3 with one float32 scale per output channel.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        2-D ``(out_features, in_features)``, finite.
+    name : str
+        What the weight is (a layer's name), for the error message.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``q`` (float8_e4m3fn, same shape, zeros kept) and ``scale`` (float32 ``[out]``), with
+        ``q.float() * scale[:, None]`` close to ``weight``.
+
+    Raises
+    ------
+    ValueError
+        A weight that is not 2-D, or holds Inf or NaN.
+
+    Examples
+    --------
+    >>> q, s = quantize_weight(torch.tensor([[0.0, 1.0, -2.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+    >>> q.float().tolist(), (s * 448).tolist()
+    ([[0.0, 224.0, -448.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [2.0, 448.0])
+    """
+    if weight.dim() != 2:
+        raise ValueError(
+            f"{name} must be 2-D (out, in), got shape {tuple(weight.shape)}. "
+            "Hint: pass an nn.Linear's weight."
+        )
+    w = weight.detach().float()
+    bad = ~torch.isfinite(w)
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} holds {int(bad.sum())} non-finite value(s) (first {w[row, col].item()} at "
+            f"[{row}, {col}]); fp8 quantization needs finite weights. Hint: find where the "
+            "weights went Inf/NaN (training, loading) or keep this layer out with filter_fn."
+        )
+    scale = row_scales(w)
+    return _to_fp8(w, scale), scale
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x[..., in]`` to fp8 e4m3 with one float32 scale per token (row), dynamically.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``q`` (float8_e4m3fn, same shape) and ``scale`` (float32, ``x.shape[:-1]``).
+
+    Examples
+    --------
+    >>> q, s = quantize_activations(torch.tensor([[1.0, -0.5], [0.0, 0.0]]))
+    >>> q.float().tolist(), (s * 448).tolist()
+    ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
+    """
+    scale = row_scales(x)
+    return _to_fp8(x, scale), scale
+
+
+def fp8_reference(
+    x: torch.Tensor,
+    w_q: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """What an FP8 matmul with row-wise scales computes for ``x @ W^T + bias``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Activations ``[..., in]`` in a floating dtype; quantized here per token.
+    w_q, w_scale : torch.Tensor
+        The weight from :func:`quantize_weight`: fp8 ``[out, in]`` and float32 ``[out]``.
+    bias : torch.Tensor, optional
+        ``[out]``, added after both scales.
+    out_dtype : torch.dtype, optional
+        The dtype the result is rounded to (default: ``x``'s).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., out]``: the fp8 products summed in float32, times the weight scale of the column
+        and the token scale of the row, plus the bias (in float32), rounded to ``out_dtype``.
+
+    Examples
+    --------
+    >>> w_q, w_s = quantize_weight(torch.tensor([[1.0, 2.0], [0.0, -1.0]]))
+    >>> y = fp8_reference(torch.tensor([[1.0, 1.0]]), w_q, w_s, torch.tensor([0.5, 0.0]))
+    >>> [round(v, 5) for v in y[0].tolist()]  # 1 + 2 + 0.5 and -1, up to float32 scales
+    [3.5, -1.0]
+    """
+    lead = x.shape[:-1]
+    # 1. Quantize the activations per token (dynamic scales).
+    x_q, x_scale = quantize_activations(x.reshape(-1, x.shape[-1]))
+    # 2. Dequantize nothing yet: fp8 values and their products are exact in float32; the sum
+    #    is accumulated in float32, as the tensor cores do.
+    acc = x_q.float() @ w_q.float().t()
+    # 3. Both scales (and the bias) after the sum, in float32.
+    y = acc * w_scale.float()[None, :] * x_scale[:, None]
+    if bias is not None:
+        y = y + bias.float()
+    # 4. Round once to the output dtype.
+    return y.to(out_dtype or x.dtype).reshape(*lead, w_q.shape[0])
+
+
+class Fp8ReferenceLinear(torch.nn.Module):
+    """What :func:`explorer.sparsify` with ``dtype="float8_e4m3fn"`` computes, in plain torch.
+
+    The weight is quantized per output channel, each input row per token (dynamic), the fp8
+    products are summed in float32, and both scales and the bias are applied after
+    (:func:`fp8_reference`). It runs on any device, so FP8 and FP8 2:4 accuracy can be measured
+    without a GPU; the GPU kernel differs from it by rounding its raw sum to bfloat16 before the
+    scales are applied, and by the order of its float32 additions.
+
+    Parameters
+    ----------
+    linear : nn.Linear
+        The layer to emulate (its weight is quantized once, here).
+    name : str
+        The layer's name, for error messages.
+
+    Examples
+    --------
+    >>> lin = torch.nn.Linear(8, 4)
+    >>> ref = Fp8ReferenceLinear(lin)
+    >>> ref
+    Fp8ReferenceLinear(in_features=8, out_features=4, bias=True, fp8 e4m3 reference)
+    >>> with torch.no_grad():
+    ...     float((ref(torch.ones(2, 8)) - lin(torch.ones(2, 8))).abs().max()) < 0.1
+    True
+    """
+
+    def __init__(self, linear: torch.nn.Linear, name: str = "weight") -> None:
+        super().__init__()
+        q, scale = quantize_weight(linear.weight, name)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("qweight", q)
+        self.register_buffer("scale", scale)
+        bias = linear.bias.detach().clone() if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"input has {x.shape[-1]} features in its last dimension, expected "
+                f"{self.in_features}"
+            )
+        return fp8_reference(x, self.qweight, self.scale, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, fp8 e4m3 reference"
+        )
+
+
+def fp8_reference_model(
+    model: torch.nn.Module, filter_fn=None, require_24: bool = True
+) -> tuple[torch.nn.Module, list[str]]:
+    """A copy of ``model`` whose FP8-eligible Linears compute like the sparse FP8 kernel.
+
+    A layer is swapped where :func:`explorer.sparsify` would swap it in FP8: accepted by
+    ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``, to see FP8 alone on a
+    dense model), and both sizes multiples of 32.
+
+    Returns
+    -------
+    (torch.nn.Module, list of str)
+        The copy and the names of the swapped layers.
+
+    Raises
+    ------
+    ValueError
+        A swapped layer's weight holds Inf or NaN (the message names the layer).
+
+    Examples
+    --------
+    >>> m, names = fp8_reference_model(torch.nn.Sequential(torch.nn.Linear(64, 32)))
+    >>> names  # a dense weight is not 2:4, so it stays as it is
+    []
+    >>> fp8_reference_model(torch.nn.Sequential(torch.nn.Linear(64, 32)), require_24=False)[1]
+    ['0']
+    """
+    out = copy.deepcopy(model)
+    swapped = []
+    for fqn, mod in list(out.named_modules()):
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        if filter_fn is not None and not filter_fn(mod, fqn):
+            continue
+        if mod.in_features % 32 or mod.out_features % 32:
+            continue
+        w = mod.weight.detach()
+        if require_24 and bool(((w.reshape(-1, 4) != 0).sum(1) > 2).any()):
+            continue
+        parent, _, child = fqn.rpartition(".")
+        layer = Fp8ReferenceLinear(mod, name=f"layer {fqn!r}")
+        setattr(out.get_submodule(parent) if parent else out, child, layer)
+        swapped.append(fqn)
+    return out, swapped
