@@ -111,12 +111,15 @@ def group_scales(weight: torch.Tensor, mask: torch.Tensor, quant: Quantization) 
 def round_to_grid(values: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tensor:
     """Integer codes ``clamp(round(values / scale), -qmax, qmax)`` (same shape, float32).
 
+    A code of zero is always ``+0.0`` (never ``-0.0``), so a dequantized weight is bit for bit
+    the one its codes and scales rebuild.
+
     Examples
     --------
     >>> round_to_grid(torch.tensor([0.9, -3.2, 100.0]), torch.tensor(1.0), 7).tolist()
     [1.0, -3.0, 7.0]
     """
-    return torch.round(values.float() / scale).clamp_(-qmax, qmax)
+    return torch.round(values.float() / scale).clamp_(-qmax, qmax).add_(0.0)
 
 
 def quantize_rtn(
