@@ -115,3 +115,25 @@ def test_failure_midway_restores_the_model():
         )
     for p, q in zip(net.parameters(), before, strict=True):
         assert torch.equal(p.nan_to_num(), q.nan_to_num())
+
+
+def test_block_by_block_transformer(tiny_transformer, token_batches):
+    result = prune(tiny_transformer, "sparsegpt", "2:4", calibration=token_batches,
+                   quantize="int4", group_size=16, progress=False)  # fmt: skip
+    assert result.blocks == "blocks" and set(result.scales) == set(result.layers)
+    for fqn in result.layers:
+        w = tiny_transformer.get_submodule(fqn).weight.detach()
+        full = result.scales[fqn].repeat_interleave(16, dim=1)
+        codes = torch.round(w / full)
+        assert check_pattern(result.masks[fqn], "2:4").valid
+        assert int(codes.abs().max()) <= 7 and torch.equal(codes * full, w)
+
+
+def test_unstructured_int8_on_grid():
+    net, x = _layer(4, 16, 64)
+    result = prune(net, "sparsegpt", "unstructured:0.5", calibration=[x], quantize="int8",
+                   group_size=32, progress=False)  # fmt: skip
+    w = net[0].weight.detach()
+    full = result.scales["0"].repeat_interleave(32, dim=1)
+    assert result.density == 0.5 and int(torch.round(w / full).abs().max()) <= 127
+    assert torch.equal(torch.round(w / full) * full, w)
