@@ -24,13 +24,18 @@ from torch import nn
 from explorer.compression import CompressedWeight
 from explorer.dtypes import dtype_name
 from explorer.errors import require
+from explorer.lowbit import Int4Weight
 
 from .manifest import (
+    CODES,
     METADATA_KEY,
+    PACKED,
     POSITIONS,
+    SCALES,
     VALUES,
     CheckpointCancelled,
     CheckpointError,
+    dtype_from_name,
     parse_manifest,
     tensor_sha256,
 )
@@ -195,9 +200,7 @@ def _get(handle, name: str, where: str) -> torch.Tensor:
 
 
 def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
-    state: dict[str, torch.Tensor] = {
-        k: v for k, v in raw.items() if not k.endswith((VALUES, POSITIONS))
-    }
+    state: dict[str, torch.Tensor] = {k: v for k, v in raw.items() if not k.endswith(PACKED)}
     for fqn, layer in manifest["layers"].items():
         param = layer["param"]
         if layer.get("stored") != "2:4":
@@ -205,6 +208,9 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
                 raise CheckpointError(
                     f"layer {fqn!r} is listed as dense in {where} but {param!r} is not in the file"
                 )
+            continue
+        if layer.get("quantize") == "int4":
+            state[param] = _rebuild_int4(fqn, layer, raw, where)
             continue
         values, positions = raw.get(param + VALUES), raw.get(param + POSITIONS)
         if values is None or positions is None:
@@ -226,22 +232,9 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
                 "match the tensors"
             )
         packed = CompressedWeight(values, positions, (rows, k))
-        if rows and k:
-            pos = packed.positions()
-            bad = pos[..., 0] >= pos[..., 1]
-            if bool(bad.any()):
-                r, g = (int(i) for i in bad.nonzero()[0])
-                raise CheckpointError(
-                    f"layer {fqn!r} in {where} is no longer 2:4: {int(bad.sum()):,} groups hold "
-                    f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
-                    "the positions were altered. Use a good copy of the file"
-                )
+        _check_positions(fqn, packed, where)
         dense = packed.decompress()
-        if dtype_name(dense.dtype) != layer["dtype"] or tensor_sha256(dense) != layer["sha256"]:
-            raise CheckpointError(
-                f"layer {fqn!r} in {where} rebuilds to a weight that does not match the "
-                "checksum taken when it was saved; the file was altered"
-            )
+        _check_rebuilt(fqn, layer, dense, where)
         state[param] = dense
     for alias, original in manifest["aliases"].items():
         if original not in state:
@@ -250,6 +243,53 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
             )
         state[alias] = state[original]
     return state
+
+
+def _check_positions(fqn: str, packed: CompressedWeight, where: str) -> None:
+    rows, k = packed.shape
+    if rows and k:
+        pos = packed.positions()
+        bad = pos[..., 0] >= pos[..., 1]
+        if bool(bad.any()):
+            r, g = (int(i) for i in bad.nonzero()[0])
+            raise CheckpointError(
+                f"layer {fqn!r} in {where} is no longer 2:4: {int(bad.sum()):,} groups hold "
+                f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
+                "the positions were altered. Use a good copy of the file"
+            )
+
+
+def _check_rebuilt(fqn: str, layer: dict, dense: torch.Tensor, where: str) -> None:
+    if dtype_name(dense.dtype) != layer["dtype"] or tensor_sha256(dense) != layer["sha256"]:
+        raise CheckpointError(
+            f"layer {fqn!r} in {where} rebuilds to a weight that does not match the "
+            "checksum taken when it was saved; the file was altered"
+        )
+
+
+def _rebuild_int4(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str) -> torch.Tensor:
+    """A 2:4 int4 layer's dense weight from its codes, positions and scales, all checked."""
+    param = layer["param"]
+    parts = [raw.get(param + s) for s in (CODES, POSITIONS, SCALES)]
+    if any(p is None for p in parts):
+        raise CheckpointError(
+            f"layer {fqn!r} is listed as 2:4 int4 in {where} but its codes, positions or scales "
+            "are missing; the file was altered"
+        )
+    try:
+        packed = Int4Weight.from_parts(*parts, tuple(layer["shape"]), layer["group_size"])
+    except ValueError as exc:
+        raise CheckpointError(
+            f"layer {fqn!r} in {where} does not hold a valid 2:4 int4 weight ({exc}); the file "
+            "was altered"
+        ) from None
+    _check_positions(
+        fqn, CompressedWeight(packed.int_codes(), packed.metadata, packed.shape), where
+    )
+    dense = packed.decompress()
+    dense = dense.to(dtype_from_name(layer["dtype"]))
+    _check_rebuilt(fqn, layer, dense, where)
+    return dense
 
 
 def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> CheckpointReport:

@@ -7,6 +7,11 @@ the key :data:`METADATA_KEY`; its tensors are the model's ``state_dict`` with ev
 * ``"<param>::values"``: ``[rows, K/2]``, the kept values, the weight's dtype;
 * ``"<param>::positions"``: ``[rows, ceil(K/8)]`` uint8, the 2-bit positions, two groups a byte.
 
+A layer pruned and quantized jointly to int4 (``prune(quantize="int4")``, layout of
+:mod:`explorer.lowbit`) stores ``"<param>::codes"`` (``[rows, K/4]`` uint8, two int4 codes a byte)
+and ``"<param>::scales"`` (``[rows, K/G]`` float32) instead of ``::values``, and its manifest entry
+records ``"quantize": "int4"`` and ``"group_size": G``.
+
 The manifest records, per layer, the pattern, whether it was valid, the pruning method,
 calibration and error, and the SHA-256 of the dense masked weight; which layers were kept dense
 and why; and the SHA-256, shape and dtype of every stored tensor. Checksums catch corruption
@@ -41,6 +46,9 @@ FORMAT = "sparsity-explorer.sparse-checkpoint"
 VERSION = 1
 METADATA_KEY = "sparsity_explorer.manifest"
 VALUES, POSITIONS = "::values", "::positions"
+CODES, SCALES = "::codes", "::scales"
+#: Suffixes of the tensors that hold a compressed weight's parts.
+PACKED = (VALUES, POSITIONS, CODES, SCALES)
 
 #: The dtypes a checkpoint may store, by their exact names (no aliases: a manifest is exact).
 _DTYPES = {

@@ -17,8 +17,7 @@ from typing import Any
 from .bounded_json import short_repr
 from .manifest import (
     FORMAT,
-    POSITIONS,
-    VALUES,
+    PACKED,
     VERSION,
     CheckpointError,
     dtype_names,
@@ -71,6 +70,8 @@ _LAYER = {
     "valid_24": False,
     "density": False,
     "pruning": False,
+    "quantize": False,
+    "group_size": False,
 }
 _PRETRAINED_LAYER = {
     "param": True,
@@ -150,6 +151,7 @@ def validate_checkpoint_manifest(manifest: Any, where: str) -> dict[str, Any]:
                 or (key == "index" and not 0 <= value <= MAX_DIM)
             ):
                 _fail(where, f"layers[{short_repr(fqn)}].{key}", value, expected)
+        _check_quantized(fqn, layer, where)
     skipped = _section(manifest, "skipped", where)
     for fqn, reason in skipped.items():
         if not isinstance(reason, str):
@@ -265,13 +267,14 @@ def _check_compressed_tensors(tensors: dict, layers: dict, where: str) -> None:
     """Each ``::values``/``::positions`` tensor belongs to a 2:4 layer stored only that way."""
     packed = {layer["param"] for layer in layers.values() if layer["stored"] == "2:4"}
     for name in tensors:
-        base = name.removesuffix(VALUES).removesuffix(POSITIONS)
-        if base != name and base not in packed:
+        suffix = next((s for s in PACKED if name.endswith(s)), "")
+        base = name.removesuffix(suffix)
+        if suffix and base not in packed:
             _fail(
                 where,
                 f"tensors[{short_repr(name)}]",
                 name,
-                "the values or positions of a 2:4 layer",
+                "the values, codes, scales or positions of a 2:4 layer",
             )
     for param in packed:
         if param in tensors:
@@ -286,7 +289,7 @@ def _check_compressed_tensors(tensors: dict, layers: dict, where: str) -> None:
 def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> None:
     """An alias stands for a stored tensor with the same checksum, shape and dtype."""
     by_param = {layer["param"]: layer for layer in layers.values()}
-    stored = {n: e for n, e in tensors.items() if not n.endswith((VALUES, POSITIONS))}
+    stored = {n: e for n, e in tensors.items() if not n.endswith(PACKED)}
     for param, layer in by_param.items():
         if layer["stored"] == "2:4":
             stored[param] = layer
@@ -319,6 +322,23 @@ def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> No
                 f"{target['dtype']} {target['shape']} with checksum {target['sha256'][:12]}...; "
                 f"expected tied tensors to be identical; {_FIX}"
             )
+
+
+def _check_quantized(fqn: str, layer: dict, where: str) -> None:
+    """``quantize`` and ``group_size`` come together, on a 2:4 layer, with sane values."""
+    field = f"layers[{short_repr(fqn)}]"
+    if "quantize" not in layer and "group_size" not in layer:
+        return
+    if layer.get("quantize") != "int4":
+        _fail(where, f"{field}.quantize", layer.get("quantize"), "'int4'")
+    if layer["stored"] != "2:4":
+        _fail(where, f"{field}.stored", layer["stored"], "'2:4' for a quantized layer")
+    g = layer.get("group_size")
+    k = layer["shape"][1]
+    if not (isinstance(g, int) and not isinstance(g, bool) and 0 < g <= MAX_DIM and g % 4 == 0):
+        _fail(where, f"{field}.group_size", g, "a positive multiple of 4")
+    if k % g:
+        _fail(where, f"{field}.group_size", g, f"a group size dividing in_features={k}")
 
 
 def _section(manifest: dict, key: str, where: str) -> dict:

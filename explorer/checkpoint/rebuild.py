@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from explorer.errors import require
 
 from .bounded_json import short_repr
-from .manifest import POSITIONS, VALUES, CheckpointError
+from .manifest import PACKED, CheckpointError
 
 __all__ = [
     "TensorSpec",
@@ -54,7 +54,7 @@ def expected_state(manifest: dict[str, Any]) -> dict[str, TensorSpec]:
     state = {
         name: TensorSpec(tuple(e["shape"]), e["dtype"], e["sha256"])
         for name, e in manifest["tensors"].items()
-        if not name.endswith((VALUES, POSITIONS))
+        if not name.endswith(PACKED)
     }
     for layer in manifest["layers"].values():
         if layer["stored"] == "2:4":

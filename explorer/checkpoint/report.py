@@ -32,6 +32,8 @@ class LayerRecord:
         Bytes of the dense weight.
     reason : str
         Why a dense layer was not stored as 2:4 (empty for 2:4 layers).
+    quantize : str
+        ``"int4"`` for a 2:4 layer stored as group-wise int4 codes, else empty.
     """
 
     name: str
@@ -41,11 +43,24 @@ class LayerRecord:
     stored_bytes: int
     dense_bytes: int
     reason: str = ""
+    quantize: str = ""
 
     @property
     def ratio(self) -> float:
         """Stored bytes over dense bytes."""
         return self.stored_bytes / self.dense_bytes if self.dense_bytes else 1.0
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Stored bits per dense weight (3.25 for 2:4 int4 with group size 128).
+
+        Examples
+        --------
+        >>> LayerRecord("fc", (8, 256), "float32", "2:4", 8 * 104, 8 * 256 * 4, "", "int4").bits_per_weight
+        3.25
+        """
+        n = self.shape[0] * self.shape[1]
+        return 8 * self.stored_bytes / n if n else float("nan")
 
 
 @dataclass(frozen=True)
@@ -127,7 +142,12 @@ class CheckpointReport:
         width = max((len(r.name) for r in self.layers), default=5)
         for r in self.layers:
             shape = f"{r.shape[0]}x{r.shape[1]}"
-            what = f"2:4, {r.ratio:.1%} of dense" if r.stored == "2:4" else f"dense: {r.reason}"
+            what = (
+                f"2:4{' ' + r.quantize if r.quantize else ''}, {r.ratio:.1%} of dense, "
+                f"{r.bits_per_weight:.2f} bits/weight"
+                if r.stored == "2:4"
+                else f"dense: {r.reason}"
+            )
             lines.append(f"  {r.name:<{width}}  {shape:>11}  {r.dtype:<8}  {what}")
         return "\n".join(lines)
 

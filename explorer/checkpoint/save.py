@@ -16,13 +16,17 @@ from explorer.checks import check_pattern
 from explorer.compression import compress
 from explorer.dtypes import dtype_name
 from explorer.errors import require
+from explorer.lowbit import compress_int4
 from explorer.output_paths import check_output_path, replacing
 from explorer.results.store import explorer_version
 
 from .manifest import (
+    CODES,
     FORMAT,
     METADATA_KEY,
+    PACKED,
     POSITIONS,
+    SCALES,
     VALUES,
     VERSION,
     CheckpointCancelled,
@@ -181,6 +185,14 @@ def save_sparse(
         if reason:
             entry["stored"], entry["reason"] = "dense", reason
             skipped[fqn] = reason
+        elif _int4_scales(result, fqn) is not None:
+            # 2b. a layer pruned and quantized jointly: int4 codes, positions, group scales
+            packed4 = _pack_int4(fqn, weight.detach(), result)
+            tensors[param + CODES] = packed4.codes
+            tensors[param + POSITIONS] = packed4.metadata
+            tensors[param + SCALES] = packed4.scales
+            entry["quantize"], entry["group_size"] = "int4", packed4.group_size
+            compressed.add(param)
         else:
             packed = compress(weight.detach(), "2:4")
             tensors[param + VALUES] = packed.values
@@ -243,6 +255,28 @@ def _layer_entry(param: str, weight: torch.Tensor, fqn: str, result: Any) -> dic
             "error": error if math.isfinite(error) else None,
         }
     return entry
+
+
+def _int4_scales(result: Any, fqn: str) -> torch.Tensor | None:
+    if result is None or getattr(result, "quantize", None) != "int4":
+        return None
+    return (getattr(result, "scales", None) or {}).get(fqn)
+
+
+def _pack_int4(fqn: str, weight: torch.Tensor, result: Any):
+    """Pack a jointly quantized weight with its recorded scales; it must still be on its grid."""
+    try:
+        packed = compress_int4(weight, result.group_size, scales=_int4_scales(result, fqn))
+    except ValueError as exc:
+        raise CheckpointError(f"layer {fqn!r} cannot be stored as 2:4 int4: {exc}") from None
+    rebuilt, weight = packed.decompress().to(weight.dtype), weight.cpu()
+    if not (torch.equal(rebuilt, weight) and torch.equal(rebuilt.signbit(), weight.signbit())):
+        raise CheckpointError(
+            f"layer {fqn!r} was quantized to int4 but its weights are no longer on the grid of "
+            "the recorded scales (changed after pruning?); prune it again, or save without "
+            "result= to store it as plain 2:4"
+        )
+    return packed
 
 
 def _why_dense(param, weight, module, fqn, aliases, filter_fn) -> str:
@@ -353,15 +387,17 @@ def build_report(path: Path, manifest: dict[str, Any]) -> CheckpointReport:
 
     records, dense_total = [], 0
     for name, entry in tensors.items():
-        if not name.endswith((VALUES, POSITIONS)):
+        if not name.endswith(PACKED):
             dense_total += nbytes(entry)
     ordered = sorted(manifest["layers"].items(), key=lambda kv: kv[1].get("index", 0))
     for fqn, layer in ordered:
         itemsize = dtype_from_name(layer["dtype"]).itemsize
         dense = math.prod(layer["shape"]) * itemsize
         if layer.get("stored") == "2:4":
-            stored = nbytes(tensors[layer["param"] + VALUES]) + nbytes(
-                tensors[layer["param"] + POSITIONS]
+            stored = sum(
+                nbytes(tensors[layer["param"] + suffix])
+                for suffix in PACKED
+                if layer["param"] + suffix in tensors
             )
             dense_total += dense
         else:
@@ -375,6 +411,7 @@ def build_report(path: Path, manifest: dict[str, Any]) -> CheckpointReport:
                 stored,
                 dense,
                 str(layer.get("reason") or ""),
+                str(layer.get("quantize") or ""),
             )
         )
     return CheckpointReport(Path(path), path.stat().st_size, dense_total, tuple(records), manifest)

@@ -22,7 +22,7 @@ from .calibration import (
     selected_linears,
     validate_cancel,
 )
-from .methods import UPDATES, check_selection, method_info
+from .methods import UPDATES, check_quantize, check_selection, method_info, quantized_sparsegpt
 from .permute import permute_channels, undo_permutation
 from .result import PruneResult
 from .sequential import run_sequential
@@ -105,6 +105,8 @@ def prune(
     permute: bool = False,
     update: str | None = None,
     permute_seconds: float = 60.0,
+    quantize: str | None = None,
+    group_size: int = 128,
 ) -> PruneResult:
     """Prune the model's Linear layers to a sparsity pattern.
 
@@ -148,6 +150,14 @@ def prune(
         calibration inputs (ADMM, Boža 2024); needs ``calibration``. Works after every method.
     permute_seconds : float
         Time budget of the channel search (positive).
+    quantize : {None, "int4", "int8"}
+        SparseGPT only: quantize the kept weights inside the column loop as well, group-wise
+        symmetric (:mod:`explorer.groupquant`), with the rounding error fed back through the
+        inverse Hessian (joint pruning and quantization). Each weight then holds the
+        dequantized values (zeros in place); ``result.scales`` holds the scales.
+    group_size : int
+        Input columns per quantization scale (a multiple of 4 dividing every selected layer's
+        ``in_features``); used with ``quantize``.
 
     Returns
     -------
@@ -200,6 +210,8 @@ def prune(
     target = model if inplace else copy.deepcopy(model)
     chosen, names = selected_linears(target, filter_fn)
     check_selection(target, chosen, names, pattern)
+    quant = check_quantize(quantize, group_size, info.name, update, pattern, chosen)
+    scales: dict[str, torch.Tensor] = {}
     _warn_tied(target, chosen)
     permutation = None
     if permute:
@@ -215,6 +227,8 @@ def prune(
         with torch.no_grad(), _eval_mode(target):
             if info.needs_calibration:
                 layer_fn = info.layer_fn(pattern)
+                if quant is not None:
+                    layer_fn = quantized_sparsegpt(pattern, quant, scales)
                 if update is not None:
                     layer_fn = _with_update(layer_fn, {}, snapshot, clock)
                 # 2a. gather statistics (block by block where possible), prune, measure.
@@ -273,6 +287,9 @@ def prune(
         update=update,
         update_seconds=clock["update"],
         permutation=permutation,
+        quantize=quantize,
+        group_size=None if quant is None else quant.group_size,
+        scales={fqn: scales[fqn] for fqn in chosen if fqn in scales},
     )
 
 

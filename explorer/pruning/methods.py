@@ -26,15 +26,24 @@ import torch
 from torch import nn
 
 from ..checks import check_pattern
+from ..groupquant import Quantization
 from ..patterns import Pattern
 from .calibration import InputStats, check_cancel, progress_bar
 from .magnitude import magnitude_mask
 from .random import random_mask
-from .sparsegpt import sparsegpt_prune
+from .sparsegpt import sparsegpt_prune, sparsegpt_quantize_prune
 from .wanda import wanda_mask
 from .weightnorm import weightnorm_masks
 
-__all__ = ["METHODS", "UPDATES", "MethodInfo", "check_selection", "method_info"]
+__all__ = [
+    "METHODS",
+    "UPDATES",
+    "MethodInfo",
+    "check_quantize",
+    "check_selection",
+    "method_info",
+    "quantized_sparsegpt",
+]
 
 #: Weight updates that can follow any method once its mask is chosen (``prune(update=...)``).
 UPDATES = ("admm",)
@@ -146,6 +155,69 @@ def _sparsegpt(mod: nn.Linear, pattern: Pattern, stats: InputStats) -> torch.Ten
     new, mask = sparsegpt_prune(mod.weight, stats.hessian, pattern)
     mod.weight.data.copy_(new)
     return mask
+
+
+def quantized_sparsegpt(
+    pattern: Pattern, quant: Quantization, scales: dict[str, torch.Tensor]
+) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
+    """The per-layer step of SparseGPT with joint quantization; records each layer's scales.
+
+    The layer's weight is set to the dequantized values (zeros in place) and ``scales[fqn]``
+    to its float32 ``[out, in / group_size]`` scales.
+    """
+
+    def step(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
+        new, mask, layer_scales = sparsegpt_quantize_prune(
+            mod.weight, stats.hessian, pattern, quant
+        )
+        mod.weight.data.copy_(new)
+        scales[fqn] = layer_scales.cpu()
+        return mask
+
+    return step
+
+
+def check_quantize(
+    quantize: Any, group_size: Any, method: str, update: Any, pattern: Pattern, chosen: dict
+) -> Quantization | None:
+    """Validate ``prune(quantize=, group_size=)`` against the method, pattern and layers.
+
+    Raises
+    ------
+    ValueError
+        An unknown format, a bad group size, a method other than SparseGPT, ``update=`` given
+        too, a group size that N:M groups straddle, or a layer whose ``in_features`` the group
+        size does not divide (naming the layer and how to skip it).
+
+    Examples
+    --------
+    >>> check_quantize("int4", 128, "magnitude", None, Pattern.parse("2:4"), {})
+    Traceback (most recent call last):
+    ...
+    ValueError: quantize='int4' quantizes inside SparseGPT's column loop; method 'magnitude' cannot. Use method='sparsegpt', or prune first and call explorer.groupquant.quantize_rtn on each layer
+    """
+    if quantize is None:
+        return None
+    quant = Quantization(quantize, group_size)
+    if method != "sparsegpt":
+        raise ValueError(
+            f"quantize={quantize!r} quantizes inside SparseGPT's column loop; method {method!r} "
+            "cannot. Use method='sparsegpt', or prune first and call "
+            "explorer.groupquant.quantize_rtn on each layer"
+        )
+    if update is not None:
+        raise ValueError(
+            f"update={update!r} re-optimises the kept weights after the mask is chosen, which "
+            f"moves them off the {quantize} grid; use update=None with quantize="
+        )
+    if pattern.kind == "nm" and quant.group_size % pattern.m:
+        raise ValueError(
+            f"group_size={quant.group_size} is not a multiple of M={pattern.m} of "
+            f"{pattern.name!r}; N:M groups must not straddle two scale groups"
+        )
+    for fqn, mod in chosen.items():
+        quant.check_width(mod.weight.shape[1], f"layer {fqn!r} (its in_features)")
+    return quant
 
 
 def _weightnorm(model: nn.Module, chosen: dict, pattern: Pattern) -> dict[str, torch.Tensor]:

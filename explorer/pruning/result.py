@@ -52,6 +52,14 @@ class PruneResult:
         Time spent in the weight update (part of ``seconds``).
     permutation : PermutationResult or None
         The channel reordering done before pruning (``permute=True``), or None.
+    quantize : str or None
+        The integer format the kept weights were jointly quantized to (``"int4"``,
+        ``"int8"``), or None.
+    group_size : int or None
+        Input columns per quantization scale (with ``quantize``), or None.
+    scales : dict of str to torch.Tensor
+        Float32 ``[out, in / group_size]`` scales by layer (with ``quantize``): each weight is
+        ``q * scale`` with integer ``q`` on the format's grid.
 
     Examples
     --------
@@ -75,6 +83,9 @@ class PruneResult:
     update: str | None = None
     update_seconds: float = 0.0
     permutation: Any = field(default=None, repr=False)
+    quantize: str | None = None
+    group_size: int | None = None
+    scales: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def permute_seconds(self) -> float:
@@ -114,6 +125,8 @@ class PruneResult:
             "update": self.update,
             "update_seconds": round(self.update_seconds, 4),
             "permutation": None if self.permutation is None else self.permutation.to_dict(),
+            "quantize": self.quantize,
+            "group_size": self.group_size,
             "layers": [
                 {
                     "name": name,
@@ -135,6 +148,8 @@ class PruneResult:
         extra = f", update={self.update!r}" if self.update else ""
         if self.permutation is not None:
             extra += f", permuted={len(self.permutation.permuted)}"
+        if self.quantize:
+            extra += f", quantize={self.quantize!r}, group_size={self.group_size}"
         return (
             f"PruneResult(method={self.method!r}, pattern={self.pattern.name!r}, "
             f"layers={len(self.layers)}, density={self.density:.3f}{error}{blocks}{extra}, "
@@ -160,6 +175,7 @@ class PruneResult:
             f"density {self.density:.3f}, {self.seconds:.2f} s"
             + (f", block by block over {self.blocks}" if self.blocks else "")
             + (f", {self.update} update {self.update_seconds:.2f} s" if self.update else "")
+            + (f", {self.quantize} (group {self.group_size})" if self.quantize else "")
             + (
                 f", {len(self.permutation.permuted)} layers reordered first "
                 f"(mean gain in kept score {self.permutation.mean_gain:+.2%})"

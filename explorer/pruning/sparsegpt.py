@@ -17,11 +17,12 @@ import torch
 
 from .._threads import fair_cpu_threads, one_cpu_thread
 from .._validate import check_scores
+from ..groupquant import Quantization, round_to_grid
 from ..masks import make_mask
 from ..patterns import Pattern
 from .calibration import check_finite_inputs
 
-__all__ = ["sparsegpt_prune"]
+__all__ = ["sparsegpt_prune", "sparsegpt_quantize_prune"]
 
 
 def _inverse_cholesky(h: torch.Tensor, percdamp: float) -> torch.Tensor:
@@ -94,8 +95,84 @@ def sparsegpt_prune(
     >>> mask.sum().item(), bool((new[~mask] == 0).all())
     (12, True)
     """
+    new, mask, _ = _fasterprune(weight, hessian, pattern, blocksize, percdamp, None)
+    return new, mask
+
+
+def sparsegpt_quantize_prune(
+    weight: torch.Tensor,
+    hessian: torch.Tensor,
+    pattern: Pattern,
+    quant: Quantization,
+    blocksize: int = 128,
+    percdamp: float = 0.01,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prune and quantize jointly: SparseGPT with GPTQ-style error feedback of the rounding.
+
+    Each column, once pruned, has its kept weights rounded to their group's grid
+    (:mod:`explorer.groupquant`), and the whole error (pruned weights and rounding) is pushed
+    onto the later columns through the inverse Hessian, as in SparseGPT's joint
+    sparsification and quantization. A group's scales (``max|kept| / qmax`` per row) are set
+    when the loop enters the group's first column, from the group's current, already updated
+    weights, taking as "kept" the entries the ``w^2 / d^2`` score would keep at that moment
+    (N:M patterns; all weights otherwise). Later entries beyond ``qmax * scale`` are clipped.
+
+    Parameters
+    ----------
+    weight, hessian, pattern, blocksize, percdamp
+        As :func:`sparsegpt_prune`.
+    quant : Quantization
+        The integer format and group size (which must divide ``in_features``).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The dequantized weight (exactly ``q * scale`` in float32, then cast to the weight's
+        dtype; zeros in place), the bool keep-mask and the float32 scales
+        ``[out_features, in_features / group_size]``.
+
+    Examples
+    --------
+    >>> from explorer.groupquant import Quantization
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(64, 8, generator=g)
+    >>> w = torch.randn(3, 8, generator=g)
+    >>> new, mask, scales = sparsegpt_quantize_prune(
+    ...     w, x.T @ x, Pattern.parse("2:4"), Quantization("int4", 4)
+    ... )
+    >>> scales.shape, bool((new / scales.repeat_interleave(4, 1)).round().abs().max() <= 7)
+    (torch.Size([3, 2]), True)
+    """
+    quant.check_width(weight.shape[1], "the layer")
+    new, mask, scales = _fasterprune(weight, hessian, pattern, blocksize, percdamp, quant)
+    return new, mask, scales
+
+
+def _group_entry_scales(
+    w_group: torch.Tensor, d_group: torch.Tensor, pattern: Pattern, quant: Quantization
+) -> torch.Tensor:
+    """Scales ``[rows]`` of one group from its current weights ``w_group`` ``[G, rows]``."""
+    keep = torch.ones_like(w_group, dtype=torch.bool)
+    if pattern.kind == "nm":
+        score = (w_group.square() / d_group.square()).reshape(-1, pattern.m, w_group.shape[1])
+        drop = torch.topk(score, pattern.m - pattern.n, dim=1, largest=False).indices
+        keep = keep.reshape(score.shape).scatter_(1, drop, False).reshape(w_group.shape)
+    amax = (w_group.abs() * keep).amax(dim=0)
+    return torch.where(amax > 0, amax / quant.qmax, torch.ones_like(amax))
+
+
+def _fasterprune(
+    weight: torch.Tensor,
+    hessian: torch.Tensor,
+    pattern: Pattern,
+    blocksize: int,
+    percdamp: float,
+    quant: Quantization | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if pattern.kind == "nm" and blocksize % pattern.m:
         blocksize = max(pattern.m, blocksize - blocksize % pattern.m)
+    if quant is not None and blocksize % quant.group_size and quant.group_size % blocksize:
+        blocksize = quant.group_size  # a group never straddles a block edge (see step 3b)
     check_scores(weight.detach(), "weight")  # NaN weights would spread through the updates
     w = weight.detach().to(torch.float32).clone()
     h = hessian.to(w.device, torch.float32).clone()
@@ -113,6 +190,10 @@ def sparsegpt_prune(
         wt = w.T.contiguous()
         del w
         pruned_t = torch.zeros((cols, rows), dtype=torch.bool, device=wt.device)
+        scales_t = None
+        if quant is not None:
+            scales_t = torch.ones((cols // quant.group_size, rows), device=wt.device)
+            hdiag = torch.diagonal(hinv)
         for i1 in range(0, cols, blocksize):
             i2 = min(i1 + blocksize, cols)
             count = i2 - i1
@@ -137,10 +218,29 @@ def sparsegpt_prune(
                     drop = torch.topk(tmp, pattern.m - pattern.n, dim=0, largest=False).indices
                     mask1[j1:j2].scatter_(0, drop, True)
                 for i in range(j1, j2):
-                    # 4. OBS update: the removed weights' error, spread over the later columns
-                    #    (the column itself becomes its pruned version, q).
-                    err = (w1[i] * mask1[i]).div_(hinv1[i, i])
-                    w1[i:j2].addr_(hinv1[i, i:j2], err, alpha=-1.0)
+                    if quant is None:
+                        # 4. OBS update: the removed weights' error, spread over the later
+                        #    columns (the column itself becomes its pruned version, q).
+                        err = (w1[i] * mask1[i]).div_(hinv1[i, i])
+                        w1[i:j2].addr_(hinv1[i, i:j2], err, alpha=-1.0)
+                        err1[i] = err
+                        continue
+                    c = i1 + i
+                    if c % quant.group_size == 0:
+                        # 3b. entering a group: its scales from its current weights (the
+                        #     columns of this block are up to date; a group starting here
+                        #     never reaches past a stale block).
+                        g = c // quant.group_size
+                        wg = wt[c : c + quant.group_size]
+                        scales_t[g] = _group_entry_scales(
+                            wg, hdiag[c : c + quant.group_size, None], pattern, quant
+                        )
+                    # 4q. prune, round the kept weights to the grid, push the whole error on.
+                    s = scales_t[c // quant.group_size]
+                    q = round_to_grid(w1[i].masked_fill(mask1[i], 0.0), s, quant.qmax).mul_(s)
+                    err = (w1[i] - q).div_(hinv1[i, i])
+                    w1[i + 1 : j2].addr_(hinv1[i, i + 1 : j2], err, alpha=-1.0)
+                    w1[i] = q
                     err1[i] = err
                 if j2 < count:
                     w1[j2:].sub_(hinv1[j1:j2, j2:].T @ err1[j1:j2])
@@ -149,4 +249,5 @@ def sparsegpt_prune(
             if i2 < cols:
                 wt[i2:].sub_(hinv[i1:i2, i2:].T @ err1)
         wt.masked_fill_(pruned_t, 0.0)
-        return wt.T.contiguous().to(weight.dtype), ~pruned_t.T.contiguous()
+        scales = None if scales_t is None else scales_t.T.contiguous()
+        return wt.T.contiguous().to(weight.dtype), ~pruned_t.T.contiguous(), scales

@@ -1,0 +1,168 @@
+"""The 2:4 + int4 accuracy experiment: joint SparseGPT quantization against prune-then-round.
+
+Run it with ``python -m explorer.experiments.int4``. For each shipped model it evaluates four
+configurations of the bundle's ``filter_fn`` layers, each from the dense weights:
+
+* ``dense``;
+* ``2:4``: SparseGPT at 2:4, kept weights left in the model's float dtype;
+* ``2:4 + int4 joint``: SparseGPT at 2:4 with the kept weights quantized inside its column loop
+  (``prune(quantize="int4")``, group-wise symmetric int4, error feedback);
+* ``2:4 then int4 RTN``: the ``2:4`` model with every kept weight rounded to nearest on its
+  group's grid (:func:`explorer.groupquant.quantize_rtn`).
+
+Calibrated runs get the model's calibration batches (:data:`~explorer.experiments.settings.DEFAULTS`,
+seed 0). The group size is the largest multiple of 4 up to ``--group-size`` that divides every
+pruned layer's ``in_features`` (recorded in each row).
+
+Examples
+--------
+>>> rows = run(["digits-mlp"], progress=False)
+>>> [r["config"] for r in rows]
+['dense', '2:4', '2:4 + int4 joint', '2:4 then int4 RTN']
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from explorer.experiments.settings import model_settings
+from explorer.groupquant import quantize_rtn
+from explorer.models import load
+from explorer.pruning import prune
+
+__all__ = ["common_group_size", "main", "run", "to_markdown"]
+
+
+def common_group_size(widths: Sequence[int], largest: int = 128) -> int:
+    """The largest multiple of 4 up to ``largest`` dividing every width.
+
+    Raises
+    ------
+    ValueError
+        When no multiple of 4 divides them all.
+
+    Examples
+    --------
+    >>> common_group_size([576, 1536]), common_group_size([784, 200])
+    (96, 8)
+    """
+    g = 0
+    for w in widths:
+        g = math.gcd(g, int(w))
+    for size in range(min(largest, g) - min(largest, g) % 4, 0, -4):
+        if g % size == 0:
+            return size
+    raise ValueError(f"no multiple of 4 divides every pruned layer's in_features {sorted(widths)}")
+
+
+def run(
+    models: Sequence[str] = ("fashion-mlp",),
+    group_size: int = 128,
+    progress: bool = True,
+) -> list[dict]:
+    """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model.
+
+    Returns
+    -------
+    list of dict
+        One row per (model, config): the headline metric's ``value``, the group size and the
+        pruning seconds.
+    """
+    rows: list[dict] = []
+    for name in models:
+        settings = model_settings(name)
+        bundle = load(name, **settings["load"])
+        calib = bundle.calibration(settings["calibration"], seed=0)
+        layers = [
+            m
+            for f, m in bundle.model.named_modules()
+            if isinstance(m, torch.nn.Linear)
+            and (bundle.filter_fn is None or bundle.filter_fn(m, f))
+        ]
+        g = common_group_size([m.in_features for m in layers], group_size)
+
+        def row(config: str, model: torch.nn.Module, seconds: float | None) -> dict:
+            return _row(bundle, name, g, config, model, seconds)  # noqa: B023 (called at once)
+
+        rows.append(row("dense", bundle.model, None))
+        # 1. SparseGPT 2:4, then the same model rounded to nearest on the int4 grid
+        plain = copy.deepcopy(bundle.model)
+        started = time.perf_counter()
+        result = prune(plain, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress)
+        plain_seconds = time.perf_counter() - started
+        rows.append(row("2:4", plain, plain_seconds))
+        with torch.no_grad():
+            for fqn in result.layers:
+                mod = plain.get_submodule(fqn)
+                deq, _ = quantize_rtn(mod.weight, result.masks[fqn], "int4", g)
+                mod.weight.copy_(deq)
+        rows.append(row("2:4 then int4 RTN", plain, plain_seconds))
+        del plain
+        # 2. SparseGPT 2:4 with int4 inside the column loop
+        joint = copy.deepcopy(bundle.model)
+        started = time.perf_counter()
+        prune(joint, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
+              quantize="int4", group_size=g)  # fmt: skip
+        rows.insert(-1, row("2:4 + int4 joint", joint, time.perf_counter() - started))
+    return rows
+
+
+def _row(bundle, name: str, g: int, config: str, model, seconds: float | None) -> dict:
+    value = float(bundle.evaluate(model)[bundle.metric])
+    return {"model": name, "metric": bundle.metric, "config": config, "value": value,
+            "group_size": g, "prune_seconds": seconds}  # fmt: skip
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """One table per model.
+
+    Examples
+    --------
+    >>> print(to_markdown([dict(model="m", metric="accuracy", config="dense", value=0.9,
+    ...                         group_size=64, prune_seconds=None)]).splitlines()[4])
+    | dense | 0.900 | - |
+    """
+    out: list[str] = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name]
+        metric = mine[0]["metric"]
+        out += [
+            f"**{name}** ({metric}, int4 group size {mine[0]['group_size']})",
+            "",
+            "| configuration | value | seconds to prune |",
+            "|---|---:|---:|",
+        ]
+        for r in mine:
+            v = r["value"]
+            text = f"{v:,.2f}" if metric == "perplexity" else f"{v:.3f}"
+            secs = "-" if r["prune_seconds"] is None else f"{r['prune_seconds']:.1f}"
+            out.append(f"| {r['config']} | {text} | {secs} |")
+        out.append("")
+    return "\n".join(out[:-1]) if out else ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G]``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="fashion-mlp")
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    rows = run([m for m in a.models.split(",") if m], a.group_size, not a.no_progress)
+    if a.json is not None:
+        a.json.write_text(json.dumps(rows, indent=1))
+    print(to_markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

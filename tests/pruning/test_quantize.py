@@ -1,0 +1,139 @@
+"""Joint 2:4 + int4/int8 in SparseGPT's column loop, against prune-then-RTN."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from explorer.checks import check_pattern
+from explorer.groupquant import quantize_rtn
+from explorer.lowbit import compress_int4
+from explorer.pruning import prune
+
+
+def _layer(seed: int = 0, rows: int = 64, cols: int = 256):
+    gen = torch.Generator().manual_seed(seed)
+    # correlated inputs (as real activations are): that is where the error feedback pays off
+    mix = torch.randn(cols, cols, generator=gen) / cols**0.5 + torch.eye(cols)
+    x = torch.randn(512, cols, generator=gen) @ mix
+    net = nn.Sequential(nn.Linear(cols, rows))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.randn(rows, cols, generator=gen))
+    return net, x
+
+
+def _recon(x, w_dense, w_new):
+    return float(torch.linalg.norm(x @ w_dense.T - x @ w_new.T))
+
+
+@pytest.mark.parametrize(("fmt", "group"), [("int4", 128), ("int4", 64), ("int8", 128)])
+def test_joint_beats_prune_then_rtn(fmt, group):
+    net, x = _layer()
+    dense = net[0].weight.detach().clone()
+    calib = [x[:256], x[256:]]
+    joint = prune(
+        net,
+        "sparsegpt",
+        "2:4",
+        calibration=calib,
+        quantize=fmt,
+        group_size=group,
+        progress=False,
+        inplace=False,
+    )
+    plain = prune(net, "sparsegpt", "2:4", calibration=calib, progress=False, inplace=False)
+    w_joint = joint.model[0].weight.detach()
+    mask = joint.masks["0"]
+    # 2:4 exactly, zeros in place
+    assert check_pattern(mask, "2:4").valid and mask.float().mean() == 0.5
+    assert bool((w_joint[~mask] == 0).all())
+    # on the recorded grid: integer codes within range, and exactly q * scale
+    scales = joint.scales["0"]
+    assert scales.shape == (64, 256 // group)
+    full = scales.repeat_interleave(group, dim=1)
+    codes = torch.round(w_joint / full)
+    assert int(codes.abs().max()) <= (7 if fmt == "int4" else 127)
+    assert torch.equal(codes * full, w_joint)
+    # the baseline: the same SparseGPT pruning, then round to nearest
+    w_plain = plain.model[0].weight.detach()
+    w_rtn, _ = quantize_rtn(w_plain, plain.masks["0"], fmt, group)
+    e_joint, e_rtn, e_plain = (
+        _recon(x, dense, w_joint),
+        _recon(x, dense, w_rtn),
+        _recon(x, dense, w_plain),
+    )
+    assert e_joint <= e_rtn
+    if fmt == "int4":
+        # clearly better: it recovers a good share of the rounding error on top of pruning
+        assert e_joint - e_plain < 0.7 * (e_rtn - e_plain)
+    assert joint.quantize == fmt and joint.group_size == group
+    assert f"quantize={fmt!r}" in repr(joint) and joint.to_dict()["group_size"] == group
+    # the model given was not changed (inplace=False)
+    assert torch.equal(net[0].weight, dense)
+
+
+def test_joint_int4_compresses_exactly_with_its_scales():
+    net, x = _layer(1, 32, 128)
+    result = prune(
+        net, "sparsegpt", "2:4", calibration=[x], quantize="int4", group_size=32, progress=False
+    )
+    w = net[0].weight.detach()
+    packed = compress_int4(w, 32, scales=result.scales["0"])
+    assert torch.equal(packed.decompress(), w)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"quantize": "int3"}, "unknown quantize format"),
+        ({"quantize": "int4", "group_size": 96}, "does not divide K=256"),
+        ({"quantize": "int4", "group_size": 6}, "multiple of 4"),
+        ({"quantize": "int4", "method": "wanda"}, "method 'wanda' cannot"),
+        ({"quantize": "int4", "update": "admm"}, "off the int4 grid"),
+    ],
+)
+def test_bad_arguments_leave_the_model_alone(kwargs, match):
+    net, x = _layer(2, 16, 256)
+    before = net[0].weight.detach().clone()
+    args = {"method": "sparsegpt", "calibration": [x], "progress": False, **kwargs}
+    method = args.pop("method")
+    with pytest.raises(ValueError, match=match):
+        prune(net, method, "2:4", **args)
+    assert torch.equal(net[0].weight, before)
+
+
+def test_failure_midway_restores_the_model():
+    net, x = _layer(3, 16, 128)
+    net = nn.Sequential(net[0], nn.Linear(16, 8))
+    with torch.no_grad():
+        net[1].weight[0, 0] = float("nan")  # the second layer fails after the first was pruned
+    before = [p.detach().clone() for p in net.parameters()]
+    with pytest.raises(ValueError, match="NaN"):
+        prune(
+            net, "sparsegpt", "2:4", calibration=[x], quantize="int4", progress=False, group_size=16
+        )
+    for p, q in zip(net.parameters(), before, strict=True):
+        assert torch.equal(p.nan_to_num(), q.nan_to_num())
+
+
+def test_block_by_block_transformer(tiny_transformer, token_batches):
+    result = prune(tiny_transformer, "sparsegpt", "2:4", calibration=token_batches,
+                   quantize="int4", group_size=16, progress=False)  # fmt: skip
+    assert result.blocks == "blocks" and set(result.scales) == set(result.layers)
+    for fqn in result.layers:
+        w = tiny_transformer.get_submodule(fqn).weight.detach()
+        full = result.scales[fqn].repeat_interleave(16, dim=1)
+        codes = torch.round(w / full)
+        assert check_pattern(result.masks[fqn], "2:4").valid
+        assert int(codes.abs().max()) <= 7 and torch.equal(codes * full, w)
+
+
+def test_unstructured_int8_on_grid():
+    net, x = _layer(4, 16, 64)
+    result = prune(net, "sparsegpt", "unstructured:0.5", calibration=[x], quantize="int8",
+                   group_size=32, progress=False)  # fmt: skip
+    w = net[0].weight.detach()
+    full = result.scales["0"].repeat_interleave(32, dim=1)
+    assert result.density == 0.5 and int(torch.round(w / full).abs().max()) <= 127
+    assert torch.equal(torch.round(w / full) * full, w)
