@@ -7,14 +7,14 @@ the products of the fp8 values in float32; both scales and the bias are applied 
 result is rounded to the output dtype. :func:`fp8_reference` computes exactly that in plain torch,
 so FP8 accuracy can be measured on a CPU; :class:`Fp8ReferenceLinear` is a drop-in layer.
 
-This module imports only torch.
+This module imports only torch (and :mod:`explorer.gpu.reference`, which imports only torch).
 """
 
 from __future__ import annotations
 
-import copy
-
 import torch
+
+from explorer.gpu.reference import QuantReferenceLinear, swap_reference_linears
 
 __all__ = [
     "FP8",
@@ -166,7 +166,7 @@ def fp8_reference(
     return y.to(out_dtype or x.dtype).reshape(*lead, w_q.shape[0])
 
 
-class Fp8ReferenceLinear(torch.nn.Module):
+class Fp8ReferenceLinear(QuantReferenceLinear):
     """What :func:`explorer.sparsify` with ``dtype="float8_e4m3fn"`` computes, in plain torch.
 
     The weight is quantized per output channel, each input row per token (dynamic), the fp8
@@ -194,13 +194,7 @@ class Fp8ReferenceLinear(torch.nn.Module):
     """
 
     def __init__(self, linear: torch.nn.Linear, name: str = "weight") -> None:
-        super().__init__()
-        q, scale = quantize_weight(linear.weight, name)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("qweight", q)
-        self.register_buffer("scale", scale)
-        bias = linear.bias.detach().clone() if linear.bias is not None else None
-        self.register_buffer("bias", bias)
+        super().__init__(linear, *quantize_weight(linear.weight, name))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -244,20 +238,8 @@ def fp8_reference_model(
     >>> fp8_reference_model(torch.nn.Sequential(torch.nn.Linear(64, 32)), require_24=False)[1]
     ['0']
     """
-    out = copy.deepcopy(model)
-    swapped = []
-    for fqn, mod in list(out.named_modules()):
-        if not isinstance(mod, torch.nn.Linear):
-            continue
-        if filter_fn is not None and not filter_fn(mod, fqn):
-            continue
-        if mod.in_features % 32 or mod.out_features % 32:
-            continue
-        w = mod.weight.detach()
-        if require_24 and bool(((w.reshape(-1, 4) != 0).sum(1) > 2).any()):
-            continue
-        parent, _, child = fqn.rpartition(".")
-        layer = Fp8ReferenceLinear(mod, name=f"layer {fqn!r}")
-        setattr(out.get_submodule(parent) if parent else out, child, layer)
-        swapped.append(fqn)
-    return out, swapped
+
+    def make_layer(linear: torch.nn.Linear, fqn: str) -> Fp8ReferenceLinear:
+        return Fp8ReferenceLinear(linear, name=f"layer {fqn!r}")
+
+    return swap_reference_linears(model, make_layer, filter_fn, require_24)

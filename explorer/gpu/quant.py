@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from explorer.gpu.reference import QuantReferenceLinear, swap_reference_linears
+
 __all__ = [
     "Int8ReferenceLinear",
     "dequantize",
@@ -71,7 +73,7 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 _EXACT_CHUNK = 1024  # 1024 * 127 * 127 < 2**24: float32 sums of int8 products stay exact
 
 
-class Int8ReferenceLinear(torch.nn.Module):
+class Int8ReferenceLinear(QuantReferenceLinear):
     """What :func:`explorer.sparsify` with ``dtype=torch.int8`` computes, in plain torch.
 
     The weight is quantized per output channel, each input row per token (dynamic), the
@@ -89,13 +91,7 @@ class Int8ReferenceLinear(torch.nn.Module):
     """
 
     def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
-        q, scale = quantize_per_channel(linear.weight)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("qweight", q)
-        self.register_buffer("scale", scale)
-        bias = linear.bias.detach().clone() if linear.bias is not None else None
-        self.register_buffer("bias", bias)
+        super().__init__(linear, *quantize_per_channel(linear.weight))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -133,21 +129,6 @@ def int8_reference(
     >>> names  # a dense weight is not 2:4, so it stays as it is
     []
     """
-    import copy
-
-    out = copy.deepcopy(model)
-    swapped = []
-    for fqn, mod in list(out.named_modules()):
-        if not isinstance(mod, torch.nn.Linear):
-            continue
-        if filter_fn is not None and not filter_fn(mod, fqn):
-            continue
-        w = mod.weight.detach()
-        if mod.in_features % 32 or mod.out_features % 32:
-            continue
-        if require_24 and bool(((w.reshape(-1, 4) != 0).sum(1) > 2).any()):
-            continue
-        parent, _, child = fqn.rpartition(".")
-        setattr(out.get_submodule(parent) if parent else out, child, Int8ReferenceLinear(mod))
-        swapped.append(fqn)
-    return out, swapped
+    return swap_reference_linears(
+        model, lambda linear, fqn: Int8ReferenceLinear(linear), filter_fn, require_24
+    )
