@@ -19,15 +19,14 @@ Examples
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from explorer.experiments.quant_grid import grid_table, markdown_tables, run_cli, run_grid
 from explorer.experiments.settings import model_settings
 from explorer.models import MODELS
 from explorer.results.store import ResultStore
-from explorer.sweeps.named import model_grid, run_named
 
 __all__ = ["main", "run", "to_markdown"]
 
@@ -68,42 +67,19 @@ def run(
     list of dict
         One row per (model, method, config) with the headline metric's ``value``.
     """
-    store = db if isinstance(db, ResultStore) else ResultStore(db)
-    out: list[dict] = []
-    try:
-        for name in models:
-            settings = model_settings(name)
-            cells = model_grid(
-                name,
-                methods,
-                ["2:4"],
-                calibration_samples=settings["calibration"],
-                load={**settings["load"], **(load or {}).get(name, {})},
-                fp8=True,
-                dtype=dtype,
-            )
-            out += _table(run_named(f"fp8-{name}", cells, store, progress))
-    finally:
-        if store is not db:
-            store.close()
-    return out
+    return run_grid("fp8", models, methods, _table, progress, db, load, fp8=True, dtype=dtype)
 
 
 def _table(rows: list[Any]) -> list[dict]:
-    # The dense row names the headline metric.
-    metric = next(r.metrics["metric"] for r in rows if r.kind == "dense" and r.status == "ok")
-    table = []
-    for r in rows:
-        quant = r.config.get("quant")
-        config = ("dense" if r.kind == "dense" else r.pattern) + _CONFIGS[quant]
-        row = {"model": r.model, "metric": metric, "method": r.method or "-", "config": config}
-        row["weights"] = "float8_e4m3fn" if quant else r.config.get("dtype", "float32")
-        row["value"] = float(r.metrics.get(metric, float("nan")))
-        row.update((k, r.metrics[k]) for k in ("layers",) if quant and k in r.metrics)
-        if r.status != "ok":
-            row["error"] = r.error
-        table.append(row)
-    return table
+    return grid_table(rows, _CONFIGS, _columns)
+
+
+def _columns(r: Any, quant: str | None, metric: str) -> dict:
+    # The weights' dtype, then the value; a quantized row counts its layers.
+    row = {"weights": "float8_e4m3fn" if quant else r.config.get("dtype", "float32")}
+    row["value"] = float(r.metrics.get(metric, float("nan")))
+    row.update((k, r.metrics[k]) for k in ("layers",) if quant and k in r.metrics)
+    return row
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -115,54 +91,37 @@ def to_markdown(rows: list[dict]) -> str:
     ...                         weights="bfloat16", value=0.9)]).splitlines()[4])
     | - | dense | bfloat16 | - | 0.900 |
     """
-    out: list[str] = []
-    for name in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == name]
-        metric = mine[0]["metric"]
-        out += [
-            f"**{name}** ({metric})",
-            "",
-            "| method | configuration | weights | FP8 layers | value |",
-            "|---|---|---|---:|---:|",
-        ]
-        for r in mine:
-            v = r["value"]
-            text = f"{v:,.1f}" if metric == "perplexity" else f"{v:.3f}"
-            text = "error" if r.get("error") else text
-            layers = r.get("layers", "-")
-            out.append(f"| {r['method']} | {r['config']} | {r['weights']} | {layers} | {text} |")
-        out.append("")
-    return "\n".join(out[:-1]) if out else ""
+    return markdown_tables(
+        rows,
+        ["method", "configuration", "weights", "FP8 layers"],
+        lambda r: [r["method"], r["config"], r["weights"], str(r.get("layers", "-"))],
+        right=["FP8 layers"],
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.fp8 [--models ...] [--methods ...]``."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    p.add_argument("--methods", default="magnitude,wanda")
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bfloat16", help="weights of the rows without FP8")
     p.add_argument("--n-eval", type=int, default=None, help="held-out items of MiniLM and SmolLM2")
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--markdown", type=Path, default=None)
-    p.add_argument("--no-progress", action="store_true")
-    a = p.parse_args(argv)
-    models = [m for m in a.models.split(",") if m]
+
+
+def _run(a: argparse.Namespace, models: list[str], methods: list[str]) -> list[dict]:
     # --n-eval reaches the models whose loader takes it (MiniLM, SmolLM2)
     load = {m: {"n_eval": a.n_eval} for m in models if "n_eval" in model_settings(m)["load"]}
-    rows = run(
+    return run(
         models,
-        [m for m in a.methods.split(",") if m],
+        methods,
         dtype=a.dtype,
         progress=not a.no_progress,
         load=load if a.n_eval else None,
     )
-    table = to_markdown(rows)
-    print(table)
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
-    if a.markdown:
-        a.markdown.write_text(table + "\n")
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m explorer.experiments.fp8 [--models ...] [--methods ...]``."""
+    description = __doc__.splitlines()[0]
+    return run_cli(
+        argv, description, DEFAULT_MODELS, "magnitude,wanda", _add_arguments, _run, to_markdown
+    )
 
 
 if __name__ == "__main__":

@@ -19,15 +19,13 @@ Examples
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.experiments.settings import model_settings
+from explorer.experiments.quant_grid import grid_table, markdown_tables, run_cli, run_grid
 from explorer.models import MODELS
 from explorer.results.store import ResultStore
-from explorer.sweeps.named import model_grid, run_named
 from explorer.sweeps.steps import OnDevice
 
 __all__ = ["OnDevice", "main", "run", "to_markdown"]
@@ -64,45 +62,20 @@ def run(
     list of dict
         One row per (model, method, config) with the headline metric's ``value``.
     """
-    store = db if isinstance(db, ResultStore) else ResultStore(db)
-    out: list[dict] = []
-    try:
-        for name in models:
-            settings = model_settings(name)
-            cells = model_grid(
-                name,
-                methods,
-                ["2:4"],
-                calibration_samples=settings["calibration"],
-                load=settings["load"],
-                int8=True,
-                gpu=gpu,
-            )
-            out += _table(run_named(f"int8-{name}", cells, store, progress))
-    finally:
-        if store is not db:
-            store.close()
-    return out
+    return run_grid("int8", models, methods, _table, progress, db, int8=True, gpu=gpu)
 
 
 def _table(rows: list[Any]) -> list[dict]:
-    # The dense row names the headline metric; a GPU row names its device.
-    metric = next(r.metrics["metric"] for r in rows if r.kind == "dense" and r.status == "ok")
-    table = []
-    for r in rows:
-        quant = r.config.get("quant")
-        config = ("dense" if r.kind == "dense" else r.pattern) + _CONFIGS[quant]
-        row = {"model": r.model, "metric": metric, "method": r.method or "-", "config": config}
-        row["value"] = float(r.metrics.get(metric, float("nan")))
-        row.update(
-            (k, r.metrics[k]) for k in ("layers", "prune_seconds") if quant and k in r.metrics
-        )
-        if quant == "int8-gpu":
-            row["device"] = r.provenance.get("gpu")
-        if r.status != "ok":
-            row["error"] = r.error
-        table.append(row)
-    return table
+    return grid_table(rows, _CONFIGS, _columns)
+
+
+def _columns(r: Any, quant: str | None, metric: str) -> dict:
+    # A quantized row counts its layers; a GPU row names its device.
+    row = {"value": float(r.metrics.get(metric, float("nan")))}
+    row.update((k, r.metrics[k]) for k in ("layers", "prune_seconds") if quant and k in r.metrics)
+    if quant == "int8-gpu":
+        row["device"] = r.provenance.get("gpu")
+    return row
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -114,48 +87,23 @@ def to_markdown(rows: list[dict]) -> str:
     ...                         value=0.9)]).splitlines()[4])
     | - | dense | 0.900 |
     """
-    out: list[str] = []
-    for name in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == name]
-        metric = mine[0]["metric"]
-        out += [
-            f"**{name}** ({metric})",
-            "",
-            "| method | configuration | value |",
-            "|---|---|---:|",
-        ]
-        for r in mine:
-            v = r["value"]
-            text = f"{v:,.1f}" if metric == "perplexity" else f"{v:.3f}"
-            text = "error" if r.get("error") else text
-            out.append(f"| {r['method']} | {r['config']} | {text} |")
-        out.append("")
-    return "\n".join(out[:-1]) if out else ""
+    return markdown_tables(rows, ["method", "configuration"], lambda r: [r["method"], r["config"]])
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", action="store_true", help="also run the cuSPARSELt int8 kernel")
+
+
+def _run(a: argparse.Namespace, models: list[str], methods: list[str]) -> list[dict]:
+    return run(models, methods, gpu=a.gpu, progress=not a.no_progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m explorer.experiments.int8 [--models ...] [--gpu]``."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    p.add_argument("--methods", default="magnitude,sparsegpt")
-    p.add_argument("--gpu", action="store_true", help="also run the cuSPARSELt int8 kernel")
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--markdown", type=Path, default=None)
-    p.add_argument("--no-progress", action="store_true")
-    a = p.parse_args(argv)
-    rows = run(
-        [m for m in a.models.split(",") if m],
-        [m for m in a.methods.split(",") if m],
-        gpu=a.gpu,
-        progress=not a.no_progress,
+    description = __doc__.splitlines()[0]
+    return run_cli(
+        argv, description, DEFAULT_MODELS, "magnitude,sparsegpt", _add_arguments, _run, to_markdown
     )
-    table = to_markdown(rows)
-    print(table)
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
-    if a.markdown:
-        a.markdown.write_text(table + "\n")
-    return 0
 
 
 if __name__ == "__main__":
