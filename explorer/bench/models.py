@@ -5,7 +5,7 @@ speed), every ``nn.Linear`` but ``lm_head`` magnitude-pruned to 2:4. The same de
 model is timed as it is, after torch's own ``to_sparse_semi_structured`` path
 (``sparsify(backend="torch")``), and after :func:`explorer.sparsify`, eager and under
 ``torch.compile`` in its default mode and with CUDA graphs (``mode="reduce-overhead"``), all
-with CUDA events in one process. Beside the achieved speedup each row gives the ceiling: the dense
+with CUDA events in one process: every eager time first, before anything is compiled there. Beside the achieved speedup each row gives the ceiling: the dense
 model's time with its sparse layers' dense time replaced by their measured sparse time, i.e.
 what the model could gain if nothing but those layers changed (an estimate from measured
 parts). Decode steps are single forward passes of 1 token per sequence without a KV cache.
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from explorer.dtypes import dtype_name
+from explorer.gpu.cusparselt import decision_tokens
 from explorer.gpu.timing import eager_ms
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
@@ -230,8 +231,11 @@ def bench_whole_model(
             measure=False,
         )
     rows = []
+    calls = []
+    # 1. Every eager time first, in a process that has compiled nothing yet: what a notebook
+    #    user runs, without the compiler's leftovers (caches, hooks, objects for the garbage
+    #    collector to walk) weighing on the host side of each call.
     for batch, seq in runs:
-        decode = seq == 1 and spec.kind != "bert"
         gen = torch.Generator(device="cuda").manual_seed(batch * 100003 + seq)
         vocab = spec.config.get("vocab_size", 30522)
         ids = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
@@ -243,7 +247,9 @@ def bench_whole_model(
 
             return f
 
+        calls.append(call)
         n_tokens = batch * seq
+        decode = seq == 1 and spec.kind != "bert"
         row = dict(
             suite="models",
             model=name,
@@ -265,10 +271,7 @@ def bench_whole_model(
         row["dense_ms"] = _time(call(dense))
         row["explorer_ms"] = _time(call(sparse))
         row["speedup"] = row["dense_ms"] / row["explorer_ms"]
-        from explorer.gpu.cusparselt import decision_tokens
-
         est = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="wall")
-        est_gpu = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="gpu")
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est
             row["ceiling"] = ceiling(row["dense_ms"], *est)
@@ -283,41 +286,16 @@ def bench_whole_model(
                 row["torch_speedup"] = row["dense_ms"] / row["torch_ms"]
             except (RuntimeError, NotImplementedError) as exc:
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        rows.append(row)
+    # 2. Then each compiled variant, recompiled from scratch per run.
+    for row, call in zip(rows, calls, strict=True):
+        decode = row["seq"] == 1 and spec.kind != "bert"
         if compiled:
-            mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
-            variants = [
-                ("dense_default_ms", dense, "default"),
-                ("explorer_default_ms", sparse, "default"),
-                ("dense_compiled_ms", dense, mode),
-                ("explorer_compiled_ms", sparse, mode),
-            ]
-            if with_decode is not None and decode:
-                variants.insert(2, ("decode_default_ms", with_decode, "default"))
-                variants.append(("decode_compiled_ms", with_decode, mode))
-            for key, model, how in variants:
-                torch._dynamo.reset()
-                try:
-                    fn = torch.compile(model, mode=None if how == "default" else how, dynamic=False)
-                    row[key] = _time(call(fn), compiled=True)
-                except Exception as exc:  # a compile failure is a result to report, not a crash
-                    row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if row.get("dense_default_ms") and row.get("explorer_default_ms"):
-                row["speedup_default"] = row["dense_default_ms"] / row["explorer_default_ms"]
-            if row.get("dense_default_ms") and row.get("decode_default_ms"):
-                row["decode_speedup_default"] = row["dense_default_ms"] / row["decode_default_ms"]
-            if row.get("dense_compiled_ms") and row.get("decode_compiled_ms"):
-                row["decode_speedup_compiled"] = (
-                    row["dense_compiled_ms"] / row["decode_compiled_ms"]
-                )
-            if row.get("dense_compiled_ms") and row.get("explorer_compiled_ms"):
-                row["speedup_compiled"] = row["dense_compiled_ms"] / row["explorer_compiled_ms"]
-                if est_gpu:  # the graph-replayed dense time is the GPU's: the truer base
-                    row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
-            row["compile_mode"] = mode
-            torch._dynamo.reset()
+            est_gpu = rep.layer_estimate(decision_tokens(row["n"], dtype), clock="gpu")
+            _compiled_columns(row, call, dense, sparse, with_decode if decode else None, est_gpu)
         say(
-            f"{name} {row['dtype']} {batch}x{seq}: dense {row['dense_ms']:.3f} ms, explorer "
-            f"{row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), "
+            f"{name} {row['dtype']} {row['batch']}x{row['seq']}: dense {row['dense_ms']:.3f} ms, "
+            f"explorer {row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), "
             f"compile default {row.get('speedup_default') or float('nan'):.2f}x, decode=True "
             f"eager {row.get('decode_speedup') or float('nan'):.2f}x / default "
             f"{row.get('decode_speedup_default') or float('nan'):.2f}x / graphs "
@@ -325,13 +303,46 @@ def bench_whole_model(
             f"{row.get('speedup_compiled') or float('nan'):.2f}x, torch "
             f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
         )
-        rows.append(row)
     rows[0]["timings"] = rep.timing_table()
     if with_decode is not None:
         rows[0]["timings_decode"] = rep_decode.timing_table()
     del dense, sparse, torch_model, with_decode
     torch.cuda.empty_cache()
     return rows
+
+
+def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
+    """Add the ``torch.compile`` columns (default mode and CUDA graphs) to ``row``."""
+    mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
+    variants = [
+        ("dense_default_ms", dense, "default"),
+        ("explorer_default_ms", sparse, "default"),
+        ("dense_compiled_ms", dense, mode),
+        ("explorer_compiled_ms", sparse, mode),
+    ]
+    if with_decode is not None:
+        variants.insert(2, ("decode_default_ms", with_decode, "default"))
+        variants.append(("decode_compiled_ms", with_decode, mode))
+    for key, model, how in variants:
+        torch._dynamo.reset()
+        try:
+            fn = torch.compile(model, mode=None if how == "default" else how, dynamic=False)
+            row[key] = _time(call(fn), compiled=True)
+        except Exception as exc:  # a compile failure is a result to report, not a crash
+            row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    for out, num, den in (
+        ("speedup_default", "dense_default_ms", "explorer_default_ms"),
+        ("decode_speedup_default", "dense_default_ms", "decode_default_ms"),
+        ("decode_speedup_compiled", "dense_compiled_ms", "decode_compiled_ms"),
+        ("speedup_compiled", "dense_compiled_ms", "explorer_compiled_ms"),
+    ):
+        if row.get(num) and row.get(den):
+            row[out] = row[num] / row[den]
+    if row.get("speedup_compiled") and est_gpu:
+        # the graph-replayed dense time is the GPU's: the truer base
+        row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
+    row["compile_mode"] = mode
+    torch._dynamo.reset()
 
 
 def _time(fn, compiled: bool = False) -> float:

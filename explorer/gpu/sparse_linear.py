@@ -694,7 +694,9 @@ class SparseLinear(nn.Module):
             algs = [self.alg]
             if self.alg < 0:
                 epi = self.activation if fused_act else "none"
-                found = tuning.lookup(dev, *self._mnk(n), self.dtype, self.out_dtype, lay, epi)
+                found = tuning.lookup(
+                    dev, *self._mnk(n), self.dtype, self.out_dtype, lay, epi, nearest=True
+                )
                 if found is not None and found >= 0:
                     algs.append(found)
             for alg in algs:

@@ -27,6 +27,7 @@ from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
 from explorer.gpu.dispatch import DENSE, check_mode, clock_for
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+from explorer.gpu.tuning import deferred_search, search_counts, search_stats
 
 __all__ = ["SparsifyReport", "eligibility", "set_mode", "sparsify"]
 
@@ -238,7 +239,8 @@ def sparsify(
                 if mod.weight.shape[1] % 4 == 0:
                     mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
     if tune and measure and not tune_tokens:
-        tune_tokens = counts  # shapes the tables know are not searched again
+        # shapes the tables know are not searched again; at most a few counts per shape
+        tune_tokens = search_counts(counts)
     dense_runs = _time_examples(model, examples, mode) if examples else []
     kw = dict(
         backend=backend,
@@ -246,33 +248,34 @@ def sparsify(
         keep_dense=measure,
         decode=decode and backend == "cusparselt",
     )
-    searched_before = _search_stats()
+    searched_before = search_stats()
     units: list[_Unit] = []
-    if fuse_qkv and backend == "cusparselt":
-        units += _fuse_qkv(model, targets, dtype, report, kw)
-    if fuse_mlp:
-        units += _fuse_gated_mlps(model, targets, dtype, report, kw)
-    done = {f for u in units for f in u.layers}
-    for fqn, mod in targets:
-        if fqn in done:
-            continue
-        dt = _layer_dtype(mod, dtype)
-        why = eligibility(mod, dt)
-        if why is None:
-            try:
-                new = SparseLinear.from_linear(mod, dtype=dt, **kw)
-            except (ValueError, TypeError, RuntimeError) as exc:
-                why = f"compression failed: {exc}"
-        if why is not None:
-            if explain is None:
-                explain = _doctor_reasons(model, dt, max(counts or (1024,)))
-            extra = explain(fqn)
-            report.skipped.append((fqn, f"{why}{' | doctor: ' + extra if extra else ''}"))
-            continue
-        for place in places[id(mod)]:
-            _set_module(model, place, new)
-        units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
-    searches, seconds = (a - b for a, b in zip(_search_stats(), searched_before, strict=True))
+    with deferred_search():  # one child process searches every layer's unknown shapes
+        if fuse_qkv and backend == "cusparselt":
+            units += _fuse_qkv(model, targets, dtype, report, kw)
+        if fuse_mlp:
+            units += _fuse_gated_mlps(model, targets, dtype, report, kw)
+        done = {f for u in units for f in u.layers}
+        for fqn, mod in targets:
+            if fqn in done:
+                continue
+            dt = _layer_dtype(mod, dtype)
+            why = eligibility(mod, dt)
+            if why is None:
+                try:
+                    new = SparseLinear.from_linear(mod, dtype=dt, **kw)
+                except (ValueError, TypeError, RuntimeError) as exc:
+                    why = f"compression failed: {exc}"
+            if why is not None:
+                if explain is None:
+                    explain = _doctor_reasons(model, dt, max(counts or (1024,)))
+                extra = explain(fqn)
+                report.skipped.append((fqn, f"{why}{' | doctor: ' + extra if extra else ''}"))
+                continue
+            for place in places[id(mod)]:
+                _set_module(model, place, new)
+            units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
+    searches, seconds = (a - b for a, b in zip(search_stats(), searched_before, strict=True))
     if searches:
         report.notes.append(
             f"searched the cuSPARSELt algorithm of {searches} shape and token-count "
@@ -323,12 +326,6 @@ def set_mode(model: nn.Module, mode: str) -> None:
     for mod in model.modules():
         if isinstance(mod, SparseLinear):
             mod.set_mode(mode)
-
-
-def _search_stats() -> tuple[int, float]:
-    from explorer.gpu.tuning import search_stats
-
-    return search_stats()
 
 
 def _examples(example_inputs) -> list:

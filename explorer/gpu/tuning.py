@@ -12,10 +12,12 @@ against the default in-process (both known to be safe) and keeps the faster corr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,7 +30,9 @@ __all__ = [
     "TUNED_LAYOUTS",
     "Problem",
     "clear",
+    "deferred_search",
     "lookup",
+    "search_counts",
     "search_stats",
     "shipped_tables",
     "table_path",
@@ -41,8 +45,14 @@ __all__ = [
 #: projection)
 TUNED_LAYOUTS = ("cc", "cr")
 
+#: At most this many token counts of one shape are searched by :func:`search_counts`; the
+#: others take the config found at the nearest searched count (:func:`lookup`), which each
+#: layer still times against the default before using it.
+MAX_SEARCHED_COUNTS = 3
+
 _LOCK = threading.Lock()
 _TABLE: dict[str, int] | None = None
+_PENDING: list[list] = []  # the problems of the open deferred_search() blocks, innermost last
 
 
 def table_path() -> Path:
@@ -108,10 +118,103 @@ def _table() -> dict[str, int]:
     return _TABLE
 
 
-def lookup(device: int, m, n, k, dtype, out_dtype, layout, epilogue="none") -> int | None:
-    """The tuned config id for this problem, or None if it was never tuned here."""
+def lookup(
+    device: int, m, n, k, dtype, out_dtype, layout, epilogue="none", nearest: bool = False
+) -> int | None:
+    """The tuned config id for this problem, or None if it was never tuned here.
+
+    With ``nearest=True`` a problem never tuned at ``n`` tokens takes the config tuned for the
+    same shape, dtypes and layout at the nearest token count (by ratio, within a factor of 8):
+    a candidate the caller must still time against the default, never a verdict.
+    """
+    key = _key(device, m, n, k, dtype, out_dtype, layout, epilogue)
     with _LOCK:
-        return _table().get(_key(device, m, n, k, dtype, out_dtype, layout, epilogue))
+        table = _table()
+        found = table.get(key)
+        if found is not None or not nearest:
+            return found
+        head = "|".join([_device_id(device), str(m)]) + "|"
+        tail = "|" + "|".join([str(k), str(dtype), str(out_dtype), layout, epilogue])
+        best, best_gap = None, math.log(8.0)
+        for other, alg in table.items():
+            if not (other.startswith(head) and other.endswith(tail)):
+                continue
+            tokens = other[len(head) : len(other) - len(tail)]
+            if not tokens.isdigit() or int(tokens) < 1:
+                continue
+            gap = abs(math.log(int(tokens) / n))
+            if gap < best_gap:
+                best, best_gap = alg, gap
+        return best
+
+
+def search_counts(counts: Iterable[int], limit: int = MAX_SEARCHED_COUNTS) -> tuple[int, ...]:
+    """The token counts worth an algorithm search, out of the counts a model runs at.
+
+    Every count is kept when there are at most ``limit``; otherwise the largest, the smallest
+    and the counts nearest to evenly spaced points between them (by ratio), so a search stays
+    bounded per shape however many counts are asked for; the others reuse the nearest
+    searched count's config (:func:`lookup` with ``nearest=True``).
+
+    Examples
+    --------
+    >>> search_counts([4096, 16])
+    (16, 4096)
+    >>> search_counts([1, 8, 32, 256, 1024])
+    (1, 32, 1024)
+    """
+    found = sorted({int(c) for c in counts if int(c) > 0})
+    if len(found) <= limit or limit < 2:
+        return tuple(found[-limit:]) if limit >= 1 else ()
+    lo, hi = math.log(found[0]), math.log(found[-1])
+    keep = {found[0], found[-1]}
+    for i in range(1, limit - 1):
+        target = lo + (hi - lo) * i / (limit - 1)
+        keep.add(min(found, key=lambda c: abs(math.log(c) - target)))
+    return tuple(sorted(keep))
+
+
+@contextlib.contextmanager
+def deferred_search(progress: bool = False) -> Iterator[list]:
+    """Collect the searches :func:`tune_weight` asks for inside the block and run them all at
+    its end in one child process (:func:`tune_problems`), instead of one child per problem.
+
+    A model's layers are built inside the block and measured after it: a layer looks its
+    tuned configs up when it first times its routes, so the batch lands in time. The searches
+    count in :func:`search_stats` like any other. Blocks nest; the outermost one searches.
+
+    Yields
+    ------
+    list of Problem
+        The problems collected so far.
+
+    Examples
+    --------
+    >>> with deferred_search() as pending:
+    ...     pass
+    >>> pending
+    []
+    """
+    pending: list = []
+    with _LOCK:
+        _PENDING.append(pending)
+    try:
+        yield pending
+    finally:
+        with _LOCK:
+            _PENDING.remove(pending)
+            outer = _PENDING[-1] if _PENDING else None
+        if outer is not None:
+            outer.extend(pending)
+        elif pending and torch.cuda.is_available():
+            began = time.perf_counter()
+            try:
+                found = tune_problems(pending, progress=progress)
+            finally:
+                with _LOCK:
+                    _SEARCHES[0] += len(pending)
+                    _SEARCHES[1] += time.perf_counter() - began
+            del found
 
 
 def clear(disk: bool = False) -> None:
@@ -202,8 +305,13 @@ def tune_weight(
             key = _key(dev, m, n, k, dtype, out_dtype, lay, epilogue)
             with _LOCK:
                 known = _table().get(key)
+                pending = _PENDING[-1] if _PENDING else None
             if known is not None:
                 found[(n, lay)] = known
+                continue
+            if pending is not None and out_dtype == dtype and dev == 0:
+                # searched with the rest of the model when the deferred_search block ends
+                pending.append(Problem(m, n, k, dtype_name(dtype), lay, epilogue))
                 continue
             began = time.perf_counter()
             try:

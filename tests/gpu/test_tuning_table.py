@@ -72,6 +72,63 @@ def test_problems_and_family_shapes():
         tuning._torch_dtype("float32")
 
 
+def test_nearest_lookup_takes_the_closest_tuned_count_of_the_same_problem(table):
+    args = (4096, 1024, 4096, "torch.bfloat16", "torch.bfloat16", "cc")
+    m, n, k, dt, out, lay = args
+    tuning._remember(
+        {
+            tuning._key(0, m, 1024, k, dt, out, lay, "none"): 5,
+            tuning._key(0, m, 64, k, dt, out, lay, "none"): 9,
+            tuning._key(0, m, 2048, k, dt, out, "cr", "none"): 11,  # another layout
+            tuning._key(0, 1024, 2048, k, dt, out, lay, "none"): 12,  # another shape
+        }
+    )
+    assert tuning.lookup(0, m, 2048, k, dt, out, lay) is None  # exact only by default
+    assert tuning.lookup(0, m, 2048, k, dt, out, lay, nearest=True) == 5
+    assert tuning.lookup(0, m, 128, k, dt, out, lay, nearest=True) == 9
+    assert tuning.lookup(0, m, 16384, k, dt, out, lay, nearest=True) is None  # beyond 8x
+    assert tuning.lookup(0, m, 1024, k, dt, out, "rr", nearest=True) is None
+
+
+@pytest.mark.parametrize(
+    ("counts", "limit", "expected"),
+    [
+        ([4096, 16], 3, (16, 4096)),
+        ([1, 8, 32, 256, 1024], 3, (1, 32, 1024)),
+        ([1, 8, 32, 256, 1024], 2, (1, 1024)),
+        ([7, 7, 7], 3, (7,)),
+        ([5, 0, -3], 3, (5,)),
+        ([], 3, ()),
+        ([16, 4096], 1, (4096,)),
+    ],
+)
+def test_search_counts_keep_the_ends_and_a_bounded_middle(counts, limit, expected):
+    assert tuning.search_counts(counts, limit) == expected
+
+
+def test_deferred_search_collects_unknown_problems_once(table, monkeypatch):
+    import torch
+
+    ran = []
+    monkeypatch.setattr(tuning, "tune_problems", lambda problems, **kw: ran.append(problems))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    w = torch.zeros(64, 32, dtype=torch.bfloat16)
+    known = tuning._key(0, 64, 1024, 32, torch.bfloat16, torch.bfloat16, "cc", "none")
+    tuning._remember({known: 4})
+    before = tuning.search_stats()
+    with tuning.deferred_search() as outer:
+        found = tuning.tune_weight(w, [1024, 4096], layouts=["cc"])
+        with tuning.deferred_search() as inner:  # a nested block hands its problems outward
+            tuning.tune_weight(w, [256], layouts=["cr"])
+        assert [p.n for p in inner] == [256] and not ran
+    assert found == {(1024, "cc"): 4}  # the known one is answered at once
+    assert [[(p.m, p.n, p.k, p.dtype, p.layout) for p in batch] for batch in ran] == [
+        [(64, 4096, 32, "bfloat16", "cc"), (64, 256, 32, "bfloat16", "cr")]
+    ]
+    assert [p.n for p in outer] == [4096, 256]
+    assert tuning.search_stats()[0] == before[0] + 2
+
+
 @pytest.mark.gpu
 def test_tuned_layer_matches_dense(table):
     import torch
