@@ -73,8 +73,7 @@ def test_problems_and_family_shapes():
 
 
 def test_nearest_lookup_takes_the_closest_tuned_count_of_the_same_problem(table):
-    args = (4096, 1024, 4096, "torch.bfloat16", "torch.bfloat16", "cc")
-    m, n, k, dt, out, lay = args
+    m, k, dt, out, lay = 4096, 4096, "torch.bfloat16", "torch.bfloat16", "cc"
     tuning._remember(
         {
             tuning._key(0, m, 1024, k, dt, out, lay, "none"): 5,
