@@ -3,8 +3,9 @@
 For a model of :data:`explorer.bench.models.MODEL_SPECS` (random weights, every ``nn.Linear``
 but ``lm_head`` pruned 2:4) this times Hugging Face ``model.generate`` (greedy, a fixed prompt
 and a fixed number of new tokens) at batch 1 and 8, with the dynamic cache in eager mode and with
-``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs), for
-the dense model, ``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
+``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs; the
+sparse models are then set to ``mode="graphs"``, as the docs ask), for the dense model,
+``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
 token of a 1024-token prompt. Each time is the median of three full ``generate`` calls after a
 warm-up call, timed with CUDA events. The generated tokens of each sparse model are compared
 with the dense model's: random weights give nearly flat logits, so greedy choices may part
@@ -66,7 +67,7 @@ def bench_generate(
         speedups and token agreement; plus one time-to-first-token row.
     """
     from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
-    from explorer.gpu import sparsify
+    from explorer.gpu import set_mode, sparsify
 
     say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     spec = MODEL_SPECS[name]
@@ -103,11 +104,17 @@ def bench_generate(
             outs = {}
             for key, model in variants.items():
                 torch._dynamo.reset()
+                graphs = cache == "static" and key != "dense"
+                if graphs:  # transformers captures the static-cache step in CUDA graphs
+                    set_mode(model, "graphs")
                 try:
                     ms, outs[key] = _timed_generate(model, ids, new_tokens, cache == "static")
                 except Exception as exc:  # a failure is a result to report, not a crash
                     row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     continue
+                finally:
+                    if graphs:
+                        set_mode(model, "auto")
                 row[f"{key}_ms"] = ms
                 row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
             for key in ("explorer", "decode"):

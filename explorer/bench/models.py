@@ -21,7 +21,7 @@ from torch import nn
 
 from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import decision_tokens
-from explorer.gpu.timing import eager_ms
+from explorer.gpu.timing import eager_ms, interleaved_ms
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
 
@@ -268,24 +268,26 @@ def bench_whole_model(
         with torch.no_grad():
             ref = _logits(call(dense)())
             row["relerr"] = _relerr(_logits(call(sparse)()), ref)
-        row["dense_ms"] = _time(call(dense))
-        row["explorer_ms"] = _time(call(sparse))
-        row["speedup"] = row["dense_ms"] / row["explorer_ms"]
+            if with_decode is not None and decode:
+                row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
+        eager = {"dense": call(dense), "explorer": call(sparse)}
+        if with_decode is not None and decode:
+            eager["decode"] = call(with_decode)
+        if torch_model is not None and not decode:
+            try:
+                call(torch_model)()
+                eager["torch"] = call(torch_model)
+            except (RuntimeError, NotImplementedError) as exc:
+                row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        # side by side: each variant in turn, round after round (the host's speed drifts)
+        for key, ms in interleaved_ms(eager).items():
+            row[f"{key}_ms"] = ms
+            if key != "dense":
+                row["speedup" if key == "explorer" else f"{key}_speedup"] = row["dense_ms"] / ms
         est = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="wall")
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est
             row["ceiling"] = ceiling(row["dense_ms"], *est)
-        if with_decode is not None and decode:
-            with torch.no_grad():
-                row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
-            row["decode_ms"] = _time(call(with_decode))
-            row["decode_speedup"] = row["dense_ms"] / row["decode_ms"]
-        if torch_model is not None and not decode:
-            try:
-                row["torch_ms"] = _time(call(torch_model))
-                row["torch_speedup"] = row["dense_ms"] / row["torch_ms"]
-            except (RuntimeError, NotImplementedError) as exc:
-                row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         rows.append(row)
     # 2. Then each compiled variant, recompiled from scratch per run.
     for row, call in zip(rows, calls, strict=True):
@@ -312,7 +314,11 @@ def bench_whole_model(
 
 
 def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
-    """Add the ``torch.compile`` columns (default mode and CUDA graphs) to ``row``."""
+    """Add the ``torch.compile`` columns to ``row``: the default mode with the models as
+    ``sparsify()`` left them, and CUDA graphs (``mode="reduce-overhead"``) with the sparse
+    models set to ``mode="graphs"``, as the docs ask of a model run that way."""
+    from explorer.gpu import set_mode
+
     mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
     variants = [
         ("dense_default_ms", dense, "default"),
@@ -325,11 +331,17 @@ def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> N
         variants.append(("decode_compiled_ms", with_decode, mode))
     for key, model, how in variants:
         torch._dynamo.reset()
+        graphs = how != "default" and model is not dense
+        if graphs:
+            set_mode(model, "graphs")  # what the docs ask of a model run under CUDA graphs
         try:
             fn = torch.compile(model, mode=None if how == "default" else how, dynamic=False)
             row[key] = _time(call(fn), compiled=True)
         except Exception as exc:  # a compile failure is a result to report, not a crash
             row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            if graphs:
+                set_mode(model, "auto")
     for out, num, den in (
         ("speedup_default", "dense_default_ms", "explorer_default_ms"),
         ("decode_speedup_default", "dense_default_ms", "decode_default_ms"),

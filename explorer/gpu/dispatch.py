@@ -219,6 +219,34 @@ class Decision:
         """The route :func:`pick_route` keeps by ``clock``."""
         return pick_route(self.times(clock))
 
+    def compiled_dense(self, op_ms: float) -> bool:
+        """Whether a model compiled in ``torch.compile``'s default mode should run this
+        problem as a traced dense matmul rather than call the sparse op.
+
+        The compiled model launches its own matmul for about the host time it spends anyway;
+        the sparse op costs ``op_ms`` of host time on top. Where the dense matmul's GPU time
+        is short (under four times ``op_ms``) the compiled model is host-bound there and the
+        op's host time adds to its GPU time: a sparse route must beat dense by more than
+        ``op_ms``. Longer matmuls keep the GPU busy while the host issues the next call: there
+        the GPU times decide.
+
+        Examples
+        --------
+        >>> sparse = Route("sparse", "cc")
+        >>> decode = Decision({DENSE: 0.040, sparse: 0.028}, {})  # 16 tokens: host-bound
+        >>> decode.compiled_dense(0.030), decode.compiled_dense(0.005)
+        (True, False)
+        >>> Decision({DENSE: 0.290, sparse: 0.230}, {}).compiled_dense(0.030)  # prefill
+        False
+        """
+        times = self.times("gpu")
+        dense = times.get(DENSE)
+        sparse = [ms for r, ms in times.items() if r.sparse_weight]
+        if dense is None or not sparse:
+            return dense is not None
+        extra = op_ms if dense < 4 * op_ms else 0.0
+        return min(sparse) + extra >= dense
+
     def __repr__(self) -> str:
         parts = []
         for clock in ("gpu", "wall"):

@@ -607,25 +607,20 @@ class SparseLinear(nn.Module):
         (``"compile"``: wall time with the compiled op's own host cost added to every route
         but dense, which a compiled model runs as a traced matmul)."""
         self._seen[key] = found
-        op_ms = ops.call_overhead_us() / 1e3
-        compiled = {r: t + (op_ms if r.sparse_weight else 0.0) for r, t in found.wall.items()}
         self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
-            "compile": bool(compiled) and Decision({}, compiled).route("wall") == DENSE,
+            "compile": found.compiled_dense(ops.call_overhead_us() / 1e3),
         }
         self._update_traced_dense()
 
     def _update_traced_dense(self) -> None:
         """The token counts a compiled model runs as a traced dense matmul in this mode: by
-        GPU time for ``"graphs"``, by wall time with the op's cost for ``"eager"`` and
-        ``"compile"``, by both for ``"auto"`` (which decides at each call)."""
-        if self.mode == "graphs":
-            wanted = ("gpu",)
-        elif self.mode == "auto":
-            wanted = ("gpu", "compile")
-        else:
-            wanted = ("compile",)
+        GPU time for ``"graphs"``; by :meth:`Decision.compiled_dense` (GPU time with the op's
+        host cost) for every other mode. ``"auto"`` traces as for ``torch.compile``'s default
+        mode, the common one, where the op's host time is paid: never slower there, while
+        ``mode="graphs"`` opens every GPU-clock gain to ``mode="reduce-overhead"``."""
+        wanted = ("gpu",) if self.mode == "graphs" else ("compile",)
         dense = self._dense is not None and self.backend == "cusparselt"
         self._traced_dense = tuple(
             sorted(k for k, f in self._dense_at.items() if dense and all(f[c] for c in wanted))
@@ -748,6 +743,11 @@ class SparseLinear(nn.Module):
         )
         self._plans[pkey] = plan
         return plan
+
+    def _plan_ready(self, n: int, fused_act: bool, alpha: bool, route: Route) -> bool:
+        """Whether the plan of ``route`` at ``n`` rows is built and alive (nothing to allocate)."""
+        plan = self._plans.get((n, route.layout, route.alg, fused_act, alpha))
+        return plan is not None and plan.alive
 
     def _mnk(self, n: int) -> tuple[int, int, int]:
         return self.out_features, n, self.in_features
@@ -914,6 +914,18 @@ class SparseLinear(nn.Module):
         dev = x2.device.index or 0
         alpha, fuse = self._alpha_vector, self._fuses
         route = self._route(n, t, dev, fuse, alpha, first, clock)
+        capturing = torch.cuda.is_current_stream_capturing()
+        if clock == "wall" and self.mode == "auto" and not capturing:
+            # a CUDA-graph capture of this input takes the GPU clock's route: build its plan now
+            ahead = self._route(n, t, dev, fuse, alpha, first, "gpu")
+            if ahead.kind == "sparse":
+                self._plan_for(n, dev, fuse, alpha, ahead)
+        if route.kind == "sparse" and not self._plan_ready(n, fuse, alpha, route):
+            if self._dense is not None and capturing:
+                # a plan built now would put its workspace in the graph's private memory pool,
+                # alive after the capture but no output of it (torch's CUDA-graph trees refuse
+                # that): this capture runs dense; an eager call builds the plan
+                route = DENSE
         if route.kind == "dense":
             y = self._dense_forward(x2, fuse)
             if self.activation != "none" and not fuse:

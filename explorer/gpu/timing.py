@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["call_s", "eager_ms", "graph_ms", "host_us"]
+__all__ = ["call_s", "eager_ms", "graph_ms", "host_us", "interleaved_ms"]
 
 SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repetitions
 
@@ -82,3 +82,38 @@ def host_us(fn: Callable[[], object], iters: int = 200) -> float:
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return (t1 - t0) / iters * 1e6
+
+
+def interleaved_ms(
+    fns: dict[str, Callable[[], object]], rounds: int = 7, iters: int = 5, warmup: int = 3
+) -> dict[str, float]:
+    """Per-call times of several callables measured side by side: in each of ``rounds``
+    rounds every callable runs ``iters`` back-to-back calls between CUDA events, in turn; the
+    result is each one's median over the rounds. A host whose speed drifts (other work on
+    the machine, frequency changes) then weighs on every callable alike, which timing one
+    after the other cannot promise.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.randn(256, 256, device="cuda")  # doctest: +GPU
+    >>> times = interleaved_ms({"mm": lambda: x @ x, "add": lambda: x + x})
+    >>> sorted(times)
+    ['add', 'mm']
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(iters):
+                fn()
+            b.record()
+            b.synchronize()
+            times[name].append(a.elapsed_time(b) / iters)
+    return {name: statistics.median(ts) for name, ts in times.items()}

@@ -154,6 +154,44 @@ def test_compiled_default_mode_matches_eager():
     assert relerr(out, ref) < 3e-2
 
 
+def test_reduce_overhead_after_every_plan_was_evicted_runs_and_matches():
+    """A capture never builds a cuSPARSELt plan (its workspace would be left in the graph's
+    private pool, which torch's CUDA-graph trees refuse): it runs dense instead."""
+    from explorer.gpu import set_mode, sparsify
+    from explorer.gpu.cusparselt import default_cache
+
+    torch.manual_seed(2)
+    dense = _Block()
+    model = copy.deepcopy(dense)
+    sparsify(model, tokens=(64,), tune=False)
+    set_mode(model, "graphs")
+    default_cache().clear()  # as if other models had pushed every plan out of the LRU cache
+    x = torch.randn(4, 16, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        compiled = torch.compile(model, mode="reduce-overhead")
+        for _ in range(3):
+            out = compiled(x).clone()
+        ref = dense(x)
+    torch._dynamo.reset()
+    assert relerr(out, ref) < 3e-2
+
+
+def test_auto_mode_traces_small_layers_dense_for_the_default_compile():
+    from explorer.gpu import SparseLinear, ops
+
+    lin = _linear(512, 1024)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
+    x = torch.randn(16, 512, device=DEV, dtype=torch.bfloat16)
+    sl(x)
+    found = sl.measured()[16]
+    op_ms = ops.call_overhead_us() / 1e3
+    assert sl.traces_dense(16) == found.compiled_dense(op_ms)
+    # a 512 x 1024 layer at 16 tokens takes a few microseconds on the GPU, far less than the
+    # op's host time: a default-mode compile runs it as its own dense matmul
+    assert op_ms > 0.005 and sl.traces_dense(16)
+
+
 def test_copies_pickles_and_moves():
     from explorer.gpu import sparsify
 
