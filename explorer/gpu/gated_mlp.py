@@ -98,6 +98,7 @@ class SparseGatedMLP(nn.Module):
         self.down = down
         self.hidden = down.in_features
         self._op_id = ops.register(self)
+        self._silu_calls: dict = {}  # rows -> kernels.SiluMulCall (launch state of this process)
 
     @classmethod
     def from_modules(
@@ -146,10 +147,22 @@ class SparseGatedMLP(nn.Module):
             SparseLinear.from_linear(down, **kw),
         )
 
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: not the kernel launch state of this process."""
+        state = self.__dict__.copy()
+        state["_silu_calls"] = {}
+        return state
+
     def __setstate__(self, state: dict) -> None:
         """A copy gets its own id for the custom op."""
         super().__setstate__(state)
         self._op_id = ops.register(self)
+        self._silu_calls = {}
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to(device)`` and the like: the SwiGLU launches are set up again on first use."""
+        self._silu_calls = {}
+        return super()._apply(fn, recurse)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
@@ -179,10 +192,28 @@ class SparseGatedMLP(nn.Module):
         """The eager forward: the fused gate/up product, the SwiGLU kernel, the down product."""
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
         if x.dim() == 2:
-            return self.down.run(_silu_mul(self.gate_up.run(x)))
+            return self.down.run(self._swiglu(self.gate_up.run(x)))
         lead = x.shape[:-1]
-        y = self.down.run(_silu_mul(self.gate_up.run(x.reshape(-1, x.shape[-1]))))
+        y = self.down.run(self._swiglu(self.gate_up.run(x.reshape(-1, x.shape[-1]))))
         return y.reshape(*lead, y.shape[-1])
+
+    def _swiglu(self, gu: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up``: a launch set up once per row count where ``gu`` is row-major
+        (every decode step), else the general kernel."""
+        call = self._silu_calls.get(gu.shape[0])
+        if call is not None and call.fits(gu):
+            return call(gu)
+        if call is None and len(self._silu_calls) < 64 and gu.is_cuda and self.hidden % 8 == 0:
+            try:
+                from explorer.gpu.kernels import SiluMulCall
+            except ImportError:  # no CuPy: torch's two calls
+                return _silu_mul(gu)
+            if gu.dtype in (torch.float16, torch.bfloat16):
+                made = SiluMulCall(gu.shape[0], self.hidden, gu.dtype, gu.device)
+                self._silu_calls[gu.shape[0]] = made
+                if made.fits(gu):
+                    return made(gu)
+        return _silu_mul(gu)
 
     def extra_repr(self) -> str:
         return f"hidden={self.hidden}, fused gate+up"

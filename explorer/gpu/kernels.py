@@ -32,6 +32,7 @@ from explorer.gpu.launch import Launcher, LaunchRefused, current_stream
 __all__ = [
     "PATTERNS_24",
     "NMHistogram",
+    "SiluMulCall",
     "block_density",
     "block_density_reference",
     "compiled_function",
@@ -571,6 +572,76 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
         ),
     )
     return out.t() if transposed else out
+
+
+class SiluMulCall:
+    """:func:`silu_mul` for one row-major ``[tokens, 2 * hidden]`` shape and dtype, set up
+    once: each call makes the output and launches with three new pointers, the least host
+    time a model's decode step can pay for it (the general function checks layouts and builds
+    its arguments on every call).
+
+    Parameters
+    ----------
+    tokens, hidden : int
+        Rows, and the width of each half (a multiple of 8).
+    dtype : torch.dtype
+        float16 or bfloat16.
+    device : torch.device
+        The CUDA device.
+
+    Examples
+    --------
+    >>> gu = torch.randn(16, 2 * 64, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> call = SiluMulCall(16, 64, torch.half, gu.device)
+    >>> torch.equal(call(gu), silu_mul(gu))
+    True
+    """
+
+    def __init__(self, tokens: int, hidden: int, dtype: torch.dtype, device) -> None:
+        if dtype not in _SILU_MUL or hidden % 8 or tokens < 1:
+            raise ValueError(
+                f"SiluMulCall takes float16/bfloat16 and a hidden size that is a multiple of 8; "
+                f"got {dtype}, hidden {hidden}, tokens {tokens}"
+            )
+        self.device = torch.device(device)
+        self._dev = self.device.index or 0
+        # base, up, out, rows, vectors per row, row stride in vectors: the last three fixed
+        fixed = {3: tokens, 4: hidden // 8, 5: 2 * hidden // 8}
+        self._launcher = Launcher(
+            _function("silu_mul", _SILU_MUL[dtype], self._dev),
+            ("u64", "u64", "u64", "i64", "i64", "i64"),
+            fixed,
+        )
+        self._grid = _dim3(_grid(tokens * (hidden // 8), self._dev))
+        self._block = _dim3((_THREADS,))
+        self._shape, self._dtype = (tokens, hidden), dtype
+        self._up_bytes = hidden * torch.empty((), dtype=dtype).element_size()
+
+    def fits(self, gu: torch.Tensor) -> bool:
+        """Whether ``gu`` is the row-major, 16-byte aligned input this call was made for."""
+        return (
+            gu.dtype == self._dtype
+            and gu.shape[0] == self._shape[0]
+            and gu.is_contiguous()
+            and gu.data_ptr() % 16 == 0
+        )
+
+    def __call__(self, gu: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of ``gu`` (which :meth:`fits`)."""
+        out = torch.empty(self._shape, dtype=self._dtype, device=self.device)
+        base = gu.data_ptr()
+        self._launcher.launch_changed(
+            self._grid,
+            self._block,
+            0,
+            current_stream(self._dev),
+            (base, base + self._up_bytes, out.data_ptr()),
+        )
+        return out
+
+    def __repr__(self) -> str:
+        tokens, hidden = self._shape
+        return f"SiluMulCall({tokens} x 2*{hidden}, {str(self._dtype).removeprefix('torch.')})"
 
 
 # ---------------------------------------------------------------------------------------------

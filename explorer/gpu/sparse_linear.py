@@ -27,6 +27,7 @@ from explorer.gpu.dispatch import (
     clock_for,
     nearest_route,
 )
+from explorer.gpu.eager_check import eager_verdict
 from explorer.gpu.timing import eager_ms, graph_ms
 
 __all__ = ["SparseLinear", "stack_linears"]
@@ -240,6 +241,8 @@ class SparseLinear(nn.Module):
         self._mult = C.token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
+        # decision tokens -> True where a whole-model eager check kept this layer dense
+        self._eager_verdicts: dict[int, bool] = {}
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -560,11 +563,34 @@ class SparseLinear(nn.Module):
         """The route for ``t`` tokens (``n`` padded) whose input arrives in layout ``first``."""
         if self._force is not None:
             return self._force
+        if clock == "wall" and self._eager_verdicts and self._eager_dense(t):
+            return DENSE
         key = (t if t <= C.EXACT_TOKENS_UP_TO else n, first, fused_act, clock)
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._choose(n, t, dev, fused_act, alpha, first, clock)
         return route
+
+    def keep_dense_at(self, tokens: int, keep: bool = True) -> None:
+        """Run dense in eager mode at ``tokens`` tokens (``keep=False``: take the measured
+        routes again), whatever the layer's own timing chose there.
+
+        Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.eager_check`), which found
+        the sparse routes no faster for the whole model at that count. A verdict at a decode
+        size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
+        host-bound model at 16 tokens is host-bound at 1. CUDA graphs and compiled models keep
+        their own decisions. A layer without its dense weight has nothing to fall back to.
+        """
+        if self._dense is None:
+            return
+        self._eager_verdicts[C.decision_tokens(int(tokens), self.dtype)] = bool(keep)
+        self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
+        self._fast.clear()
+
+    def _eager_dense(self, t: int) -> bool:
+        """The whole-model checks' eager verdict for ``t`` tokens (see ``eager_verdict``)."""
+        key = C.decision_tokens(t, self.dtype)
+        return eager_verdict(self._eager_verdicts, key, D.MAX_TOKENS)
 
     def _choose(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str

@@ -288,6 +288,8 @@ def sparsify(
     set_mode(model, mode)
     if measure:
         units = _measure(model, units, counts, report, mode)
+        if mode in ("auto", "eager") and units:
+            _check_whole_model(model, units, counts, examples, report)
     for unit in units:
         for fqn, mod in unit.layers.items():
             report.swapped.append((fqn, (mod.out_features, mod.in_features)))
@@ -326,6 +328,50 @@ def set_mode(model: nn.Module, mode: str) -> None:
     for mod in model.modules():
         if isinstance(mod, SparseLinear):
             mod.set_mode(mode)
+
+
+def _check_whole_model(model, units, counts, examples, report) -> None:
+    """Time the whole model eagerly against its dense self at each token count it has inputs
+    for, and run dense in eager mode where the sparse routes do not pay (see
+    :mod:`explorer.gpu.eager_check`)."""
+    from explorer.gpu.eager_check import check_eager, synthetic_inputs
+    from explorer.gpu.model_timing import input_tokens
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    given = {input_tokens(inputs): inputs for inputs in examples}
+    device = _unit_device(units)
+    inputs = {}
+    for t in counts:
+        found = given.get(t, synthetic_inputs(model, t, device))
+        if found is not None:
+            inputs[t] = found
+    if not inputs:
+        report.notes.append(
+            "no whole-model eager check: pass example_inputs (one per token count) to check "
+            "that the model as a whole is not slower in eager mode"
+        )
+        return
+    originals = {place: mod for unit in units for place, mod in unit.restore.items()}
+    layers = [m for unit in units for m in unit.new.modules() if isinstance(m, SparseLinear)]
+    report.eager_checks = check_eager(model, originals, inputs, layers)
+    for check in report.eager_checks:
+        if not check.kept:
+            report.notes.append(
+                f"eager at {check.tokens} tokens: the layers' sparse routes made the whole model "
+                f"{check.dense_ms / check.sparse_ms:.2f}x of dense, so every layer runs dense "
+                f"there in eager mode ({check.speedup:.2f}x); CUDA graphs and torch.compile keep "
+                "their own routes"
+            )
+
+
+def _unit_device(units) -> torch.device:
+    from explorer.gpu.sparse_linear import SparseLinear
+
+    for unit in units:
+        for mod in unit.new.modules():
+            if isinstance(mod, SparseLinear):
+                return mod.compressed.device
+    return torch.device("cuda")
 
 
 def _examples(example_inputs) -> list:

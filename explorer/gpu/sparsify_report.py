@@ -72,6 +72,9 @@ class SparsifyReport:
         Whole-model forwards timed dense then sparse on the example inputs, per token count.
     search_s : float
         Seconds spent searching algorithms for shapes no table knew.
+    eager_checks : list of EagerCheck
+        The whole model timed eagerly against its dense self per token count, and where its
+        layers were told to run dense in eager mode (:mod:`explorer.gpu.eager_check`).
     model : nn.Module
         The sparsified model.
     """
@@ -86,6 +89,7 @@ class SparsifyReport:
     mode: str = "auto"
     model_speeds: list = field(default_factory=list)
     search_s: float = 0.0
+    eager_checks: list = field(default_factory=list)
     model: nn.Module | None = field(default=None, repr=False)
 
     def reason(self, fqn: str) -> str | None:
@@ -120,13 +124,19 @@ class SparsifyReport:
             f"{len(self.fused)} blocks fused",
         ]
         measured = {s.tokens: s for s in self.model_speeds}
-        for n in sorted({t.tokens for t in self.timings} | set(measured)):
+        checked = {c.tokens: c for c in self.eager_checks}
+        for n in sorted({t.tokens for t in self.timings} | set(measured) | set(checked)):
             speed = measured.get(n)
             if speed is not None:
                 parts.append(f"model at {n} tokens {speed.speedup:.2f}x measured ({speed.mode})")
                 if speed.host_bound:
                     parts.append(f"dense host-bound at {n} tokens")
                 continue  # no estimate beside a measurement of the same count
+            if n in checked:
+                check = checked[n]
+                kept = "" if check.kept else ", layers dense there"
+                parts.append(f"model at {n} tokens {check.speedup:.2f}x measured (eager{kept})")
+                continue
             est = self.layer_estimate(n)
             if est:
                 parts.append(f"layers at {n} tokens {est[0] / est[1]:.2f}x (estimate)")
@@ -143,6 +153,21 @@ class SparsifyReport:
         )
         for speed in self.model_speeds:
             html += speed._repr_html_()
+        if self.eager_checks:
+            crows = [
+                (
+                    c.tokens,
+                    f"{c.dense_ms / c.sparse_ms:.2f}x",
+                    "kept" if c.kept else "dense in eager",
+                    f"{c.speedup:.2f}x",
+                )
+                for c in self.eager_checks
+            ]
+            html += _html.table(
+                ["tokens", "sparse routes", "verdict", "whole model now"],
+                crows,
+                caption="whole model, eager, against its dense self (medians of CUDA events)",
+            )
         if self.timings:
             trows = [
                 (

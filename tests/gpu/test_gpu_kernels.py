@@ -94,6 +94,25 @@ def test_silu_mul(dtype, tokens, hidden, transposed):
     torch.testing.assert_close(got.cpu().float(), ref, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("tokens", "hidden"), [(1, 8960), (16, 1376), (3, 96)])
+def test_silu_mul_call_set_up_once_matches_the_reference(dtype, tokens, hidden):
+    K = _K()
+    call = K.SiluMulCall(tokens, hidden, dtype, torch.device(DEV))
+    for _ in range(2):  # fresh inputs at new addresses through the same launch state
+        gu = (torch.randn(tokens, 2 * hidden, device=DEV) * 4).to(dtype)
+        assert call.fits(gu)
+        got = call(gu)
+        ref = K.silu_mul_reference(gu.cpu()).float()
+        tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+        torch.testing.assert_close(got.cpu().float(), ref, rtol=tol, atol=tol)
+    transposed = torch.randn(2 * hidden, tokens, device=DEV).to(dtype).t()
+    assert not call.fits(transposed) or tokens == 1
+    assert not call.fits(torch.randn(tokens + 1, 2 * hidden, device=DEV).to(dtype))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        K.SiluMulCall(tokens, 12, dtype, torch.device(DEV))
+
+
 def test_silu_mul_falls_back_for_other_layouts():
     K = _K()
     gu = torch.randn(16, 64, device=DEV, dtype=torch.float16)[:, :48]  # neither layout

@@ -1,0 +1,201 @@
+"""The whole-model check behind "never slower in eager": dense against sparse, per token count.
+
+Each sparse layer picks its eager route from its own back-to-back wall time. At decode sizes a
+model run eagerly is host-bound, and there the sum of the layers is not the model: a route that
+wins alone by a microsecond can lose it inside the model, where the host's caches are cold
+between calls. So after the layers have chosen, :func:`check_eager` times the whole model
+eagerly at each token count, side by side with the dense model it was made from (the original
+modules swapped back in for the dense runs), and where the sparse model is not at least
+:data:`KEEP_SPARSE_AT` as fast, every sparse layer runs dense at that token count in eager mode
+(and at the untested small counts of the same regime, see ``SparseLinear.keep_dense_at``).
+CUDA graphs and ``torch.compile`` keep their own decisions: their clocks do not see host time
+the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from explorer.gpu.model_timing import call_model
+
+__all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "eager_verdict", "synthetic_inputs"]
+
+#: The sparse model keeps its eager routes at a token count if the dense model's time over its
+#: own is at least this (measurement noise aside, it is then no slower).
+KEEP_SPARSE_AT = 0.99
+
+
+class EagerCheck:
+    """One token count's whole-model eager times, dense against sparse, and the verdict.
+
+    Attributes
+    ----------
+    tokens : int
+    dense_ms, sparse_ms : float
+        The dense model and the sparse one with its layers' own routes (one interleaved pair).
+    after : tuple of float, optional
+        ``(dense ms, sparse ms)`` of a second pair once every layer runs dense at this count;
+        None where the sparse routes were kept.
+
+    Examples
+    --------
+    >>> EagerCheck(16, 6.1, 6.6, (6.2, 6.1))
+    EagerCheck(16 tokens: sparse routes 0.92x, kept dense: 1.02x)
+    >>> EagerCheck(4096, 12.0, 10.9)
+    EagerCheck(4096 tokens: sparse routes 1.10x, kept)
+    """
+
+    def __init__(
+        self,
+        tokens: int,
+        dense_ms: float,
+        sparse_ms: float,
+        after: tuple[float, float] | None = None,
+    ):
+        self.tokens = tokens
+        self.dense_ms = dense_ms
+        self.sparse_ms = sparse_ms
+        self.after = after
+
+    @property
+    def kept(self) -> bool:
+        """Whether the layers' sparse routes stay at this token count."""
+        return self.after is None
+
+    @property
+    def speedup(self) -> float:
+        """The whole model's eager speedup over dense at this count, as it now runs."""
+        dense, sparse = (self.dense_ms, self.sparse_ms) if self.after is None else self.after
+        return dense / sparse
+
+    def __repr__(self) -> str:
+        head = f"{self.tokens} tokens: sparse routes {self.dense_ms / self.sparse_ms:.2f}x"
+        if self.kept:
+            return f"EagerCheck({head}, kept)"
+        return f"EagerCheck({head}, kept dense: {self.speedup:.2f}x)"
+
+
+def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
+    """Whether a layer runs dense in eager mode at ``tokens``, from the whole-model checks'
+    ``{tokens: dense?}``: the count's own verdict, else (at decode sizes, up to
+    ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the
+    smaller on a tie; else False (the layer's own routes).
+
+    Examples
+    --------
+    >>> eager_verdict({16: True, 4096: False}, 1), eager_verdict({16: True}, 128)
+    (True, False)
+    >>> eager_verdict({2: False, 32: True}, 8), eager_verdict({}, 1)
+    (False, False)
+    """
+    verdict = verdicts.get(tokens)
+    if verdict is not None:
+        return verdict
+    if tokens > decode_up_to:
+        return False
+    small = [k for k in verdicts if k <= decode_up_to]
+    if not small:
+        return False
+    nearest = min(small, key=lambda k: (abs(math.log(k / tokens)), k))
+    return verdicts[nearest]
+
+
+def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
+    """Random ``input_ids`` for ``tokens`` tokens if ``model`` is a Hugging Face model with a
+    vocabulary (``tokens`` sequences of one token at decode sizes, up to 64; one sequence
+    otherwise), else None.
+
+    Examples
+    --------
+    >>> synthetic_inputs(nn.Linear(4, 4), 16, "cpu") is None
+    True
+    """
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        return None
+    shape = (tokens, 1) if tokens <= 64 else (1, tokens)
+    gen = torch.Generator(device=device).manual_seed(tokens)
+    ids = torch.randint(0, vocab, shape, device=device, generator=gen)
+    return {"input_ids": ids}
+
+
+def _paired_ms(
+    model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 5
+) -> tuple[float, float]:
+    """Medians of the dense and the sparse model's eager forward time (ms), interleaved."""
+    runs: dict[str, list[float]] = {"dense": [], "sparse": []}
+    for _ in range(rounds):
+        for name, swap in (("dense", swap_dense), ("sparse", swap_sparse)):
+            swap()
+            call_model(model, inputs)  # warm
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(3):
+                call_model(model, inputs)
+            b.record()
+            b.synchronize()
+            runs[name].append(a.elapsed_time(b) / 3)
+    swap_sparse()
+    return statistics.median(runs["dense"]), statistics.median(runs["sparse"])
+
+
+def check_eager(
+    model: nn.Module,
+    originals: Mapping[str, nn.Module],
+    inputs_by_tokens: Mapping[int, object],
+    layers: list,
+    time_pair: Callable = _paired_ms,
+) -> list[EagerCheck]:
+    """Time ``model`` eagerly against its dense self at each token count; keep dense where
+    the sparse routes do not pay.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The sparsified model (left sparsified).
+    originals : mapping
+        ``{module path: original module}`` of every swapped place: swapped in for the dense
+        runs and out again.
+    inputs_by_tokens : mapping
+        ``{tokens: inputs}`` for :func:`~explorer.gpu.model_timing.call_model`.
+    layers : list of SparseLinear
+        The layers told to run dense where the check fails.
+    time_pair : callable
+        ``time_pair(model, inputs, swap_dense, swap_sparse) -> (dense ms, sparse ms)``; it
+        must leave the sparse modules in place (the default times on the GPU).
+
+    Returns
+    -------
+    list of EagerCheck
+        One per token count.
+    """
+    sparse_now = {place: model.get_submodule(place) for place in originals}
+
+    def swap(table: Mapping[str, nn.Module]) -> Callable[[], None]:
+        def run() -> None:
+            for place, mod in table.items():
+                parent, _, child = place.rpartition(".")
+                setattr(model.get_submodule(parent) if parent else model, child, mod)
+
+        return run
+
+    checks = []
+    with torch.no_grad():
+        for tokens, inputs in sorted(inputs_by_tokens.items()):
+            dense_ms, sparse_ms = time_pair(model, inputs, swap(originals), swap(sparse_now))
+            after = None
+            if dense_ms / sparse_ms < KEEP_SPARSE_AT:
+                for layer in layers:
+                    layer.keep_dense_at(tokens)
+                after = time_pair(model, inputs, swap(originals), swap(sparse_now))
+            else:
+                for layer in layers:
+                    layer.keep_dense_at(tokens, keep=False)
+            checks.append(EagerCheck(tokens, dense_ms, sparse_ms, after))
+    return checks
