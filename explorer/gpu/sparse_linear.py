@@ -636,7 +636,7 @@ class SparseLinear(nn.Module):
         self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
-            "compile": found.compiled_dense(ops.call_overhead_us() / 1e3),
+            "compile": found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3),
         }
         self._update_traced_dense()
 
@@ -945,7 +945,10 @@ class SparseLinear(nn.Module):
             # a CUDA-graph capture of this input takes the GPU clock's route: build its plan now
             ahead = self._route(n, t, dev, fuse, alpha, first, "gpu")
             if ahead.kind == "sparse":
-                self._plan_for(n, dev, fuse, alpha, ahead)
+                try:
+                    self._plan_for(n, dev, fuse, alpha, ahead)
+                except C.CusparseltRefused:
+                    pass  # the capture finds no plan and runs dense; nothing to build ahead
         if route.kind == "sparse" and not self._plan_ready(n, fuse, alpha, route):
             if self._dense is not None and capturing:
                 # a plan built now would put its workspace in the graph's private memory pool,
