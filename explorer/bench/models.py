@@ -14,6 +14,7 @@ parts). Decode steps are single forward passes of 1 token per sequence without a
 from __future__ import annotations
 
 import copy
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +22,7 @@ from torch import nn
 
 from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import decision_tokens
-from explorer.gpu.timing import eager_ms, interleaved_ms
+from explorer.gpu.timing import eager_ms, interleaved_runs, paired_ratio
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
 
@@ -279,11 +280,14 @@ def bench_whole_model(
                 eager["torch"] = call(torch_model)
             except (RuntimeError, NotImplementedError) as exc:
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
-        # side by side: each variant in turn, round after round (the host's speed drifts)
-        for key, ms in interleaved_ms(eager).items():
-            row[f"{key}_ms"] = ms
+        # side by side: each variant in turn, round after round (the host's speed drifts); a
+        # speedup is the median of the rounds' paired ratios
+        runs = interleaved_runs(eager, rounds=11, iters=3)
+        for key, times in runs.items():
+            row[f"{key}_ms"] = statistics.median(times)
             if key != "dense":
-                row["speedup" if key == "explorer" else f"{key}_speedup"] = row["dense_ms"] / ms
+                ratio = paired_ratio(runs["dense"], times)
+                row["speedup" if key == "explorer" else f"{key}_speedup"] = ratio
         est = rep.layer_estimate(decision_tokens(n_tokens, dtype), clock="wall")
         if est:
             row["layer_dense_ms"], row["layer_sparse_ms"] = est

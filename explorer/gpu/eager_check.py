@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.model_timing import call_model
+from explorer.gpu.timing import paired_ratio
 
 __all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "eager_verdict", "synthetic_inputs"]
 
@@ -125,9 +126,10 @@ def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
 
 
 def _paired_ms(
-    model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 5
+    model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 9
 ) -> tuple[float, float]:
-    """Medians of the dense and the sparse model's eager forward time (ms), interleaved."""
+    """The dense and the sparse model's eager forward time (ms), interleaved round by round:
+    the dense median, and the sparse time that the rounds' median paired ratio gives."""
     runs: dict[str, list[float]] = {"dense": [], "sparse": []}
     for _ in range(rounds):
         for name, swap in (("dense", swap_dense), ("sparse", swap_sparse)):
@@ -142,7 +144,8 @@ def _paired_ms(
             b.synchronize()
             runs[name].append(a.elapsed_time(b) / 3)
     swap_sparse()
-    return statistics.median(runs["dense"]), statistics.median(runs["sparse"])
+    dense = statistics.median(runs["dense"])
+    return dense, dense / paired_ratio(runs["dense"], runs["sparse"])
 
 
 def check_eager(

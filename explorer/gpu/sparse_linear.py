@@ -636,7 +636,10 @@ class SparseLinear(nn.Module):
         self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
-            "compile": found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3),
+            # a default-mode compiled model is host-bound at decode sizes (measured: 2.7x its
+            # CUDA-graph time at 16 tokens), where the op's host time is never won back
+            "compile": key <= D.MAX_TOKENS
+            or found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3),
         }
         self._update_traced_dense()
 

@@ -8,7 +8,15 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["call_s", "eager_ms", "graph_ms", "host_us", "interleaved_ms"]
+__all__ = [
+    "call_s",
+    "eager_ms",
+    "graph_ms",
+    "host_us",
+    "interleaved_ms",
+    "interleaved_runs",
+    "paired_ratio",
+]
 
 SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repetitions
 
@@ -84,22 +92,27 @@ def host_us(fn: Callable[[], object], iters: int = 200) -> float:
     return (t1 - t0) / iters * 1e6
 
 
-def interleaved_ms(
+def interleaved_runs(
     fns: dict[str, Callable[[], object]], rounds: int = 7, iters: int = 5, warmup: int = 3
-) -> dict[str, float]:
+) -> dict[str, list[float]]:
     """Per-call times of several callables measured side by side: in each of ``rounds``
-    rounds every callable runs ``iters`` back-to-back calls between CUDA events, in turn; the
-    result is each one's median over the rounds. A host whose speed drifts (other work on
-    the machine, frequency changes) then weighs on every callable alike, which timing one
-    after the other cannot promise.
+    rounds every callable runs ``iters`` back-to-back calls between CUDA events, in turn.
+    A host whose speed drifts (other work on the machine, frequency changes) then weighs on
+    every callable alike, which timing one after the other cannot promise; the ratio of two
+    callables' times in the same round is the paired comparison (see :func:`paired_ratio`).
+
+    Returns
+    -------
+    dict
+        ``{name: [ms per call in each round]}``.
 
     Examples
     --------
     >>> import torch
     >>> x = torch.randn(256, 256, device="cuda")  # doctest: +GPU
-    >>> times = interleaved_ms({"mm": lambda: x @ x, "add": lambda: x + x})
-    >>> sorted(times)
-    ['add', 'mm']
+    >>> runs = interleaved_runs({"mm": lambda: x @ x, "add": lambda: x + x}, rounds=3)
+    >>> [len(runs[k]) for k in sorted(runs)]
+    [3, 3]
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -116,4 +129,31 @@ def interleaved_ms(
             b.record()
             b.synchronize()
             times[name].append(a.elapsed_time(b) / iters)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def paired_ratio(base: list[float], other: list[float]) -> float:
+    """The median over rounds of ``base / other``, each pair taken in the same round.
+
+    Examples
+    --------
+    >>> paired_ratio([10.0, 20.0, 10.0], [5.0, 20.0, 8.0])
+    1.25
+    """
+    return statistics.median(b / o for b, o in zip(base, other, strict=True))
+
+
+def interleaved_ms(
+    fns: dict[str, Callable[[], object]], rounds: int = 7, iters: int = 5, warmup: int = 3
+) -> dict[str, float]:
+    """Medians of :func:`interleaved_runs`: each callable's per-call time (milliseconds).
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.randn(256, 256, device="cuda")  # doctest: +GPU
+    >>> sorted(interleaved_ms({"mm": lambda: x @ x, "add": lambda: x + x}))
+    ['add', 'mm']
+    """
+    runs = interleaved_runs(fns, rounds, iters, warmup)
+    return {name: statistics.median(ts) for name, ts in runs.items()}

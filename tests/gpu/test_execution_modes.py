@@ -186,10 +186,12 @@ def test_auto_mode_traces_small_layers_dense_for_the_default_compile():
     sl(x)
     found = sl.measured()[16]
     op_ms = ops.call_overhead_us() / 1e3
-    assert sl.traces_dense(16) == found.compiled_dense(op_ms)
-    # a 512 x 1024 layer at 16 tokens takes a few microseconds on the GPU, far less than the
-    # op's host time: a default-mode compile runs it as its own dense matmul
-    assert op_ms > 0.005 and sl.traces_dense(16)
+    assert op_ms > 0 and found.gpu
+    # at decode sizes a default-mode compiled model is host-bound: the layer runs as the
+    # compiler's own dense matmul, whatever the GPU clock says
+    assert sl.traces_dense(16)
+    sl(torch.randn(4096, 512, device=DEV, dtype=torch.bfloat16))
+    assert sl.traces_dense(4096) == sl.measured()[4096].compiled_dense(op_ms)
 
 
 def test_copies_pickles_and_moves():
