@@ -56,17 +56,20 @@ class LayerView:
         pattern = current.config.pattern if current else self.method_picker.config.pattern
         # Groups are marked against the run's N:M pattern, or against 2:4 for other patterns.
         marked = str(pattern) if _is_nm(pattern) else "2:4"
+        # The mask's title and the panel's caption each say which weight they show.
         if mask is not None:
-            label = f"{name} ({current.config.method} {pattern})"
+            label, shows = f"{name} ({current.config.method} {pattern})", "after pruning"
         elif current is None and (preview := self.preview(name, weight, marked)) is not None:
             mask, label = preview, f"{name}: magnitude {marked} preview"
+            shows = "preview after pruning"
         else:
-            mask, label = weight != 0, f"{name} (dense)"
+            mask, label, shows = weight != 0, f"{name} (dense)", "the weight as loaded"
         try:
-            self.mask_viewer.set_mask(mask, label, marked)
+            self.mask_viewer.set_mask(mask, label, marked, shows)
         except ValueError as exc:
             self.mask_viewer.clear(str(exc))
-        self.pattern_panel.update(weight, pattern, f"{name} now")
+        now = "after pruning" if current else "as loaded"
+        self.pattern_panel.update(weight, pattern, f"{name}: the weight {now}")
         self.events.emit("layer")
 
     def preview(self, name: str, weight: torch.Tensor, pattern: str) -> torch.Tensor | None:
