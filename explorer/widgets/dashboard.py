@@ -162,6 +162,19 @@ class Dashboard:
         """Name of the selected layer."""
         return self.state.selected
 
+    @property
+    def measured_on(self) -> str:
+        """What the metric is measured on, as the model's bundle says ("" when it does not).
+
+        Examples
+        --------
+        >>> Dashboard(nn.Linear(16, 16)).measured_on
+        'score measured on user model'
+        """
+        bundle = self.state.bundle
+        text = getattr(bundle, "description", "")
+        return f"{bundle.metric} measured on {text}" if text else ""
+
     # -- what the parts do ----------------------------------------------------------------
     def on_change(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(event)`` after each change."""
@@ -182,6 +195,10 @@ class Dashboard:
     def select_layer(self, name: str | None) -> None:
         """Show layer ``name`` in the mask viewer and the pattern panel."""
         self.layer_view.select(name)
+
+    def layer_set(self, choice: str, pattern: str = "") -> tuple[str, ...] | None:
+        """The layers the layer-set ``choice`` prunes (see :meth:`LayerView.layer_set`)."""
+        return self.layer_view.layer_set(choice, pattern)
 
     def run(
         self, config: MethodConfig | None = None, wait: bool = False

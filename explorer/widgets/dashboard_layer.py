@@ -90,6 +90,29 @@ class LayerView:
         filter_fn = getattr(bundle, "filter_fn", None)
         return [r.name for r in rows if filter_fn is None or _selected(filter_fn, bundle, r.name)]
 
+    def layer_set(self, choice: str, pattern: str = "") -> tuple[str, ...] | None:
+        """The layers a run prunes for the page's layer-set ``choice`` (None: the model's own).
+
+        ``choice`` is ``"all"`` (the model's filter), ``"one"`` (the selected layer),
+        ``"fast"`` (the layers the table calls fast at 2:4), ``"mlp"`` or ``"pattern"`` (the
+        globs in ``pattern``); see :func:`explorer.layer_sets.resolve_layer_set`.
+
+        Raises
+        ------
+        ValueError
+            When the set holds no layer (the message names it and the accepted sets).
+        """
+        from explorer.layer_sets import resolve_layer_set
+
+        rows, selected = self.state.layer_picker.rows, self.state.selected
+        if choice == "all" or (choice == "one" and selected is None):
+            return None
+        if choice == "one":
+            return (selected,)
+        fast = [r.name for r in rows if r.verdict_24 == "fast"]
+        layer_set = pattern if choice == "pattern" else choice
+        return resolve_layer_set(layer_set, [r.name for r in rows], fast=fast)
+
     def first_prunable(self) -> str:
         """The first layer the model's filter prunes that the doctor expects to be fast at 2:4."""
         rows = self.state.layer_picker.rows
