@@ -147,7 +147,7 @@ def _parser() -> _Parser:
         "--layer-sets",
         type=lambda s: _csv(s),
         default=["all"],
-        help="'all' (the model's default layers), 'every', or name globs joined by '|'",
+        help="'all' (the model's default layers), 'every', 'fast' (fast once 2:4), 'mlp', or name globs joined by '|'",
     )
     p.add_argument("--dtypes", type=_csv, default=["float16"], help="e.g. float16,bfloat16")
     p.add_argument("--tokens", type=_csv, default=["1024"], help="token counts for speed rows")

@@ -32,7 +32,18 @@ from .devices import DeviceTarget
 from .dtypes import dtype_name, parse_dtype
 from .layers import layers, matrix_view
 
-__all__ = ["DoctorReport", "Finding", "LayerDiagnosis", "doctor", "parse_dtype", "resolve_target"]
+__all__ = [
+    "DoctorReport",
+    "Finding",
+    "LayerDiagnosis",
+    "doctor",
+    "parse_dtype",
+    "resolve_target",
+    "verdict_once_24",
+]
+
+#: The finding that only says "the weight is not 2:4 yet".
+_NOT_24 = "not-24"
 
 # Matrix products smaller than this (multiply-adds) ran no faster sparse than dense on an H100
 # with cached plans (4096 x 4096 weights: 0.6x at 128 tokens, 1.4x at 1024 tokens).
@@ -126,6 +137,14 @@ class DoctorReport:
     def fast_layers(self) -> list[str]:
         return [d.name for d in self.layers if d.verdict == "fast"]
 
+    def fast_once_24(self) -> list[str]:
+        """The layers that would be fast once pruned to 2:4 (see :func:`verdict_once_24`)."""
+        return [
+            d.name
+            for d in self.layers
+            if verdict_once_24(self.reasons(d.name), self.notes)[0] == "fast"
+        ]
+
     def __repr__(self) -> str:
         c = self.counts()
         return (
@@ -162,6 +181,26 @@ class DoctorReport:
             ("layer", "shape", "verdict", "why / fix"), rows, caption=repr(self), raw_columns=(2, 3)
         )
         return (f"<ul>{notes}</ul>" if notes else "") + table
+
+
+def verdict_once_24(findings, notes) -> tuple[str, str]:
+    """A layer's verdict once pruned to 2:4: without its "not 2:4 yet" finding, and the reasons.
+
+    The dashboard's "at 2:4" column and a sweep's ``"fast"`` layer set both use it.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> report = doctor(nn.Sequential(nn.Linear(4096, 4096)), tokens=4096)
+    >>> report.verdict("0"), verdict_once_24(report.reasons("0"), report.notes)[0]
+    ('unsupported', 'fast')
+    """
+    kept = [f for f in findings if getattr(f, "code", "") != _NOT_24]
+    severities = {f.severity for f in (*kept, *notes)}
+    verdict = "unsupported" if "error" in severities else "slow" if "warn" in severities else "fast"
+    reasons = [f for f in kept if f.severity in ("error", "warn")] or kept
+    reasons += [n for n in notes if n.severity == "error"]
+    return verdict, "; ".join(map(str, reasons))
 
 
 def resolve_target(device: object = None) -> DeviceTarget:

@@ -111,9 +111,12 @@ class SweepConfig:
     model : str
         A bundled model name (see :data:`explorer.models.MODELS`).
     methods, patterns, layer_sets, dtypes : tuple of str
-        The grid's axes. A layer set is ``"all"`` (the model's own ``filter_fn``), ``"every"``
-        (every ``nn.Linear``) or glob patterns on layer names joined by ``|``
-        (``"encoder.*.intermediate*|encoder.*.output.dense"``).
+        The grid's axes. A layer set is a name of :data:`explorer.layer_sets.LAYER_SETS`:
+        ``"all"`` (the model's own ``filter_fn``), ``"every"`` (every ``nn.Linear``),
+        ``"fast"`` (the layers the doctor calls fast once 2:4, at each token count of the grid)
+        or ``"mlp"`` (by name); or glob patterns on layer names joined by ``|``
+        (``"encoder.*.intermediate*|encoder.*.output.dense"``). A set that holds no layer of
+        the model is a failed cell that says so.
     tokens : tuple of int
         Token counts (rows of the activation matrix) for the speed measurements.
     calibration_samples : int
@@ -221,7 +224,8 @@ class SweepConfig:
     def cells(self) -> list[Cell]:
         """The grid's cells: dense baselines, pruned models, then speed measurements.
 
-        One dense cell per dtype; one prune cell per method x pattern x layer set x dtype; one
+        One dense cell per dtype; one prune cell per method x pattern x layer set x dtype (for
+        layer set ``"fast"``, which depends on it, x token count too); one
         speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
         (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
         """
@@ -232,16 +236,18 @@ class SweepConfig:
         for method, pattern, layers, dtype in itertools.product(
             self.methods, self.patterns, self.layer_sets, self.dtypes
         ):
-            out.append(
-                prune_cell(
-                    {**base, "dtype": dtype},
-                    method,
-                    pattern,
-                    layers,
-                    self.calibration_samples,
-                    self.seed,
+            for tokens in (self.tokens or (1024,)) if layers == "fast" else (None,):
+                out.append(
+                    prune_cell(
+                        {**base, "dtype": dtype},
+                        method,
+                        pattern,
+                        layers,
+                        self.calibration_samples,
+                        self.seed,
+                        **({} if tokens is None else {"tokens": tokens}),
+                    )
                 )
-            )
         timed = [p for p in self.patterns if p in SPEED_PATTERNS]
         for pattern, layers, dtype, tokens in itertools.product(
             timed, self.layer_sets, self.dtypes, self.tokens

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import functools
 import json
 import threading
@@ -93,26 +92,41 @@ def bundle_for(config: dict):
 
 
 def layer_filter(
-    layer_set: str, default: Callable | None = None
+    layer_set: str,
+    default: Callable | None = None,
+    model: nn.Module | None = None,
+    dtype: str = "float16",
+    tokens: int = 1024,
 ) -> Callable[[nn.Module, str], bool]:
-    """The ``filter_fn`` of a layer set: ``"all"``, ``"every"`` or globs joined by ``|``.
+    """The ``filter_fn`` of a layer set (see :func:`explorer.layer_sets.resolve_layer_set`).
+
+    ``"all"`` is the model's own filter (``default``) and ``"every"`` every ``nn.Linear``; any
+    other set (``"fast"``, ``"mlp"`` or globs on layer names joined by ``|``) is resolved on
+    ``model``'s ``nn.Linear`` layers, ``"fast"`` by the doctor at ``dtype`` and ``tokens``.
 
     Examples
     --------
-    >>> f = layer_filter("0|2")
-    >>> f(nn.Linear(4, 4), "0"), f(nn.Linear(4, 4), "4"), f(nn.ReLU(), "2")
+    >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 4))
+    >>> f = layer_filter("0|2", model=model)
+    >>> f(nn.Linear(4, 4), "0"), f(nn.Linear(4, 4), "3"), f(nn.ReLU(), "2")
     (True, False, False)
     """
+    from explorer.layer_sets import resolve_layer_set
+
     if layer_set == "all":
         return default or (lambda module, fqn: isinstance(module, nn.Linear))
     if layer_set == "every":
         return lambda module, fqn: isinstance(module, nn.Linear)
-    globs = [g.strip() for g in layer_set.split("|") if g.strip()]
+    if model is None:
+        raise ValueError(f"layer set {layer_set!r} is resolved on a model's layers; pass model=...")
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    fast = None
+    if layer_set == "fast":
+        from explorer.doctor import doctor
 
-    def filter_fn(module: nn.Module, fqn: str) -> bool:
-        return isinstance(module, nn.Linear) and any(fnmatch.fnmatchcase(fqn, g) for g in globs)
-
-    return filter_fn
+        fast = doctor(model, dtype=dtype, tokens=tokens).fast_once_24()
+    chosen = set(resolve_layer_set(layer_set, names, fast=fast))
+    return lambda module, fqn: isinstance(module, nn.Linear) and fqn in chosen
 
 
 def round_weights(model: nn.Module, dtype: str) -> None:

@@ -42,7 +42,12 @@ def speed_cell(config: dict) -> list[dict]:
     bundle = bundle_for(config)
     from explorer.pruning.calibration import selected_linears
 
-    chosen, _ = selected_linears(bundle.model, layer_filter(config["layers"], bundle.filter_fn))
+    chosen, _ = selected_linears(
+        bundle.model,
+        layer_filter(
+            config["layers"], bundle.filter_fn, bundle.model, config["dtype"], config["tokens"]
+        ),
+    )
     shapes: dict[tuple[int, int], list[str]] = {}
     for fqn, mod in chosen.items():
         shapes.setdefault((mod.out_features, mod.in_features), []).append(fqn)

@@ -5,14 +5,16 @@ mirrors it. Listeners registered with :meth:`Dashboard.on_change` get an event n
 (``"status"``, ``"progress"``, ``"busy"``, ``"model"``, ``"layer"``, ``"kernel"``); the
 mask viewer, pattern panel and trade-off plot have listeners of their own.
 
-:class:`Dashboard` is put together from one part per concern, each in its own module:
-:mod:`~explorer.widgets.dashboard_status` (status line, events),
-:mod:`~explorer.widgets.dashboard_models` (the models offered and their settings),
-:mod:`~explorer.widgets.dashboard_loading` (switching models, the background load,
-:func:`prebuild_first_page`), :mod:`~explorer.widgets.dashboard_points` (trade-off points and
-their speed), :mod:`~explorer.widgets.dashboard_pruning` (pruning runs) and
-:mod:`~explorer.widgets.dashboard_files` (Save and Export). This module keeps the layer view,
-the kernel runner and the display.
+:class:`Dashboard` wires together one part per concern, each in its own module, all sharing
+one :class:`~explorer.widgets.dashboard_state.DashboardState` and taking the parts they use as
+constructor arguments: :mod:`~explorer.widgets.dashboard_status` (status line, events),
+:mod:`~explorer.widgets.dashboard_layer` (the selected layer's mask and pattern panel),
+:mod:`~explorer.widgets.dashboard_points` (trade-off points and their speed),
+:mod:`~explorer.widgets.dashboard_loading` (switching models, the background load),
+:mod:`~explorer.widgets.dashboard_pruning` (pruning runs) and
+:mod:`~explorer.widgets.dashboard_files` (Save and Export);
+:mod:`~explorer.widgets.dashboard_models` lists the models offered. This module keeps the
+kernel runner, the display and :func:`prebuild_first_page`.
 """
 
 from __future__ import annotations
@@ -20,22 +22,23 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-import torch
+from torch import nn
 
 from explorer.dtypes import dtype_name, parse_dtype
-from explorer.widgets.dashboard_files import _Files
-from explorer.widgets.dashboard_loading import _Loading, prebuild_first_page
+from explorer.widgets.dashboard_files import Files
+from explorer.widgets.dashboard_layer import LayerView
+from explorer.widgets.dashboard_loading import Loader
 from explorer.widgets.dashboard_models import (
     DEFAULT_MODEL,
     MODEL_SETTINGS,
     MODELS,
     settings_for,
 )
-from explorer.widgets.dashboard_points import _Points
-from explorer.widgets.dashboard_pruning import _Pruning, _Run
-from explorer.widgets.dashboard_status import Status, _Events
+from explorer.widgets.dashboard_points import Points
+from explorer.widgets.dashboard_pruning import Pruning
+from explorer.widgets.dashboard_state import DashboardState
+from explorer.widgets.dashboard_status import Events, Status
 from explorer.widgets.kernel_runner import KernelRunner
-from explorer.widgets.layer_picker import LayerPicker
 from explorer.widgets.mask_view import MaskViewer
 from explorer.widgets.method_picker import MethodConfig, MethodPicker
 from explorer.widgets.pattern_panel import PatternPanel
@@ -51,7 +54,7 @@ __all__ = [
 ]
 
 
-class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
+class Dashboard:
     """Everything the dashboard page shows, as plain Python state.
 
     Parameters
@@ -96,12 +99,12 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         text=None,
     ) -> None:
         settings = settings_for(model)
-        self.load_options = {} if text is None else {"text": str(text)}
         tokens = settings["tokens"] if tokens is None else tokens
         # an unknown name is an error naming it, never a silent float32
         dtype = dtype_name(parse_dtype(settings["dtype"] if dtype is None else dtype))
-        self.tokens, self.dtype, self.store = tokens, dtype, store
-        self.background = background
+        self.state = DashboardState(
+            tokens, dtype, store, background, {} if text is None else {"text": str(text)}
+        )
         self.models = MODELS
         # Single weights at a readable zoom first: 32 rows x 64 columns, groups of 4 striped.
         self.mask_viewer = MaskViewer(window_shape=(32, 64), start="zoom")
@@ -111,70 +114,117 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         self.tradeoff = TradeoffPlot(
             speedup_label=f"speedup over dense on a GPU ({tokens} tokens, {dtype})"
         )
-        self._previews: dict[tuple[str, str], torch.Tensor] = {}
-        self._dense_job: threading.Thread | None = None
-        # With background, the load job waits for the page to be built (view() or wait()).
-        self._hold = background
+        # The parts, each given the parts it uses.
+        state, self.events = self.state, Events()
+        self.layer_view = LayerView(
+            state, self.events, self.mask_viewer, self.pattern_panel, self.method_picker
+        )
+        self.points = Points(state, self.events, self.tradeoff, self.layer_view, self.method_picker)
+        self.loader = Loader(
+            state,
+            self.events,
+            self.layer_view,
+            self.points,
+            self.method_picker,
+            self.tradeoff,
+            self.mask_viewer,
+        )
+        self.pruning = Pruning(
+            state, self.events, self.loader, self.points, self.layer_view, self.method_picker
+        )
+        self.files = Files(state, self.events, self.loader)
         self.tradeoff.on_click(self.load_point)
-        self.layer_picker: LayerPicker | None = None
-        self.bundle = None
-        self.status = Status("info", "starting")
-        self.progress = (0.0, "")
-        self.busy = False
-        self.runs: dict[str, _Run] = {}
-        self.current: _Run | None = None
-        self._dense = None  # a Snapshot of the dense model, taken when it loads
-        self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._listeners: list[Callable[[str], None]] = []
-        self.last_file = None  # what Save or Export wrote last (a WrittenFile)
         self.load(model)
 
-    # -- layer ----------------------------------------------------------------------------
-    def select_layer(self, name: str | None) -> None:
-        """Show layer ``name`` in the mask viewer and the pattern panel.
+    # -- the shared state, read-only ------------------------------------------------------
+    tokens = property(lambda self: self.state.tokens, doc="Token count the estimates assume.")
+    dtype = property(lambda self: self.state.dtype, doc="Dtype the estimates assume.")
+    store = property(lambda self: self.state.store, doc="Where measurements come from.")
+    background = property(lambda self: self.state.background, doc="Whether loads run behind.")
+    load_options = property(lambda self: self.state.load_options, doc="More loader options.")
+    bundle = property(lambda self: self.state.bundle, doc="The current model's bundle.")
+    layer_picker = property(lambda self: self.state.layer_picker, doc="The layer table.")
+    runs = property(lambda self: self.state.runs, doc="Finished runs by label.")
+    current = property(lambda self: self.state.current, doc="The run the model holds now.")
+    busy = property(lambda self: self.state.busy, doc="Whether a job is under way.")
+    job = property(lambda self: self.state.job, doc="The latest run, save or export thread.")
+    last_file = property(lambda self: self.state.last_file, doc="What Save or Export wrote.")
+    status = property(lambda self: self.events.status, doc="The status line's message.")
+    progress = property(lambda self: self.events.progress, doc="(fraction, text) of the bar.")
 
-        After a run the viewer shows the run's mask. Before one it shows what magnitude
-        pruning to the picked N:M pattern would keep (computed once per layer and cached),
-        since the dense weight keeps everything and every group breaks the pattern.
-        """
-        if name is None:
-            self.mask_viewer.clear()
-            return
-        module = self.bundle.model.get_submodule(name)
-        weight = module.weight.detach()
-        mask = self.current.masks.get(name) if self.current else None
-        pattern = self.current.config.pattern if self.current else self.method_picker.config.pattern
-        # Groups are marked against the run's N:M pattern, or against 2:4 for other patterns.
-        marked = str(pattern) if _is_nm(pattern) else "2:4"
-        if mask is not None:
-            label = f"{name} ({self.current.config.method} {pattern})"
-        elif self.current is None and (preview := self._preview(name, weight, marked)) is not None:
-            mask, label = preview, f"{name}: magnitude {marked} preview"
-        else:
-            mask, label = weight != 0, f"{name} (dense)"
-        try:
-            self.mask_viewer.set_mask(mask, label, marked)
-        except ValueError as exc:
-            self.mask_viewer.clear(str(exc))
-        self.pattern_panel.update(weight, pattern, f"{name} now")
-        self._emit("layer")
-
-    def _preview(self, name: str, weight: torch.Tensor, pattern: str) -> torch.Tensor | None:
-        key = (name, pattern)
-        if key not in self._previews:
-            from explorer.masks import make_mask
-
-            try:
-                self._previews[key] = make_mask(weight.float(), pattern)
-            except (ValueError, TypeError):  # a layer the pattern cannot divide: show it dense
-                return None
-        return self._previews[key]
+    @property
+    def model(self) -> nn.Module | None:
+        """The current model (pruned by the latest run, or dense)."""
+        return None if self.state.bundle is None else self.state.bundle.model
 
     @property
     def selected(self) -> str | None:
         """Name of the selected layer."""
-        return None if self.layer_picker is None else self.layer_picker.selected
+        return self.state.selected
+
+    @property
+    def measured_on(self) -> str:
+        """What the metric is measured on, as the model's bundle says ("" when it does not).
+
+        Examples
+        --------
+        >>> Dashboard(nn.Linear(16, 16)).measured_on
+        'score measured on user model'
+        """
+        bundle = self.state.bundle
+        text = getattr(bundle, "description", "")
+        return f"{bundle.metric} measured on {text}" if text else ""
+
+    # -- what the parts do ----------------------------------------------------------------
+    def on_change(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(event)`` after each change."""
+        self.events.on_change(callback)
+
+    def say(self, level: str, text: str) -> None:
+        """Show a message in the status line (see :meth:`Events.say`)."""
+        self.events.say(level, text)
+
+    def load(self, model) -> None:
+        """Switch to another model (see :meth:`Loader.load`); errors go to the status."""
+        self.loader.load(model)
+
+    def wait(self) -> None:
+        """Block until a model loading behind its page has loaded and been evaluated."""
+        self.loader.wait()
+
+    def select_layer(self, name: str | None) -> None:
+        """Show layer ``name`` in the mask viewer and the pattern panel."""
+        self.layer_view.select(name)
+
+    def layer_set(self, choice: str, pattern: str = "") -> tuple[str, ...] | None:
+        """The layers the layer-set ``choice`` prunes (see :meth:`LayerView.layer_set`)."""
+        return self.layer_view.layer_set(choice, pattern)
+
+    def run(
+        self, config: MethodConfig | None = None, wait: bool = False
+    ) -> threading.Thread | None:
+        """Prune with ``config`` (default: the method picker's) in a thread; see :class:`Pruning`."""
+        return self.pruning.run(config, wait)
+
+    def cancel(self) -> None:
+        """Ask the running job to stop (it restores the dense model and says so)."""
+        self.pruning.cancel()
+
+    def speed_of(self, config: MethodConfig, estimate=None):
+        """Where a run's speed-up comes from (see :meth:`Points.speed_of`)."""
+        return self.points.speed_of(config, estimate)
+
+    def load_point(self, point) -> None:
+        """Load the configuration of a trade-off point: its settings and its masks."""
+        self.points.load_point(point)
+
+    def save(self, path=None, wait: bool = False) -> threading.Thread | None:
+        """Save the current model as a compressed 2:4 checkpoint (in a thread); see :class:`Files`."""
+        return self.files.save(path, wait)
+
+    def export(self, path=None, wait: bool = False) -> threading.Thread | None:
+        """Export the current model to ONNX and check it for TensorRT (in a thread)."""
+        return self.files.export(path, wait)
 
     def run_kernel(self, tokens: int | None = None, dtype: str | None = None):
         """Run the kernel runner on the selected layer; the result goes to ``kernel_runner.result``."""
@@ -189,7 +239,7 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         except ValueError as exc:
             self.say("error", str(exc))
             return None
-        self._emit("kernel")
+        self.events.emit("kernel")
         self.say("ok" if result.mode != "unavailable" else "warn", result.message)
         return result
 
@@ -199,7 +249,7 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         from explorer.widgets.dashboard_page import DashboardPage
 
         widget = DashboardPage(self).widget
-        self._release()
+        self.loader.release()
         return widget
 
     def _repr_mimebundle_(self, **kwargs):
@@ -213,11 +263,40 @@ class Dashboard(_Events, _Loading, _Points, _Pruning, _Files):
         )
 
 
-def _is_nm(pattern: str) -> bool:
-    """Whether ``pattern`` parses as an N:M pattern (anything unparsable is not one)."""
-    from explorer.patterns import Pattern
+def prebuild_first_page(model: str = DEFAULT_MODEL):
+    """Build the cached first page of ``model`` now, unless it is cached already.
 
-    try:
-        return Pattern.parse(pattern).is_nm
-    except (ValueError, TypeError):
-        return False
+    The served dashboard (``Dashboard(model, background=True)``) draws from this cache; without
+    it the first start loads and evaluates the model before drawing (25-42 s on a busy 2-core
+    CPU instead of about 13-20 s). ``./dev dashboard`` and Binder's ``postBuild`` call this
+    before serving. Returns the cache file's path.
+
+    Raises
+    ------
+    ValueError
+        For a model name the dashboard does not offer.
+    RuntimeError
+        When the model cannot be loaded or the file cannot be written (the message says why).
+
+    Examples
+    --------
+    >>> prebuild_first_page("digits-mlp").name.startswith("page-digits-mlp-")  # doctest: +SKIP
+    True
+    """
+    from explorer.widgets.dashboard_cache import PageCache, cache_path
+
+    if model not in MODELS:
+        raise ValueError(
+            f"model {model!r} is not one the dashboard offers; expected one of {', '.join(MODELS)}"
+        )
+    settings = settings_for(model)
+    path = cache_path(model, settings["cast"], settings["dtype"], settings["tokens"])
+    if PageCache.load(path) is not None:
+        return path
+    dash = Dashboard(model, background=True)
+    dash.wait()  # loads, evaluates the dense model and writes the page
+    if PageCache.load(path) is None:
+        raise RuntimeError(
+            f"could not cache the first page of {model!r} at {path}: {dash.status.text}"
+        )
+    return path

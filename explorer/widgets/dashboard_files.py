@@ -1,6 +1,6 @@
 """Writing the dashboard's model to files: a compressed 2:4 checkpoint, or ONNX for TensorRT.
 
-:class:`_Files` is the part of :class:`explorer.widgets.Dashboard` behind its Save and Export
+:class:`Files` is the part of :class:`explorer.widgets.Dashboard` behind its Save and Export
 buttons; each writes in a thread (see :mod:`explorer.widgets.checkpoint_files`) and reports
 where it wrote, or why it could not, in the status line.
 """
@@ -11,17 +11,28 @@ import threading
 
 from explorer.widgets._quiet import hidden_displays
 
-__all__: list[str] = []
+__all__ = ["Files"]
 
 
-class _Files:
-    """Save and Export: the current model written in a background thread."""
+class Files:
+    """Save and Export: the current model written in a background thread.
+
+    Parameters
+    ----------
+    state : DashboardState
+    events : Events
+    loader : Loader
+        Writing waits for its load job.
+    """
+
+    def __init__(self, state, events, loader) -> None:
+        self.state, self.events, self.loader = state, events, loader
 
     def save(self, path=None, wait: bool = False) -> threading.Thread | None:
         """Save the current model as a compressed 2:4 checkpoint (in a thread).
 
         The status line then says where, and the file's size against the dense size;
-        :attr:`last_file` holds the :class:`~explorer.widgets.checkpoint_files.WrittenFile`.
+        ``state.last_file`` holds the :class:`~explorer.widgets.checkpoint_files.WrittenFile`.
         """
         return self._file_job("save", path, wait)
 
@@ -30,48 +41,53 @@ class _Files:
         return self._file_job("export", path, wait)
 
     def _file_job(self, kind: str, path, wait: bool) -> threading.Thread | None:
-        if self.busy:
-            self.say("warn", "a run is in progress; wait for it before writing files")
+        state = self.state
+        if state.busy:
+            self.events.say("warn", "a run is in progress; wait for it before writing files")
             return None
-        if self.bundle is None:
-            self.say("warn", "there is no model loaded")
+        if state.bundle is None:
+            self.events.say("warn", "there is no model loaded")
             return None
-        self.busy = True
-        self._cancel.clear()
-        self._emit("busy")
-        self._thread = threading.Thread(
+        state.busy = True
+        state.cancel.clear()
+        self.events.emit("busy")
+        state.job = threading.Thread(
             target=self._write_file, args=(kind, path), daemon=True, name=f"explorer-{kind}"
         )
-        self._thread.start()
+        state.job.start()
         if wait:
-            self._thread.join()
-        return self._thread
+            state.job.join()
+        return state.job
 
     def _write_file(self, kind: str, path) -> None:
         from explorer.widgets.checkpoint_files import write_file
 
-        self._wait_for_dense()  # the model may still be loading behind a cached page
-        run = self.current
+        state, events = self.state, self.events
+        self.loader.wait()  # the model may still be loading behind a cached page
+        run = state.current
         label = run.config.label if run else "dense"
         try:
-            self._progress(0.3, "saving" if kind == "save" else "exporting to ONNX")
+            events.report(0.3, "saving" if kind == "save" else "exporting to ONNX")
             with hidden_displays():
                 written = write_file(
-                    self.bundle,
+                    state.bundle,
                     kind,
                     path,
                     result=run.result if run else None,
                     label=label,
-                    cancel=self._cancel,
-                    dtype=self.dtype,
-                    tokens=self.tokens,
+                    cancel=state.cancel,
+                    dtype=state.dtype,
+                    tokens=state.tokens,
                 )
-            self.last_file = written
-            self._progress(1.0, "done")
-            self.say("ok", written.message)
+            state.last_file = written
+            events.report(1.0, "done")
+            events.say("ok", written.message)
         except Exception as exc:  # the page shows every failure as a message, never a traceback
-            self._progress(0.0, "failed")
-            self.say("error", f"{kind} failed: {type(exc).__name__}: {exc}")
+            events.report(0.0, "failed")
+            events.say("error", f"{kind} failed: {type(exc).__name__}: {exc}")
         finally:
-            self.busy = False
-            self._emit("busy")
+            state.busy = False
+            events.emit("busy")
+
+    def __repr__(self) -> str:
+        return f"Files(last={self.state.last_file!r})"

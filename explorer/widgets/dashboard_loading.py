@@ -1,9 +1,8 @@
 """Loading the dashboard's model: drawn from the first-page cache, loaded in a background thread.
 
-:class:`_Loading` is the part of :class:`explorer.widgets.Dashboard` that switches models,
+:class:`Loader` is the part of :class:`explorer.widgets.Dashboard` that switches models,
 draws a model's first page (from :mod:`explorer.widgets.dashboard_cache` when it is cached)
 and runs the load and the dense evaluation in a thread held until the page is built.
-:func:`prebuild_first_page` fills that cache before the dashboard is served.
 
 Examples
 --------
@@ -22,17 +21,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from explorer.widgets.dashboard_models import (
-    DEFAULT_MODEL,
-    MODEL_SETTINGS,
-    MODELS,
-    _load_bundle,
-    _torch_dtype,
-    settings_for,
-)
+from explorer.widgets.dashboard_models import MODEL_SETTINGS, MODELS, _load_bundle, _torch_dtype
+from explorer.widgets.dashboard_status import summary
 from explorer.widgets.layer_picker import LayerPicker
 
-__all__ = ["prebuild_first_page"]
+__all__ = ["Loader"]
 
 
 @dataclass(frozen=True)
@@ -53,13 +46,30 @@ class _PageBundle:
         return fqn in self.prunable
 
 
-class _Loading:
-    """Switching models, drawing their first page, and the background load job."""
+class Loader:
+    """Switching models, drawing their first page, and the background load job.
 
-    @property
-    def model(self) -> nn.Module | None:
-        """The current model (pruned by the latest run, or dense)."""
-        return None if self.bundle is None else self.bundle.model
+    Parameters
+    ----------
+    state : DashboardState
+    events : Events
+    layer_view : LayerView
+        Shows the first layer of a model once it is drawn.
+    points : Points
+        Gets the dense model's point once it is evaluated.
+    method_picker, tradeoff, mask_viewer
+        Reset for each new model.
+    """
+
+    def __init__(
+        self, state, events, layer_view, points, method_picker, tradeoff, mask_viewer
+    ) -> None:
+        self.state, self.events = state, events
+        self.layer_view, self.points = layer_view, points
+        self.method_picker, self.tradeoff, self.mask_viewer = method_picker, tradeoff, mask_viewer
+        self._job: threading.Thread | None = None
+        # With background, the load job waits for the page to be built (release() or wait()).
+        self._hold = state.background
 
     def load(self, model) -> None:
         """Switch to another model (a name, a bundle or a module); errors go to the status.
@@ -68,79 +78,82 @@ class _Loading:
         :mod:`explorer.widgets.dashboard_cache`), the page is drawn from the cache at once and
         the model loads in a thread; a pruning run waits for it.
         """
-        if self.busy:
-            self.say("warn", "a run is in progress; cancel it before switching models")
+        state, say = self.state, self.events.say
+        if state.busy:
+            say("warn", "a run is in progress; cancel it before switching models")
             return
-        self._wait_for_dense()
-        page = self._cached_page(model) if self.background else None
+        self.wait()
+        page = self._cached_page(model) if state.background else None
         if page is not None:
             self._show(_PageBundle.of(page), rows=page.rows)
-            self.say("info", f"{self._summary()}; loading the model for pruning ...")
+            say("info", f"{summary(state)}; loading the model for pruning ...")
             self._start_job(self._load_behind, model)
             return
         try:
-            bundle = _load_bundle(model, self.load_options)
+            bundle = _load_bundle(model, state.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
-            self.say("error", f"could not load {model!r}: {exc}")
+            say("error", f"could not load {model!r}: {exc}")
             return
         if not self._show(bundle):
             return
-        if self.background:
-            self.say("info", f"{self._summary()}; evaluating the dense model ...")
+        if state.background:
+            say("info", f"{summary(state)}; evaluating the dense model ...")
             self._start_job(self._finish_load, model)
         else:
-            self._add_dense_point()
+            self.points.add_dense()
 
     def _show(self, bundle, rows=None) -> bool:
         """Make ``bundle`` current and draw its first page; False when it has nothing to prune."""
-        self.bundle, self.runs, self.current = bundle, {}, None
-        self._previews = {}
+        state = self.state
+        state.bundle, state.runs, state.current = bundle, {}, None
+        self.layer_view.previews.clear()
         self._keep_dense()
-        self.layer_picker = LayerPicker(
-            bundle.model, _torch_dtype(self.dtype), self.tokens, rows=rows
+        state.layer_picker = LayerPicker(
+            bundle.model, _torch_dtype(state.dtype), state.tokens, rows=rows
         )
-        self.layer_picker.on_select(self.select_layer)
-        self.method_picker.layer_names = self.layer_picker.names
+        state.layer_picker.on_select(self.layer_view.select)
+        self.method_picker.layer_names = state.layer_picker.names
         self.method_picker.set(layers=None)
         self.tradeoff.clear(bundle.metric, bundle.higher_is_better)
-        self._emit("model")
-        if not self.layer_picker.rows:
+        self.events.emit("model")
+        if not state.layer_picker.rows:
             self.mask_viewer.clear("this model has no layers to prune")
-            self.say(
+            self.events.say(
                 "warn",
                 f"{bundle.name}: nothing to prune or draw "
-                f"({self.layer_picker.reason}); pick another model",
+                f"({state.layer_picker.reason}); pick another model",
             )
             return False
-        self.layer_picker.select(self._first_prunable())
+        state.layer_picker.select(self.layer_view.first_prunable())
         return True
 
     def _keep_dense(self) -> None:
         """Copy every parameter and buffer of the dense model, for runs to start from."""
         from explorer.pruning.snapshot import Snapshot
 
-        self._dense = Snapshot(self.bundle.model)
+        self.state.dense = Snapshot(self.state.bundle.model)
 
     def _start_job(self, target, *args) -> None:
-        self._dense_job = threading.Thread(
+        self._job = threading.Thread(
             target=_niced, args=(target, *args), daemon=True, name="explorer-load"
         )
         if not self._hold:
-            self._dense_job.start()
+            self._job.start()
 
-    def _release(self) -> None:
+    def release(self) -> None:
         """Start the held load job: after the page is built, so the two do not contend.
 
         (Importing the model's libraries in a thread while the page's plotting library is being
         imported made both wait on each other's import locks: 17 s instead of 3 s on two cores.)
         """
         self._hold = False
-        job = self._dense_job
+        job = self._job
         if job is not None and job.ident is None:
             job.start()
 
-    def _job_pending(self) -> bool:
-        job = self._dense_job
+    def pending(self) -> bool:
+        """Whether the load job has yet to start or finish."""
+        job = self._job
         return job is not None and (job.ident is None or job.is_alive())
 
     def _cached_page(self, model):
@@ -154,107 +167,58 @@ class _Loading:
         from explorer.widgets.dashboard_cache import cache_path
 
         cast = MODEL_SETTINGS.get(model, {}).get("cast")
-        return cache_path(model, cast, self.dtype, self.tokens)
+        return cache_path(model, cast, self.state.dtype, self.state.tokens)
 
     def _load_behind(self, model: str) -> None:
         """Load the real model behind a page drawn from the cache, then evaluate it."""
+        state = self.state
         try:
-            bundle = _load_bundle(model, self.load_options)
+            bundle = _load_bundle(model, state.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
-            self.say("error", f"could not load {model!r}: {exc}")
+            self.events.say("error", f"could not load {model!r}: {exc}")
             return
         # The cached weights and these are the same: swap the model under the page.
-        self.bundle = bundle
+        state.bundle = bundle
         self._keep_dense()
-        self.layer_picker.model = bundle.model
-        self._add_dense_point()
+        state.layer_picker.model = bundle.model
+        self.points.add_dense()
 
     def _finish_load(self, model) -> None:
         """Evaluate the dense model, then cache the first page for the next start."""
-        self._add_dense_point()
+        self.points.add_dense()
         if not isinstance(model, str) or model not in MODELS:
             return
         from explorer.widgets.dashboard_cache import PageCache
 
-        bundle = self.bundle
-        prunable = [
-            r.name for r in self.layer_picker.rows if _selected(bundle.filter_fn, bundle, r)
-        ]
+        bundle, rows = self.state.bundle, self.state.layer_picker.rows
         try:
             PageCache.of(
                 model,
                 bundle.model,  # still dense: a pruning run waits for this job
-                self.layer_picker.rows,
-                prunable,
+                rows,
+                self.layer_view.prunable(),
                 bundle.metric,
                 bundle.higher_is_better,
             ).save(self._page_path(model))
         except OSError:
             pass  # a cache that cannot be written is only a slower next start
 
-    def _first_prunable(self) -> str:
-        """The first layer the model's filter prunes that the doctor expects to be fast at 2:4."""
-        rows = self.layer_picker.rows
-        filter_fn = getattr(self.bundle, "filter_fn", None)
-        prunable = [r for r in rows if filter_fn is None or _selected(filter_fn, self.bundle, r)]
-        fast = [r for r in prunable if r.verdict_24 == "fast"]
-        return (fast or prunable or rows)[0].name
-
     def wait(self) -> None:
         """Block until the model has loaded behind its page and the dense model is evaluated.
 
         Only needed with ``background=True``; a pruning run waits by itself.
         """
-        self._wait_for_dense()
-
-    def _wait_for_dense(self) -> None:
-        job = self._dense_job
+        job = self._job
         if job is None:
             return  # nothing to wait for: a hold set for the first page stays until it is built
-        self._release()
-        if job is not None and job is not threading.current_thread():
+        self.release()
+        if job is not threading.current_thread():
             job.join()
 
-
-def prebuild_first_page(model: str = DEFAULT_MODEL):
-    """Build the cached first page of ``model`` now, unless it is cached already.
-
-    The served dashboard (``Dashboard(model, background=True)``) draws from this cache; without
-    it the first start loads and evaluates the model before drawing (25-42 s on a busy 2-core
-    CPU instead of about 13-20 s). ``./dev dashboard`` and Binder's ``postBuild`` call this
-    before serving. Returns the cache file's path.
-
-    Raises
-    ------
-    ValueError
-        For a model name the dashboard does not offer.
-    RuntimeError
-        When the model cannot be loaded or the file cannot be written (the message says why).
-
-    Examples
-    --------
-    >>> prebuild_first_page("digits-mlp").name.startswith("page-digits-mlp-")  # doctest: +SKIP
-    True
-    """
-    from explorer.widgets.dashboard_cache import PageCache, cache_path
-
-    if model not in MODELS:
-        raise ValueError(
-            f"model {model!r} is not one the dashboard offers; expected one of {', '.join(MODELS)}"
+    def __repr__(self) -> str:
+        return (
+            f"Loader(model={getattr(self.state.bundle, 'name', None)!r}, pending={self.pending()})"
         )
-    settings = settings_for(model)
-    path = cache_path(model, settings["cast"], settings["dtype"], settings["tokens"])
-    if PageCache.load(path) is not None:
-        return path
-    from explorer.widgets.dashboard import Dashboard
-
-    dash = Dashboard(model, background=True)
-    dash.wait()  # loads, evaluates the dense model and writes the page
-    if PageCache.load(path) is None:
-        raise RuntimeError(
-            f"could not cache the first page of {model!r} at {path}: {dash.status.text}"
-        )
-    return path
 
 
 def _niced(target, *args) -> None:
@@ -268,10 +232,3 @@ def _niced(target, *args) -> None:
     except (AttributeError, OSError):  # not Linux, or not allowed: run at the usual priority
         pass
     target(*args)
-
-
-def _selected(filter_fn, bundle, row) -> bool:
-    try:
-        return bool(filter_fn(bundle.model.get_submodule(row.name), row.name))
-    except (AttributeError, TypeError, ValueError):
-        return True

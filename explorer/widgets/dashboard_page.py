@@ -32,6 +32,7 @@ _CSS = """
 .explorer-layer-table table, .explorer-pattern table { width: 100%; }
 .explorer-layer-table td, .explorer-layer-table th, .explorer-pattern td, .explorer-pattern th {
   padding: 1px 6px !important; line-height: 1.25; }
+.explorer-layer-table td:last-child, .explorer-layer-table th:last-child { white-space: nowrap; }
 .explorer-layer-table caption, .explorer-pattern caption { font-family: sans-serif; }
 .explorer-status .status { font-size: 12px; line-height: 1.3; display: -webkit-box;
   -webkit-line-clamp: 2; -webkit-box-orient: vertical; overflow: hidden; }
@@ -70,8 +71,9 @@ class DashboardPage(DashboardView):
     mask_height, tradeoff_height = 420, 460
     #: Column widths in pixels (left, middle, right) and the figures' widths inside them
     #: (plotly's default, 700 px, would overflow the columns).
-    columns = (400, 490, 470)
-    mask_width, tradeoff_width = 480, 460
+    #: The left column is the widest it can be: layer names and the "at 2:4" column need room.
+    columns = (450, 460, 450)
+    mask_width, tradeoff_width = 450, 440
 
     def __init__(self, dash) -> None:
         super().__init__(dash)
@@ -84,12 +86,15 @@ class DashboardPage(DashboardView):
             self.pattern_choice,
             self.calibration,
             self.layers,
+            self.layer_glob,
             self.dtype,
             self.tokens,
         ):
             control.layout = dict(full)
             control.style = narrow
-        self.layer.description = "layer"
+        # The step above says "pick a layer": the whole width goes to the names and verdicts.
+        self.layer.description = ""
+        self.layer.style = {"description_width": "0px"}
         self.title.value = "<h3 style='margin:0 12px 0 0'>sparsity-explorer</h3>"
         self.title.add_class("explorer-title")
         self.model.layout = {"width": "230px"}
@@ -114,6 +119,7 @@ class DashboardPage(DashboardView):
                 self.pattern_choice,
                 self.calibration,
                 self.layers,
+                self.layer_glob,
                 self.dtype,
                 self.tokens,
                 w.HBox([self.run, self.cancel, self.save, self.export]),
@@ -129,6 +135,7 @@ class DashboardPage(DashboardView):
             [
                 step("3 · accuracy versus speedup, one point per run"),
                 self.tradeoff_box,
+                self.measured,
                 self.tradeoff_note,
                 step("kernel: the selected layer's sparse matmul"),
                 self.kernel,

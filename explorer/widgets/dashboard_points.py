@@ -1,6 +1,6 @@
 """The dashboard's trade-off points: the dense one, one per run with its speed, loading one back.
 
-:class:`_Points` is the part of :class:`explorer.widgets.Dashboard` that adds points to its
+:class:`Points` is the part of :class:`explorer.widgets.Dashboard` that adds points to its
 :class:`~explorer.widgets.tradeoff.TradeoffPlot`, chooses where each run's speed-up comes
 from (a recorded whole-model measurement, else the per-layer estimate, else none) and loads a
 clicked point's configuration and masks back into the model.
@@ -23,52 +23,71 @@ import torch
 
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
 from explorer.results.tradeoff import choose_speed
+from explorer.widgets.dashboard_status import summary
 from explorer.widgets.method_picker import MethodConfig
 from explorer.widgets.tradeoff import TradeoffPoint
 
-__all__: list[str] = []
+__all__ = ["Points"]
 
 
-class _Points:
-    """Trade-off points of a dashboard and the speed each run is given."""
+class Points:
+    """Trade-off points of a dashboard and the speed each run is given.
 
-    def _add_dense_point(self) -> None:
+    Parameters
+    ----------
+    state : DashboardState
+    events : Events
+    tradeoff : TradeoffPlot
+        Where the points go.
+    layer_view : LayerView
+        Redrawn when a point is loaded.
+    method_picker : MethodPicker
+        Set to a loaded point's configuration.
+    """
+
+    def __init__(self, state, events, tradeoff, layer_view, method_picker) -> None:
+        self.state, self.events, self.tradeoff = state, events, tradeoff
+        self.layer_view, self.method_picker = layer_view, method_picker
+
+    def add_dense(self) -> None:
+        """Evaluate the dense model and add its point (a failure is a warning in the status)."""
+        bundle, state = self.state.bundle, self.state
         try:
-            score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
+            score = float(bundle.evaluate(bundle.model)[bundle.metric])
         except (ValueError, RuntimeError, TypeError) as exc:
-            self.say("warn", f"could not evaluate the dense model: {exc}")
+            self.events.say("warn", f"could not evaluate the dense model: {exc}")
             return
-        dense = MethodConfig("dense", "2:4", 0, None, self.dtype, self.tokens)
+        dense = MethodConfig("dense", "2:4", 0, None, state.dtype, state.tokens)
         self.tradeoff.add(
             TradeoffPoint(
                 "dense",
                 1.0,
                 score,
                 dense.to_json(),
-                {"model": self.bundle.name},
+                {"model": bundle.name},
                 speed_source="baseline",
                 speed_from="by definition",
             )
         )
-        self.say("ok", f"{self._summary()}; dense {self.bundle.metric} {score:.4g}")
+        self.events.say("ok", f"{summary(state)}; dense {bundle.metric} {score:.4g}")
 
-    def _run_speed(self, config: MethodConfig, masks: dict):
+    def run_speed(self, config: MethodConfig, masks: dict):
         """The speed of a run that pruned ``masks``: the layers' estimate, then :meth:`speed_of`."""
+        rows = self.state.layer_picker.rows
         estimate = estimate_speedup(
-            {r.name: r.shape for r in self.layer_picker.rows},
+            {r.name: r.shape for r in rows},
             masks,
             config.pattern,
             config.tokens,
             config.dtype,
-            {r.name: r.verdict for r in self.layer_picker.rows},
-            self.store,
+            {r.name: r.verdict for r in rows},
+            self.state.store,
         )
         return self.speed_of(config, estimate)
 
-    def _add_run_point(
-        self, config: MethodConfig, score: float, masks: dict, speed, start: float
-    ) -> None:
+    def add_run(self, config: MethodConfig, score: float, masks: dict, speed, start: float) -> None:
         """Add a run's point; ``start`` is when the run began (``time.perf_counter()``)."""
+        bundle = self.state.bundle
         details = {
             **speed.details,
             "pruned layers": len(masks),
@@ -83,12 +102,12 @@ class _Points:
                 details,
                 speed_source=speed.source,
                 speed_from=speed.speed_from,
-                model=str(self.bundle.name),
+                model=str(bundle.name),
                 method=config.method,
                 pattern=config.pattern,
-                metric=self.bundle.metric,
+                metric=bundle.metric,
                 tokens=config.tokens,
-                higher_is_better=self.bundle.higher_is_better,
+                higher_is_better=bundle.higher_is_better,
                 dtype=config.dtype,
             )
         )
@@ -100,9 +119,9 @@ class _Points:
         own rows first, then the reference database's) when every prunable layer was pruned
         2:4; else ``estimate`` when it rests on measured layers; else no data.
         """
-        name = getattr(self.bundle, "name", None)
+        name = getattr(self.state.bundle, "name", None)
         measured = (
-            recorded_model_speed(str(name), config.dtype, config.tokens, self.store)
+            recorded_model_speed(str(name), config.dtype, config.tokens, self.state.store)
             if name is not None
             else []
         )
@@ -110,36 +129,37 @@ class _Points:
 
     def load_point(self, point: TradeoffPoint) -> None:
         """Load the configuration of a trade-off point: its settings and its masks."""
+        state, say = self.state, self.events.say
         try:
             config = MethodConfig.from_json(point.config)
         except (ValueError, TypeError) as exc:
-            self.say("error", f"cannot load {point.label}: {exc}")
+            say("error", f"cannot load {point.label}: {exc}")
             return
-        if self.busy:
-            self.say("warn", "a run is in progress; wait for it before loading another")
+        if state.busy:
+            say("warn", "a run is in progress; wait for it before loading another")
             return
-        self._restore_dense()
-        run = self.runs.get(point.label)
+        state.restore_dense()
+        run = state.runs.get(point.label)
         if config.method != "dense":
             self.method_picker.config = replace(config)
         if run is not None:
             with torch.no_grad():
                 for name, mask in run.masks.items():
-                    self.bundle.model.get_submodule(name).weight.mul_(
-                        mask.to(torch.float32).to(
-                            self.bundle.model.get_submodule(name).weight.dtype
-                        )
-                    )
-        self.current = run
-        self.layer_picker.refresh()
-        self._emit("model")
-        self.select_layer(self.selected)
+                    weight = state.bundle.model.get_submodule(name).weight
+                    weight.mul_(mask.to(torch.float32).to(weight.dtype))
+        state.current = run
+        state.layer_picker.refresh()
+        self.events.emit("model")
+        self.layer_view.select(state.selected)
         note = (
             " (masks applied to the dense weights; run it again for the method's weight updates)"
             if _updates_weights(config.method)
             else ""
         )
-        self.say("ok", f"loaded {point.label}{note}")
+        say("ok", f"loaded {point.label}{note}")
+
+    def __repr__(self) -> str:
+        return f"Points({len(self.tradeoff.points)} points)"
 
 
 def _updates_weights(method: str) -> bool:

@@ -1,6 +1,6 @@
 """Pruning runs of the dashboard: in a thread, cancellable, the dense weights restored after.
 
-:class:`_Pruning` is the part of :class:`explorer.widgets.Dashboard` that prunes its model
+:class:`Pruning` is the part of :class:`explorer.widgets.Dashboard` that prunes its model
 with a :class:`~explorer.widgets.method_picker.MethodConfig` in a background thread, reports
 progress, adds the run's trade-off point (:mod:`explorer.widgets.dashboard_points`) and, when
 cancelled or failing, restores the dense model (every parameter and buffer, bit for bit), shows
@@ -20,25 +20,35 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 from torch import nn
 
+from explorer.widgets.dashboard_state import Run
 from explorer.widgets.method_picker import MethodConfig, min_calibration
 
-__all__: list[str] = []
+__all__ = ["Pruning"]
 
 
-@dataclass
-class _Run:
-    config: MethodConfig
-    masks: dict
-    score: float
-    result: object = None
+class Pruning:
+    """Starting, running and cancelling a dashboard's pruning runs.
 
+    Parameters
+    ----------
+    state : DashboardState
+    events : Events
+    loader : Loader
+        A run waits for its load job.
+    points : Points
+        Gets each run's point and speed.
+    layer_view : LayerView
+        Shows the selected layer after a run.
+    method_picker : MethodPicker
+        Whose configuration a run uses by default.
+    """
 
-class _Pruning:
-    """Starting, running and cancelling a dashboard's pruning runs."""
+    def __init__(self, state, events, loader, points, layer_view, method_picker) -> None:
+        self.state, self.events, self.loader = state, events, loader
+        self.points, self.layer_view, self.method_picker = points, layer_view, method_picker
 
     def run(
         self, config: MethodConfig | None = None, wait: bool = False
@@ -48,100 +58,99 @@ class _Pruning:
         Progress goes to :attr:`progress`, the outcome to :attr:`status` and the trade-off
         plot; :meth:`cancel` stops it and restores the dense weights. ``wait=True`` blocks.
         """
-        if self.busy:
-            self.say("warn", "a run is already in progress; wait for it or cancel it")
+        state = self.state
+        if state.busy:
+            self.events.say("warn", "a run is already in progress; wait for it or cancel it")
             return None
-        if self.bundle is None or not self.layer_picker.rows:
-            self.say("warn", "there is no model with prunable layers loaded")
+        if state.bundle is None or not state.layer_picker.rows:
+            self.events.say("warn", "there is no model with prunable layers loaded")
             return None
         config = config or self.method_picker.config
-        self.busy = True
-        self._cancel.clear()
-        self._emit("busy")
-        self._thread = threading.Thread(
+        state.busy = True
+        state.cancel.clear()
+        self.events.emit("busy")
+        state.job = threading.Thread(
             target=self._run, args=(config,), daemon=True, name="explorer-prune"
         )
-        self._thread.start()
+        state.job.start()
         if wait:
-            self._thread.join()
-        return self._thread
+            state.job.join()
+        return state.job
 
     def cancel(self) -> None:
         """Ask the running job to stop (it restores the dense model and says so)."""
-        if self.busy:
-            self._cancel.set()
-            self.say("info", "cancelling ...")
-
-    def _restore_dense(self) -> None:
-        """Put every parameter and buffer back as it was when the model loaded, bit for bit."""
-        if self._dense is not None:
-            self._dense.restore()
+        if self.state.busy:
+            self.state.cancel.set()
+            self.events.say("info", "cancelling ...")
 
     def _after_failure(self, progress: str, level: str, text: str) -> None:
         """Restore the dense model and show it as it now is: layer table, mask, status."""
-        self._restore_dense()
-        self.current = None
-        self.layer_picker.refresh()
-        self._progress(0.0, progress)
-        self._emit("model")
-        self.say(level, text)
-        self.select_layer(self.selected)
+        state = self.state
+        state.restore_dense()
+        state.current = None
+        state.layer_picker.refresh()
+        self.events.report(0.0, progress)
+        self.events.emit("model")
+        self.events.say(level, text)
+        self.layer_view.select(state.selected)
 
     def _filter(self, config: MethodConfig):
         if config.layers is None:
-            return self.bundle.filter_fn
+            return self.state.bundle.filter_fn
         chosen = set(config.layers)
         return lambda module, fqn: isinstance(module, nn.Linear) and fqn in chosen
 
     def _run(self, config: MethodConfig) -> None:
         from explorer.pruning import PruningCancelled, prune
 
+        state, events = self.state, self.events
         start = time.perf_counter()
         try:
             # 0. let the dense evaluation finish (it reads the same weights), 1. start from the
             # dense weights, 2. calibrate, 3. prune, 4. evaluate, 5. estimate.
-            if self._job_pending():
-                self._progress(0.02, "waiting for the model to load and its dense evaluation")
-            self._wait_for_dense()
-            self._progress(0.05, "restoring the dense weights")
-            self._restore_dense()
-            self.current = None
+            if self.loader.pending():
+                events.report(0.02, "waiting for the model to load and its dense evaluation")
+            self.loader.wait()
+            events.report(0.05, "restoring the dense weights")
+            state.restore_dense()
+            state.current = None
+            bundle = state.bundle
             calibration = None
             if config.calibration and min_calibration(config.method):
-                self._progress(0.15, f"calibration: {config.calibration} samples")
-                calibration = self.bundle.calibration(config.calibration)
+                events.report(0.15, f"calibration: {config.calibration} samples")
+                calibration = bundle.calibration(config.calibration)
             self._check_cancel()
-            self._progress(0.25, f"pruning with {config.method} {config.pattern}")
+            events.report(0.25, f"pruning with {config.method} {config.pattern}")
             result = prune(
-                self.bundle.model,
+                bundle.model,
                 config.method,
                 config.pattern,
                 calibration=calibration,
                 filter_fn=self._filter(config),
                 inplace=True,
                 progress=False,
-                cancel=self._cancel,
+                cancel=state.cancel,
             )
             self._check_cancel()
-            self._progress(0.8, "evaluating the pruned model")
-            score = float(self.bundle.evaluate(self.bundle.model)[self.bundle.metric])
+            events.report(0.8, "evaluating the pruned model")
+            score = float(bundle.evaluate(bundle.model)[bundle.metric])
             masks = {k: v.detach().cpu() for k, v in result.masks.items()}
-            self._progress(0.9, "checking the pruned layers")
-            self.layer_picker.refresh()
-            speed = self._run_speed(config, masks)
-            run = _Run(config, masks, score, result)
-            self.runs[config.label] = run
-            self.current = run
-            self._add_run_point(config, score, masks, speed, start)
-            self._progress(1.0, "done")
-            self._emit("model")
-            self.select_layer(self.selected or self._first_prunable())
+            events.report(0.9, "checking the pruned layers")
+            state.layer_picker.refresh()
+            speed = self.points.run_speed(config, masks)
+            run = Run(config, masks, score, result)
+            state.runs[config.label] = run
+            state.current = run
+            self.points.add_run(config, score, masks, speed, start)
+            events.report(1.0, "done")
+            events.emit("model")
+            self.layer_view.select(state.selected or self.layer_view.first_prunable())
             said = (
                 f"no speed data ({speed.details.get('why', speed.label)})"
                 if speed.speedup is None
                 else f"speedup {speed.speedup:.2f}x ({speed.label})"
             )
-            self.say("ok", f"{config.label}: {self.bundle.metric} {score:.4g}, {said}")
+            events.say("ok", f"{config.label}: {bundle.metric} {score:.4g}, {said}")
         except PruningCancelled:
             self._after_failure(
                 "cancelled", "warn", "the run was cancelled; the model is dense again"
@@ -153,11 +162,14 @@ class _Pruning:
                 f"{config.label} failed: {type(exc).__name__}: {exc}; the model is dense again",
             )
         finally:
-            self.busy = False
-            self._emit("busy")
+            state.busy = False
+            events.emit("busy")
 
     def _check_cancel(self) -> None:
-        if self._cancel.is_set():
+        if self.state.cancel.is_set():
             from explorer.pruning import PruningCancelled
 
             raise PruningCancelled("cancelled")
+
+    def __repr__(self) -> str:
+        return f"Pruning({len(self.state.runs)} runs, busy={self.state.busy})"

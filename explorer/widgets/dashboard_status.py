@@ -1,9 +1,8 @@
 """The dashboard's status line and its events: messages, progress and change listeners.
 
-:class:`Status` is one message for the page. :class:`_Events` is the part of
-:class:`explorer.widgets.Dashboard` that tells listeners what changed; it expects the host to
-set ``status``, ``progress`` and ``_listeners`` (and ``bundle``, ``layer_picker``, ``tokens``
-and ``dtype`` for :meth:`_Events._summary`).
+:class:`Status` is one message for the page. :class:`Events` is the part of
+:class:`explorer.widgets.Dashboard` that holds the status line and the progress bar and tells
+listeners what changed; :func:`summary` is the one-line account of a loaded model.
 
 Examples
 --------
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 from explorer import _html
 
-__all__ = ["Status"]
+__all__ = ["Events", "Status", "summary"]
 
 #: The status line's levels.
 _LEVELS = ("ok", "info", "warn", "error")
@@ -37,16 +36,30 @@ class Status:
         return f"<div class='status'>{_html.badge(self.level, self.level)} {_html.escape(self.text)}</div>"
 
 
-class _Events:
-    """Listeners, the status line and the progress bar of a dashboard."""
+class Events:
+    """The status line, the progress bar and the change listeners of a dashboard.
 
-    _listeners: list[Callable[[str], None]]
+    Examples
+    --------
+    >>> events = Events()
+    >>> events.on_change(print)
+    >>> events.say("ok", "done")
+    status
+    >>> events.status, events.progress
+    (Status(level='ok', text='done'), (0.0, ''))
+    """
+
+    def __init__(self) -> None:
+        self.status = Status("info", "starting")
+        self.progress = (0.0, "")
+        self._listeners: list[Callable[[str], None]] = []
 
     def on_change(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(event)`` after each change."""
         self._listeners.append(callback)
 
-    def _emit(self, event: str) -> None:
+    def emit(self, event: str) -> None:
+        """Tell every listener that ``event`` happened."""
         for callback in list(self._listeners):
             callback(event)
 
@@ -67,16 +80,24 @@ class _Events:
                 f"status level {level!r} unknown; expected one of {', '.join(_LEVELS)}"
             )
         self.status = Status(level, text)
-        self._emit("status")
+        self.emit("status")
 
-    def _progress(self, fraction: float, text: str) -> None:
+    def report(self, fraction: float, text: str) -> None:
+        """Move the progress bar to ``fraction`` (0 to 1) with ``text`` beside it."""
         self.progress = (fraction, text)
-        self._emit("progress")
+        self.emit("progress")
 
-    def _summary(self) -> str:
-        counts = self.layer_picker.counts()
-        verdicts = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    def __repr__(self) -> str:
         return (
-            f"{self.bundle.name}: {len(self.layer_picker.rows)} layers "
-            f"({verdicts} once 2:4 at {self.tokens} tokens, {self.dtype})"
+            f"Events({self.status.level}: {self.status.text!r}, {len(self._listeners)} listeners)"
         )
+
+
+def summary(state) -> str:
+    """One line on the model of ``state``: its layers and the doctor's verdicts once 2:4."""
+    picker = state.layer_picker
+    verdicts = ", ".join(f"{n} {v}" for v, n in picker.counts().items() if n)
+    return (
+        f"{state.bundle.name}: {len(picker.rows)} layers "
+        f"({verdicts} once 2:4 at {state.tokens} tokens, {state.dtype})"
+    )

@@ -20,8 +20,6 @@ from explorer.dtypes import dtype_name
 __all__ = ["LayerPicker", "LayerRow"]
 
 _VERDICT_LEVEL = {"fast": "ok", "slow": "warn", "unsupported": "error"}
-#: The doctor's finding that only says "the weight is not 2:4 yet".
-_NOT_24 = "not-24"
 
 
 @dataclass(frozen=True)
@@ -70,16 +68,6 @@ def _fallback_rows(model: nn.Module) -> list[LayerRow]:
     return rows
 
 
-def _verdict_once_24(findings, notes) -> tuple[str, str]:
-    """The doctor's verdict without its "not 2:4 yet" finding, and the reasons that remain."""
-    kept = [f for f in findings if getattr(f, "code", "") != _NOT_24]
-    severities = {f.severity for f in (*kept, *notes)}
-    verdict = "unsupported" if "error" in severities else "slow" if "warn" in severities else "fast"
-    reasons = [f for f in kept if f.severity in ("error", "warn")] or kept
-    reasons += [n for n in notes if n.severity == "error"]
-    return verdict, "; ".join(map(str, reasons))
-
-
 def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int = 1024):
     """Rows for every layer with a 2-D weight, from :mod:`explorer.layers` and :mod:`explorer.doctor`.
 
@@ -95,7 +83,7 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
     except ImportError:
         return _fallback_rows(model)
     try:
-        from explorer.doctor import doctor
+        from explorer.doctor import doctor, verdict_once_24
 
         report = doctor(model, dtype=dtype, tokens=tokens)
     except ImportError:
@@ -108,7 +96,7 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
             verdict = str(report.verdict(info.name))
             reasons = report.reasons(info.name)
             reason = "; ".join(map(str, reasons)) if not isinstance(reasons, str) else reasons
-            verdict_24, reason_24 = _verdict_once_24(reasons, report.notes)
+            verdict_24, reason_24 = verdict_once_24(reasons, report.notes)
         else:
             verdict, reason = "not checked", "the doctor is not available"
             verdict_24, reason_24 = verdict, reason

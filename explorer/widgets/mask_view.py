@@ -322,6 +322,8 @@ class MaskViewer:
         self.mask: torch.Tensor | None = None
         self.name = name
         self.pattern = pattern
+        #: What the mask is, said before its count of broken groups (e.g. "after pruning").
+        self.shows = ""
         self.mode = "empty"
         self.overview: Overview | None = None
         self.zoomed: Window | None = None
@@ -346,9 +348,20 @@ class MaskViewer:
                 return int(n), int(m)
         return None, None
 
-    def set_mask(self, mask: torch.Tensor, name: str | None = None, pattern: str | None = None):
-        """Show a new mask (the overview is recomputed once, here)."""
+    def set_mask(
+        self,
+        mask: torch.Tensor,
+        name: str | None = None,
+        pattern: str | None = None,
+        shows: str = "",
+    ):
+        """Show a new mask (the overview is recomputed once, here).
+
+        ``shows`` says what the mask is ("preview after pruning", "the weight as loaded"); the
+        zoomed title puts it before its count of groups that break the pattern.
+        """
         mask = _as_bool_mask(mask)
+        self.shows = shows
         self.overview = block_density(mask, self.max_cells, self.device)
         self.mask = mask
         self.name = self.name if name is None else name
@@ -407,6 +420,7 @@ class MaskViewer:
         gap = "<br>" if self.start == "zoom" else " "
         return (
             f"{self.name}{gap}rows {z.row0}-{z.row0 + zh - 1}, cols {z.col0}-{z.col0 + zw - 1}: "
+            f"{self.shows + ': ' if self.shows else ''}"
             f"{z.bad_groups} of {z.groups} groups break {self.pattern} ({back})"
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 
+from explorer._html import escape
 from explorer.errors import require
 from explorer.widgets._plotly import figure_widget
 from explorer.widgets.method_picker import min_calibration
@@ -178,6 +179,12 @@ def tradeoff_figure(plot, height: int = 380, follow: bool = True, width: int | N
     return fig
 
 
+def _measured(dash) -> str:
+    """The line that says what the accuracy is measured on."""
+    text = dash.measured_on
+    return f"<div style='font-size:11px;line-height:1.3'>{escape(text)}</div>" if text else ""
+
+
 class DashboardView:
     """The dashboard page: controls bound to a :class:`explorer.widgets.Dashboard`.
 
@@ -224,10 +231,21 @@ class DashboardView:
             description="calibration",
         ).add_class("explorer-calibration")
         self.layers = w.Dropdown(
-            options=[("all prunable", "all"), ("selected layer", "one")],
+            options=[
+                ("all prunable", "all"),
+                ("selected layer", "one"),
+                ("fast at 2:4", "fast"),
+                ("MLP", "mlp"),
+                ("by name pattern", "pattern"),
+            ],
             value="all",
             description="layers",
         )
+        # Globs on fully qualified names, joined by "|"; used with "by name pattern".
+        self.layer_glob = w.Text(
+            value="", placeholder="e.g. *.intermediate.*|*.output.dense", description="names"
+        ).add_class("explorer-layer-glob")
+        self.measured = w.HTML(_measured(dash)).add_class("explorer-measured-on")
         self.dtype = w.Dropdown(
             options=["float16", "bfloat16"], value=cfg.dtype, description="dtype"
         )
@@ -263,6 +281,7 @@ class DashboardView:
                 self.pattern_choice,
                 self.calibration,
                 self.layers,
+                self.layer_glob,
                 self.dtype,
                 self.tokens,
                 w.HBox([self.run, self.cancel]),
@@ -283,6 +302,7 @@ class DashboardView:
                 self.status,
                 w.HBox([left, controls]),
                 self.tradeoff_box,
+                self.measured,
                 self.tradeoff_note,
             ]
         ).add_class("explorer-dashboard")
@@ -320,6 +340,7 @@ class DashboardView:
             self.layer.options = [(r.label, r.name) for r in rows]
             self.layer.value = dash.selected if dash.selected in picker.names else None
         self.table.value = picker.html() if picker is not None else ""
+        self.measured.value = _measured(dash)
 
     def _on_event(self, event: str) -> None:
         dash = self.dash
@@ -354,6 +375,7 @@ class DashboardView:
         self.tradeoff_note.value = (
             f"<div style='font-size:11px;line-height:1.3'>{plot.note()}</div>"
         )
+        self.measured.value = _measured(self.dash)  # the real bundle may have loaded since
 
     # -- widgets -> state -----------------------------------------------------------------
     def _on_model(self, change) -> None:
@@ -398,11 +420,8 @@ class DashboardView:
         if not self._on_config(None):
             return
         picker = self.dash.method_picker
-        layers = None
-        if self.layers.value == "one" and self.dash.selected is not None:
-            layers = (self.dash.selected,)
         try:
-            picker.set(layers=layers)
+            picker.set(layers=self.dash.layer_set(self.layers.value, self.layer_glob.value))
         except ValueError as exc:
             self.dash.say("error", str(exc))
             return

@@ -80,5 +80,5 @@ def test_buttons_call_the_logic(dash, tmp_path):
     view = DashboardView(dash)
     assert view.save.description == "Save" and view.export.description == "Export"
     view.save.click()
-    dash._thread.join()
+    dash.job.join()
     assert "saved" in view.status.value

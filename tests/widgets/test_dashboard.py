@@ -44,7 +44,7 @@ def test_selecting_a_layer_updates_mask_and_panel(dash):
     assert dash.mask_viewer.title.startswith("2: magnitude 2:4 preview<br>rows 0-31, cols 0-63")
     # the panel speaks of the weight as it is: dense, so every group breaks 2:4
     assert dash.pattern_panel.summary()["valid"] is False
-    assert dash._previews[("2", "2:4")] is dash.mask_viewer.mask  # computed once, cached
+    assert dash.layer_view.previews[("2", "2:4")] is dash.mask_viewer.mask  # computed once, cached
     dash.mask_viewer.click(0, 0)
     assert dash.mask_viewer.mode == "overview" and dash.mask_viewer.heatmap()["z"].shape == (
         256,
@@ -97,7 +97,7 @@ def test_views_mirror_the_logic(dash):
     before = markers()
     view.method.value = "random"
     view.run.click()
-    dash._thread.join()
+    dash.job.join()
     assert markers() == before + 1
     assert "random 2:4" in view.status.value
 

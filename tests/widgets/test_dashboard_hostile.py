@@ -42,10 +42,10 @@ def view():
 
 
 def _click_run(view) -> None:
-    thread = view.dash._thread
+    thread = view.dash.job
     view.run.click()
-    if view.dash._thread is not thread:
-        view.dash._thread.join()
+    if view.dash.job is not thread:
+        view.dash.job.join()
 
 
 # ---------------------------------------------------------------------------- the pattern box
