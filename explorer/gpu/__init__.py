@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from explorer.gpu.gated_mlp import SparseGatedMLP
     from explorer.gpu.model_timing import ModelSpeed
     from explorer.gpu.sparse_linear import SparseLinear
-    from explorer.gpu.sparsify import set_mode, sparsify
+    from explorer.gpu.model_swap import set_mode, sparsify
     from explorer.gpu.sparsify_report import SparsifyReport
 
 __all__ = [
@@ -36,12 +36,12 @@ __all__ = [
 
 _HOMES = {
     "ModelSpeed": "explorer.gpu.model_timing",
-    "set_mode": "explorer.gpu.sparsify",
+    "set_mode": "explorer.gpu.model_swap",
     "SparseGatedMLP": "explorer.gpu.gated_mlp",
     "SparseLinear": "explorer.gpu.sparse_linear",
     "SparseQKV": "explorer.gpu.fused_qkv",
     "SparsifyReport": "explorer.gpu.sparsify_report",
-    "sparsify": "explorer.gpu.sparsify",
+    "sparsify": "explorer.gpu.model_swap",
 }
 
 

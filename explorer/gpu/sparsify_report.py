@@ -67,7 +67,7 @@ class SparsifyReport:
     notes : list of str
         Anything else worth knowing (shared modules, untuned shapes, memory kept for dense).
     mode : str
-        The execution mode routes were chosen for (see :func:`~explorer.gpu.sparsify`).
+        The execution mode routes were chosen for (see :func:`~explorer.gpu.model_swap.sparsify`).
     model_speeds : list of ModelSpeed
         Whole-model forwards timed dense then sparse on the example inputs, per token count.
     search_s : float

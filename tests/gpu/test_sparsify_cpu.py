@@ -68,3 +68,22 @@ def test_a_copied_sparse_layer_is_its_own_op():
     assert twin._op_id != layer._op_id
     assert ops._module(twin._op_id) is twin and ops._module(layer._op_id) is layer
     assert twin._fast == {} and layer._fast
+
+
+def test_the_package_names_stay_functions_whatever_was_imported_first():
+    """No submodule shares a name with a public function: importing every submodule first
+    (as a benchmark or a notebook may) leaves ``explorer.gpu.sparsify`` the function."""
+    import importlib
+    import pkgutil
+
+    import explorer.gpu
+
+    for info in pkgutil.iter_modules(explorer.gpu.__path__):
+        importlib.import_module(f"explorer.gpu.{info.name}")
+    from explorer.gpu import set_mode
+    from explorer.gpu import sparsify as sparsify_now
+
+    assert callable(sparsify_now) and sparsify_now.__name__ == "sparsify"
+    assert callable(set_mode)
+    clashes = [n for n in explorer.gpu.__all__ if importlib.util.find_spec(f"explorer.gpu.{n}")]
+    assert clashes == []
