@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from explorer.gpu.fused_qkv import SparseQKV
     from explorer.gpu.gated_mlp import SparseGatedMLP
+    from explorer.gpu.model_swap import set_mode, sparsify
     from explorer.gpu.model_timing import ModelSpeed
     from explorer.gpu.sparse_linear import SparseLinear
-    from explorer.gpu.model_swap import set_mode, sparsify
     from explorer.gpu.sparsify_report import SparsifyReport
 
 __all__ = [
