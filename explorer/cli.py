@@ -126,7 +126,8 @@ def _parser() -> _Parser:
         help="run a resumable grid of pruning (and speed) measurements",
         description="Prune a bundled model, or your own Hugging Face checkpoint folder "
         "(--model ./my-model --text corpus.txt), over methods x patterns x layer sets x dtypes, "
-        "recording accuracy and pruning time (and layer speed on a CUDA GPU) in a results "
+        "recording accuracy and pruning time (and, on a CUDA GPU, layer speed and each 2:4 "
+        "pruned model timed whole, dense against sparse) in a results "
         "database. Each cell is committed when it finishes; run the same command again to "
         "resume an interrupted sweep.",
     )
@@ -150,7 +151,19 @@ def _parser() -> _Parser:
         help="'all' (the model's default layers), 'every', 'fast' (fast once 2:4), 'mlp', or name globs joined by '|'",
     )
     p.add_argument("--dtypes", type=_csv, default=["float16"], help="e.g. float16,bfloat16")
-    p.add_argument("--tokens", type=_csv, default=["1024"], help="token counts for speed rows")
+    p.add_argument(
+        "--tokens",
+        type=_csv,
+        default=["1024"],
+        help="token counts (batch x sequence) for the layer speed rows and the timing of each "
+        "pruned model, e.g. 1024,4096 (default 1024)",
+    )
+    p.add_argument(
+        "--speed-mode",
+        default="graphs",
+        help="how each pruned 2:4 model is timed whole on a GPU: graphs (CUDA graphs, the "
+        "GPU's time alone; default), eager, or compile (torch.compile's default mode)",
+    )
     p.add_argument("--db", type=Path, help="results database (default: the per-user cache)")
     p.add_argument("--name", help="sweep id, to grow one sweep over several runs")
     p.add_argument(
@@ -356,6 +369,7 @@ def _sweep(args) -> int:
         args.calibration_samples,
         args.seed,
         args.text,
+        args.speed_mode,
     )
     if args.name is not None and not args.name.strip():
         raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
@@ -401,6 +415,7 @@ def _sweep(args) -> int:
             seed=args.seed,
             retry_failed=args.retry_failed,
             text=args.text,
+            speed_mode=args.speed_mode,
         )
         print(result)
         for row in result.rows(store):
@@ -414,6 +429,8 @@ def _sweep(args) -> int:
             shown = f"{metric}={value:.4g}" if isinstance(value, (int, float)) else ""
             if isinstance(row.metrics.get("speedup"), (int, float)):
                 shape = "x".join(map(str, row.config.get("shape") or []))
+                if row.kind == "model-speed":
+                    shape = str(row.metrics.get("timed_as") or row.config.get("mode"))
                 shown = f"{shape} speedup={row.metrics['speedup']:.2f}x"
             print(f"  {row.kind:<12} {row.status:<8} {what:<36} {shown} {row.error or ''}".rstrip())
         print(f"report: {PROG} report --db {shlex.quote(str(store.path))} --out report.html")

@@ -116,10 +116,11 @@ def test_tiny_real_sweep_via_python_dash_m(tmp_path):
     ]
     first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr
-    assert "6 cells" in first.stdout and "0 failed" in first.stdout
+    assert "11 cells" in first.stdout and "0 failed" in first.stdout
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    # the speed cell was skipped (no GPU here) and is tried again; the rest is not rerun
-    assert "5 already done, 1 ran" in again.stdout and "1 skipped" in again.stdout
+    # the speed and model-speed cells were skipped (no GPU here, or nothing to time) and are
+    # tried again; the rest is not rerun
+    assert "5 already done, 6 ran" in again.stdout and "6 skipped" in again.stdout
     with ResultStore(db) as store:
         assert len(store.query("prune", status="ok")) == 4
         assert len(store.query("dense")) == 1

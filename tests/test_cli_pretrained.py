@@ -48,9 +48,13 @@ def test_sweep_a_checkpoint_folder_end_to_end(work, tmp_path, capsys, monkeypatc
         mine = [r for r in rows if r.model == str((work / "my-model").resolve())]
         assert len(rows) - len(mine) == before
     kinds = sorted((r.kind, r.method or "", r.status) for r in mine)
+    timed = "skipped" if not torch.cuda.is_available() else "ok"
     assert kinds == [
         ("dense", "", "ok"),
         ("layer-speed", "", "skipped" if not torch.cuda.is_available() else kinds[1][2]),
+        ("model-speed", "", "skipped"),  # the dense baseline: nothing to time
+        ("model-speed", "magnitude", timed),
+        ("model-speed", "wanda", timed),
         ("prune", "magnitude", "ok"),
         ("prune", "wanda", "ok"),
     ]
@@ -88,15 +92,17 @@ def test_sweep_errors_are_one_line(work, tmp_path, capsys):
 
 
 def test_bundled_sweep_ids_and_cell_keys_are_unchanged():
-    # The ids a bundled sweep had before checkpoint folders existed, so old stores resume.
+    # The ids a bundled sweep had before checkpoint folders and model-speed cells existed, so
+    # old stores resume (and gain the model-speed cells, which come after the old ones).
     cfg = SweepConfig.make("digits-mlp", methods="magnitude", patterns="2:4")
     assert cfg.text is None and "load" not in cfg.cells()[0].config
     assert cfg.sweep_id == "digits-mlp-03687dc45c"
-    assert [c.key for c in cfg.cells()] == [
+    assert [c.key for c in cfg.cells()][:3] == [
         "875f6fb05fe0723d",
         "5fcb24baedf6d0a4",
         "f7c00df6dac55dfa",
     ]
+    assert [c.kind for c in cfg.cells()[3:]] == ["model-speed", "model-speed"]
     assert SweepConfig.from_json(cfg.to_json()) == cfg
 
 
@@ -120,7 +126,7 @@ def test_encoder_folder_sweeps_from_python(work, tmp_path, capsys):
         text=work / "corpus.txt",
         calibration_samples=16,
     )
-    assert result.failed == 0 and result.ran == 4
+    assert result.failed == 0 and result.ran == 4 + 3  # and a model-speed cell for each
     with ResultStore(tmp_path / "enc.db") as store:
         pruned = [r for r in store.query("prune")]
     assert {r.method for r in pruned} == {"magnitude", "wanda"}

@@ -22,8 +22,9 @@ GRID = {"methods": "magnitude,random,wanda", "patterns": "2:4,4:8", "dtypes": "f
 
 
 def fake_cell(config, cancel=None):
-    """A fast stand-in for a cell: fails for the random method at 4:8, else one ok row."""
-    if config.get("method") == "random" and config.get("pattern") == "4:8":
+    """A fast stand-in for a cell: the prune cell of the random method at 4:8 fails, every
+    other cell writes one ok row."""
+    if config["cell"] == "prune" and config["method"] == "random" and config["pattern"] == "4:8":
         return [
             {
                 "kind": "prune",
@@ -43,7 +44,12 @@ def fake_cell(config, cancel=None):
 def test_grid_is_the_product_of_its_axes_with_stable_keys():
     cfg = SweepConfig.make("digits-mlp", tokens="128,1024", layer_sets=["all", "0|2"], **GRID)
     kinds = Counter(c.kind for c in cfg.cells())
-    assert kinds == {"dense": 2, "prune": 3 * 2 * 2 * 2, "speed": 1 * 2 * 2 * 2}
+    assert kinds == {
+        "dense": 2,
+        "prune": 3 * 2 * 2 * 2,
+        "speed": 1 * 2 * 2 * 2,
+        "model-speed": 2 + 3 * 2 * 2 * 2,  # one for each dense and prune cell
+    }
     keys = [c.key for c in cfg.cells()]
     assert len(set(keys)) == len(keys)
     again = SweepConfig.make("digits-mlp", tokens=[128, 1024], layer_sets=("all", "0|2"), **GRID)
@@ -73,7 +79,7 @@ def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(cells, "run_cell", fake_cell)
     db = tmp_path / "r.db"
     first = sweep("digits-mlp", db=db, progress=False, **GRID)
-    assert first.total == 2 + 12 + 2 and first.ran == first.total and first.failed == 2
+    assert first.total == 2 + 12 + 2 + 14 and first.ran == first.total and first.failed == 2
     with ResultStore(db) as store:
         failed = store.query(status="failed")
         assert len(failed) == 2 and {r.error for r in failed} == {"RuntimeError: out of memory"}
@@ -176,7 +182,7 @@ def test_sigkill_then_rerun_counts_every_cell_exactly_once(tmp_path, monkeypatch
     assert proc.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
     with ResultStore(db) as store:
         before = len(store.done_cells(SweepConfig.make("digits-mlp", **GRID).sweep_id))
-    assert 0 < before < 16
+    assert 0 < before < 30
     monkeypatch.setattr(cells, "run_cell", fake_cell)
     result = sweep("digits-mlp", db=db, progress=False, **GRID)
     assert result.already_done == before and result.ran == result.total - before
@@ -196,7 +202,7 @@ def test_real_digits_sweep_on_cpu(tmp_path):
         db=tmp_path / "r.db",
         progress=False,
     )
-    assert result.failed == 0 and result.ran == result.total == 1 + 4 + 1
+    assert result.failed == 0 and result.ran == result.total == 1 + 4 + 1 + 5
     rows = result.rows()
     dense = rows.where(kind="dense")[0]
     assert 0.9 < dense.metrics["accuracy"] <= 1.0
@@ -222,7 +228,7 @@ def test_dask_local_client(tmp_path):
             progress=False,
             executor=client,
         )
-    assert result.ran == result.total == 1 + 2 + 1 and result.failed == 0
+    assert result.ran == result.total == 1 + 2 + 1 + 3 and result.failed == 0
 
 
 def test_unknown_model_or_method_is_refused_before_running(tmp_path):

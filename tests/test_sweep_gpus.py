@@ -67,9 +67,20 @@ def test_gpus_excludes_workers_and_scheduler(capsys):
 
 
 def test_cells_ask_for_a_gpu_only_to_time_or_run_on_it():
-    cells = SweepConfig.make("digits-mlp", patterns="2:4").cells()
-    needs = {c.config["cell"]: cell_resources(c.config) for c in cells}
-    assert needs == {"dense": {}, "prune": {}, "speed": {"GPU": 1}}
+    cells = SweepConfig.make("digits-mlp", patterns="2:4,4:8").cells()
+    needs = {
+        (c.kind, c.config.get("of"), c.config.get("pattern")): cell_resources(c.config)
+        for c in cells
+    }
+    assert needs == {
+        ("dense", None, None): {},
+        ("prune", None, "2:4"): {},
+        ("prune", None, "4:8"): {},
+        ("speed", None, "2:4"): {"GPU": 1},
+        ("model-speed", "dense", None): {},  # nothing to time
+        ("model-speed", "prune", "2:4"): {"GPU": 1},  # times the pruned model whole
+        ("model-speed", "prune", "4:8"): {},  # no sparse kernel
+    }
 
 
 def _where(config):
@@ -107,8 +118,11 @@ def test_gpu_cells_run_only_on_the_worker_with_a_gpu(tmp_path):
         )
     rows = result.rows()
     speed = rows.where(kind="layer-speed")
-    assert result.ran == result.total == 5 and len(speed) == 3
+    assert result.ran == result.total == 7 and len(speed) == 3
     assert {r.metrics["worker"] for r in speed} == {gpu_address}
+    timed = [r for r in rows.where(kind="model-speed") if r.config["of"] == "prune"]
+    assert len(timed) == 3  # one row per token count
+    assert all(r.metrics["worker"] == gpu_address and "no CUDA GPU" in r.error for r in timed)
     assert all(r.status == "skipped" and "no CUDA GPU" in r.error for r in speed)
 
 
@@ -158,7 +172,7 @@ def test_one_pinned_worker_per_gpu_and_a_dead_worker_leaves_a_failed_row(tmp_pat
         )
     finally:
         close_gpu_cluster(client)
-    assert result.ran == result.total == 3 and result.failed == 1
+    assert result.ran == result.total == 5 and result.failed == 1
     rows = result.rows()
     (dense,) = rows.where(kind="dense")
     assert dense.status == "failed" and "the Dask worker running this cell died" in dense.error

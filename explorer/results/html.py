@@ -1,8 +1,10 @@
 """A self-contained HTML report of a results database: trade-off plot, tables and provenance.
 
-The plot puts each pruned configuration at its model speedup (from the layer speed rows of the
-same model, pattern, layers, dtype and token count) against its headline metric, and marks the
-Pareto frontier. Speedups measured on this machine are used first; where there are none, the
+The plot puts each pruned configuration at its model speedup against its headline metric, and
+marks the Pareto frontier. A configuration whose own pruned model was timed whole (its
+``model-speed`` rows) is drawn at that measurement, as a diamond whose hover names the mode and
+token count ("measured, graphs, 4096 tokens"); others at the estimate from the layer speed rows
+of the same model, pattern, layers, dtype and token count, as a circle. Speedups measured on this machine are used first; where there are none, the
 shipped reference database's are used and the point says so. With plotly installed the plot is
 interactive (plotly.js embedded inline); without it the report is the tables alone.
 """
@@ -66,6 +68,7 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
                 name=method,
                 text=[f"{p.label}<br>tokens {p.tokens}<br>speed: {_speed_from(p)}" for p in group],
                 hovertemplate="%{text}<br>speedup %{x:.2f}x<br>%{y:.4g}<extra></extra>",
+                marker={"symbol": [_symbol(p) for p in group], "size": 10},
             )
         )
     front = pareto_points(measured)
@@ -91,9 +94,16 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
     return pio.to_html(fig, include_plotlyjs=first, full_html=False)
 
 
+def _symbol(point: TradeoffPoint) -> str:
+    # Measured points are diamonds, estimates circles.
+    return "diamond" if point.speed_source == "measured-model" else "circle"
+
+
 def _speed_from(point: TradeoffPoint) -> str:
     if point.speed_source == "none":
         return ""
+    if point.speed_note:
+        return f"{point.speed_note}: {point.speed_from}" if point.speed_from else point.speed_note
     if point.speed_source == "baseline":
         return point.speed_from
     return f"{point.speed_label}: {point.speed_from}" if point.speed_from else point.speed_label
@@ -140,6 +150,7 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
             caption="Pruned models",
         )
     )
+    parts.append(_model_speed_table(rows))
     speed = [r for r in rows.where(kind="layer-speed") if r.status == "ok"]
     parts.append(
         _html.table(
@@ -201,6 +212,29 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
         )
     )
     return "\n".join(parts)
+
+
+def _model_speed_table(rows: ResultTable) -> str:
+    timed = [r for r in rows.where(kind="model-speed") if r.status == "ok"]
+    body = [
+        [
+            r.source,
+            r.model,
+            " ".join(str(r.config.get(k)) for k in ("method", "pattern", "layers", "dtype")),
+            r.config.get("tokens"),
+            r.metrics.get("timed_as") or r.config.get("mode"),
+            _fmt(r.metrics.get("dense_ms")),
+            _fmt(r.metrics.get("sparse_ms")),
+            _fmt(row_speedup(r)),
+            _fmt(r.metrics.get("ceiling")),
+            _fmt(r.metrics.get("dense_gpu_busy")),
+            r.gpu,
+        ]
+        for r in timed
+    ]
+    header = ["source", "model", "configuration", "tokens", "mode", "dense ms", "sparse ms"]
+    header += ["speedup (measured)", "ceiling (estimate)", "dense GPU busy", "gpu"]
+    return _html.table(header, body, caption=f"Whole-model speed, measured ({len(body)} rows)")
 
 
 def _bench_rows(rows: ResultTable) -> list[list]:

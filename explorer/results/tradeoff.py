@@ -4,8 +4,9 @@ The HTML report (:mod:`explorer.results.html`) and the dashboard's plot
 (:class:`explorer.widgets.TradeoffPlot`) draw the same points. Each point says where its
 speed-up came from (:attr:`TradeoffPoint.speed_source`, one of :data:`SPEED_SOURCES`), so a
 view can draw measured and estimated points differently. :func:`choose_speed` is the one rule
-that picks a configuration's speed-up and its source: a whole-model measurement, else an
-estimate from measured layers, else no data.
+that picks a configuration's speed-up and its source: the configuration's own model timed
+whole (a ``model-speed`` row, :mod:`explorer.results.model_speed`), else a whole-model
+measurement of the same model, else an estimate from measured layers, else no data.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from explorer import _html
+from explorer.results.model_speed import MODEL_SPEED, MeasuredSpeed, measured_speed
 from explorer.results.speedup import ESTIMATE_FORMULA, _model_entry, model_speedups
 
 __all__ = [
@@ -68,6 +70,9 @@ class TradeoffPoint:
         Token count of the speed measurement.
     higher_is_better : bool
         Direction of the score.
+    speed_note : str
+        How a measured speed-up was measured, shown in place of the source's label
+        (``"measured, graphs, 4096 tokens"``); empty otherwise.
 
     Examples
     --------
@@ -92,6 +97,7 @@ class TradeoffPoint:
     tokens: int | None = None
     higher_is_better: bool = True
     dtype: str = ""
+    speed_note: str = ""
 
     def __post_init__(self) -> None:
         if not self.speed_source:
@@ -117,7 +123,7 @@ class TradeoffPoint:
         speed = "no speedup" if self.speedup is None else f"speedup {self.speedup:.3f}x"
         lines = [
             f"<b>{_html.escape(self.label)}</b>",
-            f"{speed} ({_html.escape(self.speed_label)})",
+            f"{speed} ({_html.escape(self.speed_note or self.speed_label)})",
             f"score {self.score:.4g}",
         ]
         if self.speed_from and self.speed_source != "baseline":
@@ -159,12 +165,16 @@ class SpeedChoice:
         Who measured it: ``"local"``, the reference's GPU and date, or ``""``.
     details : dict
         Hover lines.
+    note : str
+        For the configuration's own model timed whole: ``"measured, <mode>, <tokens> tokens"``
+        (pass it on as :attr:`TradeoffPoint.speed_note`).
     """
 
     speedup: float | None
     source: str
     speed_from: str = ""
     details: dict = field(default_factory=dict, compare=False)
+    note: str = ""
 
     @property
     def label(self) -> str:
@@ -173,14 +183,21 @@ class SpeedChoice:
 
     def __repr__(self) -> str:
         speed = "no speedup" if self.speedup is None else f"{self.speedup:.2f}x"
-        return f"SpeedChoice({speed}, {self.label})"
+        return f"SpeedChoice({speed}, {self.note or self.label})"
 
 
 def choose_speed(
-    measured=(), estimate=None, pattern: str = "2:4", whole_model: bool = True
+    measured=(),
+    estimate=None,
+    pattern: str = "2:4",
+    whole_model: bool = True,
+    model_speed: MeasuredSpeed | None = None,
 ) -> SpeedChoice:
     """The one rule for a configuration's speed-up: measured, else estimated, else no data.
 
+    0. The configuration's own pruned model timed whole (``model_speed``, from its
+       ``model-speed`` rows: :func:`explorer.results.model_speed.measured_speed`) wins over
+       everything else; its note names the mode and the token count.
     1. A whole-model measurement of this model, dtype and token count
        (:func:`explorer.results.speedup.recorded_model_speed`) wins when the configuration is
        the one measured: 2:4 on every prunable layer. With several rows (batch shapes of the
@@ -195,6 +212,8 @@ def choose_speed(
     ----------
     measured : sequence of dict
         :func:`~explorer.results.speedup.recorded_model_speed` rows.
+    model_speed : MeasuredSpeed, optional
+        The configuration's own model, timed whole.
     estimate : SpeedEstimate, optional
         The per-layer estimate for the same configuration.
     pattern : str
@@ -215,7 +234,17 @@ def choose_speed(
     SpeedChoice(no speedup, no speed-up measured)
     >>> choose_speed(rows, pattern="4:8")
     SpeedChoice(no speedup, no speed-up measured)
+    >>> choose_speed(rows, model_speed=MeasuredSpeed(1.18, "graphs", 4096, "H100"))
+    SpeedChoice(1.18x, measured, graphs, 4096 tokens)
     """
+    if model_speed is not None:
+        # 0. this very configuration, timed whole: what the user's pruned model runs at.
+        details = model_speed.details()
+        if estimate is not None:
+            details["per-layer estimate (not shown)"] = f"{estimate.speedup:.2f}x"
+        return SpeedChoice(
+            model_speed.speedup, "measured-model", model_speed.source, details, model_speed.label
+        )
     measured = list(measured) if pattern == "2:4" and whole_model else []
     # the user's own measurements win over the shipped reference's
     measured = [r for r in measured if r.get("source") == "local"] or measured
@@ -321,10 +350,22 @@ def _by_tokens(speedups: dict, base: tuple) -> dict:
     return out
 
 
+def _times_config(timed, prune) -> bool:
+    # A model-speed row of a sweep names its prune cell; any other must match its fields.
+    of_cell = timed.config.get("of_cell")
+    if of_cell and prune.cell_key:
+        return of_cell == prune.cell_key.split("#")[0]
+    fields = ("model", "method", "pattern", "layers", "dtype")
+    return all(timed.config.get(k) == prune.config.get(k) for k in fields)
+
+
 def tradeoff_points(rows) -> list[TradeoffPoint]:
     """The report's points: every ok prune row of a results table, at each token count measured.
 
-    A 2:4 configuration of every layer whose model was measured end to end (``bench-models``
+    A configuration whose own pruned model was timed whole (``model-speed`` rows of its sweep
+    cell, ``of_cell``, or of the same model, method, pattern, layers and dtype) gets that
+    measurement at each token count timed, labelled with its mode and token count. Else a 2:4
+    configuration of every layer whose model was measured end to end (``bench-models``
     rows of the same model, dtype and token count) gets that measurement (see
     :func:`choose_speed`). Otherwise a point's speed-up is the estimate
     :func:`explorer.results.speedup.model_speedups` makes from the layer speed rows of the same
@@ -352,6 +393,7 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
         entry = _model_entry(row)
         if entry is not None:
             whole.setdefault((entry["model"], entry["dtype"], entry["tokens"]), []).append(entry)
+    timed = list(rows.where(kind=MODEL_SPEED, status="ok"))
     dense: dict[tuple, float] = {}
     for row in rows.where(kind="dense", status="ok", source="local"):
         name = row.metrics.get("metric")
@@ -387,11 +429,14 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
             for (model, dtype, tokens), entries in whole.items():
                 if model == c.get("model") and dtype == c.get("dtype"):
                     measured[tokens] = sorted(entries, key=lambda e: e["source"] != "local")
-        if not speeds and not measured:
+        own = [r for r in timed if _times_config(r, row)]
+        own_tokens = {r.config["tokens"] for r in own}
+        if not speeds and not measured and not own_tokens:
             points.append(TradeoffPoint(**common, speedup=None, speed_source="none"))
-        for tokens in sorted(set(speeds) | set(measured), key=lambda t: t or 0):
-            if tokens in measured:
-                choice = choose_speed(measured[tokens])
+        for tokens in sorted(set(speeds) | set(measured) | own_tokens, key=lambda t: t or 0):
+            if tokens in measured or tokens in own_tokens:
+                mine = measured_speed(own, tokens=tokens) if tokens in own_tokens else None
+                choice = choose_speed(measured.get(tokens, ()), model_speed=mine)
                 points.append(
                     TradeoffPoint(
                         **common,
@@ -400,6 +445,7 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
                         details=choice.details,
                         speed_source=choice.source,
                         speed_from=choice.speed_from,
+                        speed_note=choice.note,
                     )
                 )
                 continue

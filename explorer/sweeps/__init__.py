@@ -4,8 +4,8 @@ Examples
 --------
 >>> from explorer.sweeps import SweepConfig
 >>> cfg = SweepConfig.make("digits-mlp", methods="magnitude,wanda", patterns="2:4,4:8")
->>> len(cfg.cells())  # 1 dense + 2 methods x 2 patterns + 1 speed cell (2:4)
-6
+>>> len(cfg.cells())  # 1 dense + 2 methods x 2 patterns + 1 speed cell (2:4) + 5 model-speed
+11
 """
 
 from explorer.sweeps.cells import layer_filter, run_cell

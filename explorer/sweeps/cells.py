@@ -7,7 +7,8 @@ row with ``status="failed"`` and the reason.
 
 A dense cell evaluates the bundled model, a prune cell prunes a copy of it and evaluates that
 (then, where its configuration asks, in int8 and after fine-tuning: :mod:`explorer.sweeps.steps`),
-and a speed cell times its layer shapes (:mod:`explorer.sweeps.speed`).
+a speed cell times its layer shapes (:mod:`explorer.sweeps.speed`), and a model-speed cell
+times a pruned model whole, dense against sparse (:mod:`explorer.sweeps.model_speed`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,16 @@ from explorer.sweeps.loading import (
     quiet_progress,
     round_weights,
 )
+from explorer.sweeps.model_speed import time_model_cell
 from explorer.sweeps.speed import speed_cell
-from explorer.sweeps.steps import evaluate, fp8_rows, int8_rows, prune_metrics, retrain
+from explorer.sweeps.steps import (
+    evaluate,
+    fp8_rows,
+    int8_rows,
+    prune_metrics,
+    pruned_copy,
+    retrain,
+)
 
 __all__ = ["failed_rows", "hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
 
@@ -45,35 +54,8 @@ def _dense(config: dict) -> list[dict]:
 
 
 def _prune(config: dict, cancel: Any = None) -> list[dict]:
-    from explorer.pruning import METHODS, prune
-
-    # 1. Prune a copy of the bundle's model; calibrated methods and weight updates get the
-    #    seeded calibration batches.
-    bundle = bundle_for(config)
-    model = copy.deepcopy(bundle.model)
-    info = METHODS.get(config["method"])
-    calibration = None
-    if (info is not None and info.needs_calibration) or config.get("update"):
-        calibration = bundle.calibration(config["calibration_samples"], config["seed"])
-    result = prune(
-        model,
-        config["method"],
-        config["pattern"],
-        calibration=calibration,
-        filter_fn=layer_filter(
-            config["layers"],
-            bundle.filter_fn,
-            bundle.model,
-            config["dtype"],
-            config.get("tokens", 1024),
-        ),
-        inplace=True,
-        seed=config["seed"],
-        progress=False,
-        cancel=cancel,
-        permute=bool(config.get("permute")),
-        update=config.get("update"),
-    )
+    # 1. Prune a copy of the bundle's model (seeded calibration where the method needs it).
+    bundle, model, result = pruned_copy(config, cancel)
     # 2. Evaluate at the cell's dtype, in int8 or FP8 where asked, then after fine-tuning if asked.
     round_weights(model, config["dtype"])
     metrics = {**evaluate(bundle, model), **prune_metrics(result)}
@@ -83,8 +65,9 @@ def _prune(config: dict, cancel: Any = None) -> list[dict]:
     return [{"kind": "prune", "config": config, "metrics": metrics}, *quantized]
 
 
-_RUNNERS = {"dense": _dense, "prune": _prune, "speed": speed_cell}
-_KINDS = {"dense": "dense", "prune": "prune", "speed": "layer-speed"}
+_RUNNERS = {"dense": _dense, "prune": _prune, "speed": speed_cell, "model-speed": time_model_cell}
+_KINDS = {"dense": "dense", "prune": "prune", "speed": "layer-speed", "model-speed": "model-speed"}
+_CANCELLABLE = ("prune", "model-speed")
 
 
 def failed_rows(config: dict, exc: BaseException) -> list[dict]:
@@ -132,7 +115,8 @@ def run_cell(config: dict, cancel: Any = None) -> list[dict]:
     try:
         if kind not in _RUNNERS:
             raise ValueError(f"unknown cell kind {kind!r}; expected one of {', '.join(_RUNNERS)}")
-        rows = _prune(config, cancel) if kind == "prune" else _RUNNERS[kind](config)
+        runner = _RUNNERS[kind]
+        rows = runner(config, cancel) if kind in _CANCELLABLE else runner(config)
     except PruningCancelled:
         raise
     except Exception as exc:  # every failure is recorded; the sweep goes on

@@ -12,9 +12,18 @@ import json
 from dataclasses import asdict, dataclass
 
 from explorer.dtypes import dtype_name
+from explorer.results.model_speed import DEFAULT_SPEED_MODE, check_speed_mode
 from explorer.results.store.canonical import config_key
 
-__all__ = ["CELL_VERSION", "SPEED_PATTERNS", "Cell", "SweepConfig", "check_known", "prune_cell"]
+__all__ = [
+    "CELL_VERSION",
+    "SPEED_PATTERNS",
+    "Cell",
+    "SweepConfig",
+    "check_known",
+    "model_speed_cell",
+    "prune_cell",
+]
 
 #: Bumped when a cell's measurement changes meaning, so old results are not reused.
 CELL_VERSION = 1
@@ -93,6 +102,19 @@ def _checkpoint(model: str, text: object) -> tuple[str, str | None]:
     return info.path, str(path.resolve())
 
 
+def _token_counts(tokens: object) -> tuple[int, ...]:
+    """Positive token counts from a comma-separated string or a list, in order, once each."""
+    items = _names(tokens, "tokens", "[128, 1024]") if tokens is not None else ()
+    for item in items:
+        if not item.isascii() or not item.isdigit() or int(item) < 1:
+            raise ValueError(
+                f"tokens={tokens!r}: {item!r} is not a token count; expected positive whole "
+                "numbers such as 1024 (comma-separated on the command line: --tokens 1024,4096). "
+                "Hint: a token count is batch x sequence per forward (4 x 1024 = 4096)"
+            )
+    return tuple(dict.fromkeys(int(t) for t in items))
+
+
 def _dtype_name(value: object) -> str:
     name = dtype_name(value)
     if name not in _DTYPES:
@@ -118,7 +140,12 @@ class SweepConfig:
         (``"encoder.*.intermediate*|encoder.*.output.dense"``). A set that holds no layer of
         the model is a failed cell that says so.
     tokens : tuple of int
-        Token counts (rows of the activation matrix) for the speed measurements.
+        Token counts (tokens per forward, batch x sequence) for the speed measurements: the
+        layer speed cells and the whole-model timing of each pruned model.
+    speed_mode : str
+        The execution mode each pruned 2:4 model is timed in on a GPU: ``"eager"``,
+        ``"compile"`` or ``"graphs"`` (the default; see
+        :data:`explorer.results.model_speed.DEFAULT_SPEED_MODE`).
     calibration_samples : int
         Calibration samples given to methods that need them (Wanda, SparseGPT).
     seed : int
@@ -130,8 +157,8 @@ class SweepConfig:
     Examples
     --------
     >>> cfg = SweepConfig.make("digits-mlp", methods="magnitude,random", patterns=["2:4"])
-    >>> [c.kind for c in cfg.cells()]
-    ['dense', 'prune', 'prune', 'speed']
+    >>> [c.kind for c in cfg.cells()]  # doctest: +NORMALIZE_WHITESPACE
+    ['dense', 'prune', 'prune', 'speed', 'model-speed', 'model-speed', 'model-speed']
     >>> cfg.sweep_id == SweepConfig.from_json(cfg.to_json()).sweep_id
     True
     """
@@ -145,6 +172,7 @@ class SweepConfig:
     calibration_samples: int = 128
     seed: int = 0
     text: str | None = None
+    speed_mode: str = DEFAULT_SPEED_MODE
 
     @classmethod
     def make(
@@ -158,6 +186,7 @@ class SweepConfig:
         calibration_samples: int = 128,
         seed: int = 0,
         text: object = None,
+        speed_mode: str = DEFAULT_SPEED_MODE,
     ) -> SweepConfig:
         """Validate and normalise the axes (comma-separated strings or lists) into a config.
 
@@ -168,16 +197,9 @@ class SweepConfig:
 
         if not isinstance(model, str) or not model:
             raise ValueError(f"model={model!r}: expected a bundled model name such as 'digits-mlp'")
+        check_speed_mode(speed_mode)
+        token_counts = _token_counts(tokens)
         patterns = tuple(Pattern.parse(p).name for p in _names(patterns, "patterns", '["2:4"]'))
-        token_items = _names(tokens, "tokens", "[128, 1024]") if tokens is not None else ()
-        try:
-            token_counts = tuple(int(t) for t in token_items)
-        except ValueError:
-            raise ValueError(
-                f"tokens={tokens!r}: expected positive integers such as 1024"
-            ) from None
-        if any(t < 1 for t in token_counts):
-            raise ValueError(f"tokens={tokens!r}: expected positive integers such as 1024")
         for name, value in (("calibration_samples", calibration_samples), ("seed", seed)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: expected a non-negative int")
@@ -192,22 +214,26 @@ class SweepConfig:
             dtypes=tuple(
                 dict.fromkeys(_dtype_name(d) for d in _names(dtypes, "dtypes", "float16"))
             ),
-            tokens=tuple(dict.fromkeys(token_counts)),
+            tokens=token_counts,
             calibration_samples=calibration_samples,
             seed=seed,
             text=text,
+            speed_mode=speed_mode,
         )
 
     @property
     def sweep_id(self) -> str:
         """``"<model>-<hash of the config>"``: the same grid resumes the same sweep.
 
-        A checkpoint folder is named by its last part; a config without ``text`` hashes as it
-        did before that field existed, so existing sweeps keep their ids.
+        A checkpoint folder is named by its last part; a config without ``text``, and one with
+        the default ``speed_mode``, hashes as it did before that field existed, so existing
+        sweeps keep their ids (and gain their model-speed cells when run again).
         """
         spec = asdict(self)
         if spec["text"] is None:
             del spec["text"]
+        if spec["speed_mode"] == DEFAULT_SPEED_MODE:
+            del spec["speed_mode"]
         label = self.model.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
         return f"{label}-{config_key(spec, 10)}"
 
@@ -228,6 +254,9 @@ class SweepConfig:
         layer set ``"fast"``, which depends on it, x token count too); one
         speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
         (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
+        Then one model-speed cell per dense and prune cell (:func:`model_speed_cell`): a 2:4
+        one times that pruned model whole at every token count in :attr:`speed_mode` on a GPU,
+        and every other one records why it has no such speed (:mod:`explorer.sweeps.model_speed`).
         """
         base: dict = {"model": self.model, "version": CELL_VERSION}
         if self.text is not None:
@@ -248,13 +277,38 @@ class SweepConfig:
                         **({} if tokens is None else {"tokens": tokens}),
                     )
                 )
+        measured = [model_speed_cell(c, self.speed_mode, self.tokens) for c in out]
         timed = [p for p in self.patterns if p in SPEED_PATTERNS]
         for pattern, layers, dtype, tokens in itertools.product(
             timed, self.layer_sets, self.dtypes, self.tokens
         ):
             config = {"pattern": pattern, "layers": layers, "dtype": dtype, "tokens": tokens}
             out.append(Cell({"cell": "speed", **base, **config}))
-        return out
+        return out + measured
+
+
+def model_speed_cell(cell: Cell, mode: str, tokens: tuple[int, ...]) -> Cell:
+    """The cell that times ``cell``'s model whole: its configuration, ``"model-speed"``, the
+    mode and token counts, and ``of_cell``, the key of the cell whose accuracy row it belongs to.
+
+    Examples
+    --------
+    >>> dense = Cell({"cell": "dense", "model": "m", "dtype": "float16"})
+    >>> timed = model_speed_cell(dense, "graphs", (1024,))
+    >>> timed.kind, timed.config["of"], timed.config["of_cell"] == dense.key
+    ('model-speed', 'dense', True)
+    >>> timed.config["speed"]
+    {'mode': 'graphs', 'tokens': [1024]}
+    """
+    return Cell(
+        {
+            **cell.config,
+            "cell": "model-speed",
+            "of": cell.kind,
+            "of_cell": cell.key,
+            "speed": {"mode": mode, "tokens": list(tokens)},
+        }
+    )
 
 
 def prune_cell(

@@ -1,7 +1,8 @@
 """Where a cell may run: the Dask worker resources it asks for, and how it is submitted.
 
-A cell that times layers (``"speed"``) or runs a model on the GPU (``config["gpu"]``) asks for
-``GPU=1``; evaluation on the CPU asks for nothing. A worker of ``sweep --gpus`` (or one started
+A cell that times layers (``"speed"``), runs a model on the GPU (``config["gpu"]``) or times a
+pruned 2:4 model whole (``"model-speed"``) asks for ``GPU=1``; evaluation on the CPU, and a
+model-speed cell with nothing to time, ask for nothing. A worker of ``sweep --gpus`` (or one started
 with ``dask worker --resources GPU=1 --nthreads 1``) has exactly one ``GPU``, so two GPU cells
 never overlap on it: a timing cell holds its GPU alone while it measures.
 
@@ -27,8 +28,15 @@ def cell_resources(config: dict) -> dict[str, int]:
     ({'GPU': 1}, {'GPU': 1})
     >>> cell_resources({"cell": "prune"}), cell_resources({"cell": "dense"})
     ({}, {})
+    >>> timed = {"cell": "model-speed", "of": "prune", "dtype": "float16"}
+    >>> cell_resources({**timed, "pattern": "2:4"}), cell_resources({**timed, "pattern": "4:8"})
+    ({'GPU': 1}, {})
     """
+    from explorer.sweeps.model_speed import needs_gpu
+
     if config.get("cell") == "speed" or config.get("gpu"):
+        return {"GPU": 1}
+    if config.get("cell") == "model-speed" and needs_gpu(config):
         return {"GPU": 1}
     return {}
 

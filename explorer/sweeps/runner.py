@@ -19,6 +19,7 @@ from typing import Any
 
 from explorer import _html
 from explorer.errors import PruningCancelled, validate_cancel
+from explorer.results.model_speed import DEFAULT_SPEED_MODE
 from explorer.results.store import ResultStore, StoreError
 from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
@@ -138,15 +139,19 @@ def sweep(
     retry_failed: bool = False,
     lease_timeout: float = 120.0,
     text: str | Path | None = None,
+    speed_mode: str = DEFAULT_SPEED_MODE,
 ) -> SweepResult:
     """Run a resumable grid of pruning and speed measurements, committing each cell at once.
 
     The grid is methods x patterns x layer sets x dtypes (accuracy or fidelity, pruning time),
     a dense baseline per dtype, and N:M patterns x layer sets x dtypes x token counts (layer
     speed rows from :mod:`explorer.bench`, on a CUDA GPU; elsewhere they are recorded as
-    skipped with the reason). Cells already finished in ``db`` (ok or failed) are not run again,
-    so an interrupted sweep resumes where it stopped; a failing cell is recorded with its reason
-    and the sweep goes on.
+    skipped with the reason). Each dense and prune cell has a model-speed cell beside it: a
+    2:4 one times the pruned model whole, dense against sparse, at the token counts in
+    ``speed_mode`` (``model-speed`` rows naming the cell, ``of_cell``); without a GPU, for other
+    patterns and for the dense baseline, rows that say why there is none. Cells already
+    finished in ``db`` (ok or failed) are not run again, so an interrupted sweep resumes where
+    it stopped; a failing cell is recorded with its reason and the sweep goes on.
 
     Parameters
     ----------
@@ -182,6 +187,9 @@ def sweep(
     text : path, optional
         The text file a checkpoint folder is evaluated and calibrated on; required for one,
         refused for a bundled model.
+    speed_mode : {"graphs", "eager", "compile"}
+        How each pruned 2:4 model is timed whole: CUDA graphs (the default, the GPU's time
+        alone), eager calls, or ``torch.compile``'s default mode.
 
     Returns
     -------
@@ -189,15 +197,25 @@ def sweep(
 
     Examples
     --------
-    A dense cell, a pruned one, and a layer-speed cell that is skipped without a GPU:
+    A dense cell, a pruned one, a layer-speed cell and a model-speed cell for each of the
+    first two; without a GPU the speed rows say why they hold no speed:
 
     >>> result = sweep("digits-mlp", methods="magnitude", patterns="2:4", db=":memory:",
     ...                progress=False)
     >>> result.total, result.ran, result.failed
-    (3, 3, 0)
+    (5, 5, 0)
     """
     config = SweepConfig.make(
-        model, methods, patterns, layer_sets, dtypes, tokens, calibration_samples, seed, text
+        model,
+        methods,
+        patterns,
+        layer_sets,
+        dtypes,
+        tokens,
+        calibration_samples,
+        seed,
+        text,
+        speed_mode,
     )
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name={name!r}: expected a non-empty string or None")
@@ -278,7 +296,7 @@ def run_grid(
     >>> from explorer.sweeps.grid import SweepConfig
     >>> cfg = SweepConfig.make("digits-mlp", patterns="4:8")
     >>> run_grid("mine", cfg.cells(), {}, db=":memory:", progress=False).ran
-    2
+    4
     """
     from tqdm.auto import tqdm
 

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from explorer.sweeps.loading import bundle_for, layer_filter
+
 __all__ = [
     "STEP_METRICS",
     "OnDevice",
@@ -22,6 +24,7 @@ __all__ = [
     "fp8_rows",
     "int8_rows",
     "prune_metrics",
+    "pruned_copy",
     "retrain",
 ]
 
@@ -58,6 +61,50 @@ def evaluate(bundle: Any, model: nn.Module) -> dict:
     metrics = bundle.evaluate(model)
     metrics["eval_seconds"] = time.perf_counter() - start
     return metrics
+
+
+def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
+    """``(bundle, model, result)``: a copy of the cell's model pruned as its configuration says.
+
+    Calibrated methods and weight updates get the seeded calibration batches, so the same
+    configuration prunes the same weights in every cell that asks (the prune cell, and the
+    model-speed cell that times its model).
+
+    Examples
+    --------
+    >>> bundle, model, result = pruned_copy({"model": "digits-mlp", "method": "magnitude",
+    ...     "pattern": "2:4", "layers": "all", "seed": 0})
+    >>> result.density
+    0.5
+    """
+    from explorer.pruning import METHODS, prune
+
+    bundle = bundle_for(config)
+    model = copy.deepcopy(bundle.model)
+    info = METHODS.get(config["method"])
+    calibration = None
+    if (info is not None and info.needs_calibration) or config.get("update"):
+        calibration = bundle.calibration(config["calibration_samples"], config["seed"])
+    result = prune(
+        model,
+        config["method"],
+        config["pattern"],
+        calibration=calibration,
+        filter_fn=layer_filter(
+            config["layers"],
+            bundle.filter_fn,
+            bundle.model,
+            config.get("dtype", "float16"),
+            config.get("tokens", 1024),
+        ),
+        inplace=True,
+        seed=config["seed"],
+        progress=False,
+        cancel=cancel,
+        permute=bool(config.get("permute")),
+        update=config.get("update"),
+    )
+    return bundle, model, result
 
 
 def prune_metrics(result: Any) -> dict:

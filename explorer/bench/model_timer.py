@@ -1,0 +1,182 @@
+"""The GPU side of a whole-model timing: placing a model, sparsifying it, timing its forwards.
+
+:class:`CudaModelTimer` is the collaborator :func:`explorer.bench.model_speed.measure_model_speed`
+hands the GPU work to, through the public helpers of :mod:`explorer.gpu.model_timing`
+(``time_forward``, ``gpu_busy``) and :func:`explorer.sparsify`; a test hands it a fake with the
+same methods instead, so the measurement's logic runs on a CPU. :func:`inputs_at` resizes one
+example input to a token count. CUDA is touched only when a method is called.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+__all__ = ["CudaModelTimer", "inputs_at"]
+
+
+def _resize(t: torch.Tensor, batch: int, seq: int | None) -> torch.Tensor:
+    # Tile ``t`` along its first (and, for a sequence, second) dimension, then crop.
+    reps = [math.ceil(batch / t.shape[0])] + [1] * (t.dim() - 1)
+    if seq is not None:
+        reps[1] = math.ceil(seq / t.shape[1])
+    out = t.repeat(*reps)[:batch]
+    return out[:, :seq] if seq is not None else out
+
+
+def inputs_at(example, tokens: int):
+    """``example`` (a tensor, a tuple of arguments or a dict) resized to about ``tokens`` tokens.
+
+    Token ids ``[batch, seq]`` (and the masks beside them) keep their sequence length, cut to
+    ``tokens`` when longer, and repeat along the batch: ``ceil(tokens / seq)`` rows, so the
+    count can round up (:func:`explorer.gpu.model_timing.input_tokens` says the count timed).
+    Feature rows ``[rows, features]`` repeat to ``tokens`` rows. Values are the example's own,
+    so ids stay in the vocabulary.
+
+    Raises
+    ------
+    ValueError
+        ``tokens`` is not a positive int, or ``example`` holds no tensor.
+
+    Examples
+    --------
+    >>> inputs_at(torch.ones(3, 8), 10).shape
+    torch.Size([10, 8])
+    >>> ids = {"input_ids": torch.arange(12).reshape(2, 6), "attention_mask": torch.ones(2, 6)}
+    >>> {k: tuple(v.shape) for k, v in inputs_at(ids, 16).items()}
+    {'input_ids': (3, 6), 'attention_mask': (3, 6)}
+    >>> tuple(inputs_at(ids, 4)["input_ids"].shape)
+    (1, 4)
+    """
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens={tokens!r}: expected a positive token count such as 4096")
+    tensors = (
+        list(example.values())
+        if isinstance(example, Mapping)
+        else list(example)
+        if isinstance(example, tuple)
+        else [example]
+    )
+    first = next((t for t in tensors if isinstance(t, torch.Tensor) and t.dim() >= 1), None)
+    if first is None:
+        raise ValueError(
+            f"cannot resize example input {type(example).__name__}: expected a tensor, a tuple "
+            "of arguments or a dict of tensors. Hint: one batch of the model's calibration data"
+        )
+    ids = isinstance(example, Mapping) and isinstance(example.get("input_ids"), torch.Tensor)
+    ids = ids or (not first.is_floating_point() and first.dim() == 2)
+    lead = (
+        example["input_ids"] if isinstance(example, Mapping) and "input_ids" in example else first
+    )
+    if ids:
+        seq = min(tokens, lead.shape[1])
+        batch, shape = math.ceil(tokens / seq), (lead.shape[0], lead.shape[1])
+    else:
+        seq, batch, shape = None, tokens, (lead.shape[0],)
+
+    def resize(value):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape[: len(shape)]) != shape:
+            return value  # not batched like the lead tensor: kept as it is
+        return _resize(value, batch, seq)
+
+    if isinstance(example, Mapping):
+        return {k: resize(v) for k, v in example.items()}
+    if isinstance(example, tuple):
+        return tuple(resize(v) for v in example)
+    return resize(example)
+
+
+class CudaModelTimer:
+    """Times whole-model forwards on the current CUDA GPU (the default collaborator).
+
+    Every method but :meth:`unavailable` needs a CUDA GPU; none touches CUDA before it is
+    called.
+
+    Examples
+    --------
+    >>> timer = CudaModelTimer()
+    >>> timer.unavailable() is None or "GPU" in timer.unavailable()
+    True
+    """
+
+    def unavailable(self) -> str | None:
+        """Why nothing can be timed here (None when a CUDA GPU is present)."""
+        if not torch.cuda.is_available():
+            return "no CUDA GPU here: a model's speed needs one (accuracy rows are kept)"
+        return None
+
+    def device_name(self) -> str:
+        """The GPU's name."""
+        return torch.cuda.get_device_name()
+
+    def place(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
+        """``model`` on the GPU in ``dtype``, in eval mode (in place)."""
+        return model.to("cuda", dtype).eval()
+
+    def place_inputs(self, inputs, dtype: torch.dtype):
+        """Tensors of ``inputs`` on the GPU, floating ones in ``dtype``."""
+
+        def to(v):
+            if isinstance(v, torch.Tensor):
+                return v.to("cuda", dtype if v.is_floating_point() else v.dtype)
+            return v
+
+        if isinstance(inputs, Mapping):
+            return {k: to(v) for k, v in inputs.items()}
+        if isinstance(inputs, tuple):
+            return tuple(to(v) for v in inputs)
+        return to(inputs)
+
+    def sparsify(
+        self,
+        model: nn.Module,
+        mode: str,
+        tokens: tuple[int, ...],
+        filter_fn: Callable[[nn.Module, str], bool] | None,
+    ):
+        """:func:`explorer.sparsify` of ``model`` in place, its routes chosen for ``mode``."""
+        from explorer.gpu import sparsify
+
+        with torch.no_grad():
+            return sparsify(model, filter_fn=filter_fn, tokens=tokens, mode=mode)
+
+    def forward_ms(self, model: nn.Module, inputs, mode: str) -> tuple[str, float]:
+        """``(mode timed, median ms)`` of one forward; ``"graphs"`` falls back to eager where
+        the forward cannot be captured, ``"compile"`` compiles first (default mode)."""
+        from explorer.gpu.model_timing import call_model, time_forward
+
+        if mode == "compile":
+            torch._dynamo.reset()
+            compiled = torch.compile(model, dynamic=False)
+            for _ in range(3):  # compilation, then warm-up
+                call_model(compiled, inputs)
+            torch.cuda.synchronize()
+            try:
+                return "compile", time_forward(compiled, inputs, "eager")
+            finally:
+                torch._dynamo.reset()
+        if mode == "graphs":
+            try:
+                return "graphs", time_forward(model, inputs, "graphs")
+            except RuntimeError:
+                torch.cuda.synchronize()
+        return "eager", time_forward(model, inputs, "eager")
+
+    def gpu_busy(self, model: nn.Module, inputs) -> float | None:
+        """Share of an eager forward's wall time the GPU is busy."""
+        from explorer.gpu.model_timing import gpu_busy
+
+        return gpu_busy(model, inputs)
+
+    def layer_estimate(self, report, tokens: int, mode: str, dtype: torch.dtype):
+        """The swapped layers' summed ``(dense ms, sparse ms)`` at ``tokens`` by ``mode``'s clock."""
+        from explorer.gpu.cusparselt import decision_tokens
+        from explorer.gpu.dispatch import clock_for
+
+        return report.layer_estimate(decision_tokens(tokens, dtype), clock=clock_for(mode))
+
+    def __repr__(self) -> str:
+        return "CudaModelTimer()"
