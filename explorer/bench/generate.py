@@ -6,8 +6,10 @@ and a fixed number of new tokens) at batch 1 and 8, with the dynamic cache in ea
 ``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs; the
 sparse models are then set to ``mode="graphs"``, as the docs ask), for the dense model,
 ``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
-token of a 1024-token prompt. Each time is the median of three full ``generate`` calls after a
-warm-up call, timed with CUDA events. The generated tokens of each sparse model are compared
+token of a 1024-token prompt. Eager (dynamic-cache) calls of the three models are timed in
+turn, five rounds after a warm-up, and each speedup is the median of the rounds' paired ratios
+(the host's speed drifts); static-cache times are the median of three calls after compiling.
+All are timed with CUDA events. The generated tokens of each sparse model are compared
 with the dense model's: random weights give nearly flat logits, so greedy choices may part
 where two logits are closer than the 16-bit rounding; the row reports the share of equal tokens.
 """
@@ -20,11 +22,12 @@ import statistics
 import torch
 
 from explorer.dtypes import dtype_name
+from explorer.gpu.timing import paired_ratio
 
 __all__ = ["bench_generate"]
 
 
-def _timed_generate(model, ids, new_tokens: int, static: bool, reps: int = 3):
+def _generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
     kw = dict(
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
@@ -34,18 +37,46 @@ def _timed_generate(model, ids, new_tokens: int, static: bool, reps: int = 3):
     )
     if static:
         kw["cache_implementation"] = "static"
+    return kw
+
+
+def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = model.generate(ids, **kw)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end), out
+
+
+def _timed_generate(model, ids, new_tokens: int, static: bool, reps: int = 3):
+    """Median ms of ``reps`` generate calls after a warm-up (and, static, compiling) call."""
+    kw = _generate_kwargs(ids, new_tokens, static)
     with torch.no_grad():
-        out = model.generate(ids, **kw)  # warm-up (and, for the static cache, compilation)
+        out = model.generate(ids, **kw)
         times = []
         for _ in range(reps):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = model.generate(ids, **kw)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
+            ms, out = _one_generate(model, ids, kw)
+            times.append(ms)
     return statistics.median(times), out[:, ids.shape[1] :]
+
+
+def _interleaved_generate(variants: dict, ids, new_tokens: int, rounds: int = 5) -> dict:
+    """``{name: (median ms, per-round ms, new tokens)}`` of eager dynamic-cache generate calls,
+    every variant once per round in turn (the host's speed drifts between rounds)."""
+    kw = _generate_kwargs(ids, new_tokens, False)
+    runs: dict = {name: [] for name in variants}
+    outs: dict = {}
+    with torch.no_grad():
+        for model in variants.values():
+            model.generate(ids, **kw)  # warm-up
+        for _ in range(rounds):
+            for name, model in variants.items():
+                ms, out = _one_generate(model, ids, kw)
+                runs[name].append(ms)
+                outs[name] = out[:, ids.shape[1] :]
+    return {name: (statistics.median(ts), ts, outs[name]) for name, ts in runs.items()}
 
 
 def bench_generate(
@@ -102,13 +133,24 @@ def bench_generate(
                 status="ok",
             )
             outs = {}
-            for key, model in variants.items():
+            rounds = {}
+            if cache == "dynamic":  # eager: every variant in turn, round after round
+                try:
+                    timed = _interleaved_generate(variants, ids, new_tokens)
+                except Exception as exc:  # a failure is a result to report, not a crash
+                    row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    timed = {}
+                for key, (ms, per_round, out) in timed.items():
+                    outs[key], rounds[key] = out, per_round
+                    row[f"{key}_ms"] = ms
+                    row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
+            for key, model in variants.items() if cache == "static" else ():
                 torch._dynamo.reset()
-                graphs = cache == "static" and key != "dense"
+                graphs = key != "dense"
                 if graphs:  # transformers captures the static-cache step in CUDA graphs
                     set_mode(model, "graphs")
                 try:
-                    ms, outs[key] = _timed_generate(model, ids, new_tokens, cache == "static")
+                    ms, outs[key] = _timed_generate(model, ids, new_tokens, True)
                 except Exception as exc:  # a failure is a result to report, not a crash
                     row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     continue
@@ -118,7 +160,9 @@ def bench_generate(
                 row[f"{key}_ms"] = ms
                 row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
             for key in ("explorer", "decode"):
-                if row.get(f"{key}_tok_s") and row.get("dense_tok_s"):
+                if key in rounds and "dense" in rounds:
+                    row[f"{key}_speedup"] = paired_ratio(rounds["dense"], rounds[key])
+                elif row.get(f"{key}_tok_s") and row.get("dense_tok_s"):
                     row[f"{key}_speedup"] = row[f"{key}_tok_s"] / row["dense_tok_s"]
                 if key in outs and "dense" in outs:
                     same = (outs[key] == outs["dense"]).float().mean().item()
