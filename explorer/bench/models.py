@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -207,10 +208,16 @@ def bench_whole_model(
     counts = tuple(sorted({b * s for b, s in runs}, reverse=True))
     dense = build_model(name, dtype)
     sparse = copy.deepcopy(dense)
+    began = time.perf_counter()
     with torch.no_grad():
         rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=counts)
+    sparsify_s = time.perf_counter() - began
     say = (lambda msg: print(f"[models] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     say(f"{name} {dtype}: {rep!r}")
+    say(
+        f"{name} {dtype}: sparsify took {sparsify_s:.1f} s, of which {rep.search_s:.1f} s "
+        "searched algorithms for shapes no table knew"
+    )
     decoding = decode_kernel and spec.kind != "bert" and any(s == 1 for _, s in runs)
     with_decode = None
     if decoding:
@@ -310,6 +317,7 @@ def bench_whole_model(
             f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
         )
     rows[0]["timings"] = rep.timing_table()
+    rows[0]["sparsify_s"], rows[0]["search_s"] = sparsify_s, rep.search_s
     if with_decode is not None:
         rows[0]["timings_decode"] = rep_decode.timing_table()
     del dense, sparse, torch_model, with_decode
