@@ -173,7 +173,14 @@ def sparsify(
         where the host sets the pace; ``"graphs"`` (``mode="reduce-overhead"``, your own CUDA
         graphs, ``generate(cache_implementation="static")``) takes GPU time. ``"auto"``
         (default) measures both and decides at each call: GPU time inside a CUDA-graph
-        capture, wall time otherwise. Each layer warns once if run in a mode it was not
+        capture, wall time otherwise. Under ``torch.compile``, ``"auto"`` and ``"compile"``
+        trace every decode size (64 tokens or fewer) and every layer whose sparse route does
+        not pay for the op's host time as a dense matmul, so the default compile mode is never
+        handed a slower op; a model run with CUDA graphs gains most with ``"graphs"``. In
+        ``"auto"`` and ``"eager"`` the whole model is then timed eagerly against its dense
+        self at each token count (inputs from ``example_inputs``, or random ``input_ids`` for
+        a Hugging Face model), and layers run dense in eager mode where the sparse routes did
+        not pay (``report.eager_checks``). Each layer warns once if run in a mode it was not
         sparsified for; :func:`set_mode` changes it later.
     tune : bool
         Search the cuSPARSELt algorithm for layer shapes and token counts that neither the
