@@ -3,7 +3,9 @@
 :class:`Points` is the part of :class:`explorer.widgets.Dashboard` that adds points to its
 :class:`~explorer.widgets.tradeoff.TradeoffPlot`, chooses where each run's speed-up comes
 from (a recorded whole-model measurement, else the per-layer estimate, else none) and loads a
-clicked point's configuration and masks back into the model.
+clicked point's configuration and masks back into the model. A run whose configuration the
+dashboard's results store has timed whole (a ``model-speed`` row, written by a sweep) is drawn
+at that measured speed-up, its hover saying ``"measured, <mode>, <tokens> tokens"``.
 
 Examples
 --------
@@ -21,6 +23,7 @@ from dataclasses import replace
 
 import torch
 
+from explorer.results.model_speed import MODEL_SPEED, MeasuredSpeed, measured_speed
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
 from explorer.results.tradeoff import choose_speed
 from explorer.widgets.dashboard_status import summary
@@ -109,15 +112,18 @@ class Points:
                 tokens=config.tokens,
                 higher_is_better=bundle.higher_is_better,
                 dtype=config.dtype,
+                speed_note=speed.note,
             )
         )
 
     def speed_of(self, config: MethodConfig, estimate=None):
         """Where a run's speed-up comes from (:func:`explorer.results.tradeoff.choose_speed`).
 
-        A whole-model measurement of this model at the run's dtype and token count (the store's
-        own rows first, then the reference database's) when every prunable layer was pruned
-        2:4; else ``estimate`` when it rests on measured layers; else no data.
+        This very configuration timed whole (a ``model-speed`` row of the dashboard's store,
+        :meth:`own_speed`); else a whole-model measurement of this model at the run's dtype and
+        token count (the store's own rows first, then the reference database's) when every
+        prunable layer was pruned 2:4; else ``estimate`` when it rests on measured layers; else
+        no data.
         """
         name = getattr(self.state.bundle, "name", None)
         measured = (
@@ -125,7 +131,33 @@ class Points:
             if name is not None
             else []
         )
-        return choose_speed(measured, estimate, config.pattern, whole_model=config.layers is None)
+        return choose_speed(
+            measured,
+            estimate,
+            config.pattern,
+            whole_model=config.layers is None,
+            model_speed=self.own_speed(config),
+        )
+
+    def own_speed(self, config: MethodConfig) -> MeasuredSpeed | None:
+        """The configuration's own model timed whole, from the store's ``model-speed`` rows.
+
+        Rows of the current model, method, pattern and dtype with every prunable layer pruned
+        (``layers="all"``), at the run's token count or else the nearest one
+        (:func:`explorer.results.model_speed.measured_speed`). None without a store, a model,
+        such a row, or when only some layers were pruned (a sweep names no such subset).
+        """
+        name = getattr(self.state.bundle, "name", None)
+        if self.state.store is None or name is None or config.layers is not None:
+            return None
+        return measured_speed(
+            self.state.store.query(MODEL_SPEED, model=str(name)),
+            tokens=config.tokens,
+            method=config.method,
+            pattern=config.pattern,
+            layers="all",
+            dtype=config.dtype,
+        )
 
     def load_point(self, point: TradeoffPoint) -> None:
         """Load the configuration of a trade-off point: its settings and its masks."""

@@ -148,7 +148,7 @@ class Pruning:
             said = (
                 f"no speed data ({speed.details.get('why', speed.label)})"
                 if speed.speedup is None
-                else f"speedup {speed.speedup:.2f}x ({speed.label})"
+                else f"speedup {speed.speedup:.2f}x ({speed.note or speed.label})"
             )
             events.say("ok", f"{config.label}: {bundle.metric} {score:.4g}, {said}")
         except PruningCancelled:
