@@ -49,6 +49,8 @@ class EagerCheck:
     EagerCheck(16 tokens: sparse routes 0.92x, kept dense: 1.02x)
     >>> EagerCheck(4096, 12.0, 10.9)
     EagerCheck(4096 tokens: sparse routes 1.10x, kept)
+    >>> EagerCheck(8192, math.nan, math.nan, error="ValueError: too long")
+    EagerCheck(8192 tokens: not timed, ValueError: too long)
     """
 
     def __init__(
@@ -57,11 +59,13 @@ class EagerCheck:
         dense_ms: float,
         sparse_ms: float,
         after: tuple[float, float] | None = None,
+        error: str | None = None,
     ):
         self.tokens = tokens
         self.dense_ms = dense_ms
         self.sparse_ms = sparse_ms
         self.after = after
+        self.error = error  # why the model could not be timed at this count (routes kept)
 
     @property
     def kept(self) -> bool:
@@ -75,6 +79,8 @@ class EagerCheck:
         return dense / sparse
 
     def __repr__(self) -> str:
+        if self.error is not None:
+            return f"EagerCheck({self.tokens} tokens: not timed, {self.error})"
         head = f"{self.tokens} tokens: sparse routes {self.dense_ms / self.sparse_ms:.2f}x"
         if self.kept:
             return f"EagerCheck({head}, kept)"
@@ -108,18 +114,29 @@ def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int =
 
 def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
     """Random ``input_ids`` for ``tokens`` tokens if ``model`` is a Hugging Face model with a
-    vocabulary (``tokens`` sequences of one token at decode sizes, up to 64; one sequence
-    otherwise), else None.
+    vocabulary, else None: ``tokens`` sequences of one token at decode sizes (up to 64), else
+    the fewest sequences whose length divides ``tokens`` and fits the model's positions
+    (``max_position_embeddings``: BERT's 512 gives 8 x 512 for 4096 tokens). None too where
+    no such length exists.
 
     Examples
     --------
     >>> synthetic_inputs(nn.Linear(4, 4), 16, "cpu") is None
     True
     """
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         return None
-    shape = (tokens, 1) if tokens <= 64 else (1, tokens)
+    if tokens <= 64:
+        shape = (tokens, 1)
+    else:
+        limit = getattr(config, "max_position_embeddings", None)
+        limit = limit if isinstance(limit, int) and limit > 0 else tokens
+        seq = next((s for s in range(min(tokens, limit), 0, -1) if tokens % s == 0), 1)
+        if seq < min(64, tokens):
+            return None  # only very short sequences fit: not what the count stands for
+        shape = (tokens // seq, seq)
     gen = torch.Generator(device=device).manual_seed(tokens)
     ids = torch.randint(0, vocab, shape, device=device, generator=gen)
     return {"input_ids": ids}
@@ -191,7 +208,13 @@ def check_eager(
     checks = []
     with torch.no_grad():
         for tokens, inputs in sorted(inputs_by_tokens.items()):
-            dense_ms, sparse_ms = time_pair(model, inputs, swap(originals), swap(sparse_now))
+            try:
+                dense_ms, sparse_ms = time_pair(model, inputs, swap(originals), swap(sparse_now))
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+                swap(sparse_now)()  # the model is left sparsified, its routes as they were
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                checks.append(EagerCheck(tokens, math.nan, math.nan, error=error))
+                continue
             after = None
             if dense_ms / sparse_ms < KEEP_SPARSE_AT:
                 for layer in layers:

@@ -362,7 +362,12 @@ def _check_whole_model(model, units, counts, examples, report) -> None:
     layers = [m for unit in units for m in unit.new.modules() if isinstance(m, SparseLinear)]
     report.eager_checks = check_eager(model, originals, inputs, layers)
     for check in report.eager_checks:
-        if not check.kept:
+        if check.error is not None:
+            report.notes.append(
+                f"no whole-model eager check at {check.tokens} tokens ({check.error}): the "
+                "layers keep their own routes there; pass example_inputs for that count"
+            )
+        elif not check.kept:
             report.notes.append(
                 f"eager at {check.tokens} tokens: the layers' sparse routes made the whole model "
                 f"{check.dense_ms / check.sparse_ms:.2f}x of dense, so every layer runs dense "

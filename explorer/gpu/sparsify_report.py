@@ -132,7 +132,7 @@ class SparsifyReport:
                 if speed.host_bound:
                     parts.append(f"dense host-bound at {n} tokens")
                 continue  # no estimate beside a measurement of the same count
-            if n in checked:
+            if n in checked and checked[n].error is None:
                 check = checked[n]
                 kept = "" if check.kept else ", layers dense there"
                 parts.append(f"model at {n} tokens {check.speedup:.2f}x measured (eager{kept})")
@@ -161,6 +161,8 @@ class SparsifyReport:
                     "kept" if c.kept else "dense in eager",
                     f"{c.speedup:.2f}x",
                 )
+                if c.error is None
+                else (c.tokens, "", f"not timed: {c.error}", "")
                 for c in self.eager_checks
             ]
             html += _html.table(

@@ -74,9 +74,31 @@ def test_synthetic_inputs_follow_the_vocabulary_and_the_regime():
     assert small["input_ids"].shape == (16, 1) and large["input_ids"].shape == (1, 4096)
     assert int(large["input_ids"].max()) < 50
     assert torch.equal(synthetic_inputs(model, 16, "cpu")["input_ids"], small["input_ids"])
+    Config.max_position_embeddings = 512  # BERT: 4096 tokens as 8 sequences of 512
+    assert synthetic_inputs(model, 4096, "cpu")["input_ids"].shape == (8, 512)
+    assert synthetic_inputs(model, 4099, "cpu") is None  # 4099 = 4099 x 1 only: no fit
     Config.vocab_size = None
     assert synthetic_inputs(model, 16, "cpu") is None
 
 
 def test_an_eager_check_reads_well():
     assert "kept" in repr(EagerCheck(4096, 12.0, 10.9))
+
+
+def test_a_model_that_fails_at_a_count_keeps_its_routes_there_and_stays_sparse():
+    model, originals = _model()
+    sparse_now = (model[0], model[2])
+
+    def time_pair(m, inputs, swap_dense, swap_sparse):
+        swap_dense()
+        if inputs == "too long":
+            raise IndexError("index out of range in self")
+        swap_sparse()
+        return 5.0, 4.0
+
+    layers = [_Layer()]
+    checks = check_eager(model, originals, {16: "ok", 8192: "too long"}, layers, time_pair)
+    assert (model[0], model[2]) == sparse_now
+    assert checks[0].kept and checks[1].error == "IndexError: index out of range in self"
+    assert "not timed" in repr(checks[1])
+    assert layers[0].told == [(16, False)]  # nothing said about the count never timed
