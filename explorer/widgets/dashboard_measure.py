@@ -70,25 +70,31 @@ def example_input(bundle):
     return torch.zeros(1, first.in_features)
 
 
+#: Each step of a measurement: where the progress bar goes and what it says, in turn for a
+#: step taken more than once (dense, then sparse forwards).
+_STEPS = {
+    "place": ((0.1, "placing a copy on the GPU"),),
+    "sparsify": ((0.2, "sparsifying the copy"),),
+    "place_inputs": ((0.3, "placing the input"),),
+    "forward_ms": ((0.4, "timing the dense model"), (0.7, "timing the sparse model")),
+    "gpu_busy": ((0.55, "the dense model's GPU-busy share"),),
+    "layer_estimate": ((0.9, "the ceiling estimate"),),
+}
+
+
 class _Watched:
     """A model timer that reports each step as progress and stops there when cancelled."""
 
-    _steps = {
-        "place": (0.1, "placing a copy on the GPU"),
-        "sparsify": (0.25, "sparsifying the copy"),
-        "place_inputs": (0.4, "placing the input"),
-        "forward_ms": (0.5, "timing forwards"),
-        "gpu_busy": (0.6, "timing the dense GPU-busy share"),
-        "layer_estimate": (0.9, "estimating the ceiling"),
-    }
-
     def __init__(self, timer, cancel: threading.Event, report: Callable[[float, str], None]):
         self.timer, self.cancel, self.report = timer, cancel, report
+        self.taken = dict.fromkeys(_STEPS, 0)
 
     def _step(self, name: str):
         if self.cancel.is_set():
             raise MeasureCancelled("cancelled")
-        fraction, text = self._steps[name]
+        turns = _STEPS[name]
+        fraction, text = turns[self.taken[name] % len(turns)]
+        self.taken[name] += 1
         self.report(fraction, f"measuring: {text}")
         return getattr(self.timer, name)
 

@@ -91,7 +91,7 @@ def test_a_run_on_a_gpu_is_measured_and_its_point_says_so(tmp_path):
     timer = FakeTimer()
     state, events, points, pruning, measure = _wired(store, timer)
     seen = []
-    events.on_change(lambda e: seen.append((e, events.progress[1])) if e == "progress" else None)
+    events.on_change(lambda e: seen.append(events.progress) if e == "progress" else None)
     pruning.run(MethodConfig("magnitude", "2:4"), wait=True)
     assert events.status.level == "ok", events.status.text
     assert events.status.text == (
@@ -106,7 +106,9 @@ def test_a_run_on_a_gpu_is_measured_and_its_point_says_so(tmp_path):
     assert point.details["on"] == "Fake GPU" and "pruning took" in point.details
     assert "sparsify graphs (1024,)" in timer.calls
     # the progress bar followed the measurement, then the job ended
-    assert any(text.startswith("measuring") for _, text in seen)
+    steps = [p for p in seen if p[1].startswith("measuring")]
+    assert [f for f, _ in steps] == sorted(f for f, _ in steps) and len(steps) >= 6
+    assert (0.7, "measuring: timing the sparse model") in steps
     assert events.progress == (1.0, "measured") and not state.busy
     # the row is in the dashboard's store, and the store alone gives the same speed
     (row,) = store.query("model-speed")
@@ -120,6 +122,7 @@ def test_a_run_on_a_gpu_is_measured_and_its_point_says_so(tmp_path):
 def test_without_a_store_the_measurement_is_kept_in_memory():
     state, events, points, pruning, _ = _wired(store=None)
     pruning.run(MethodConfig("magnitude", "2:4"), wait=True)
+    assert events.status.level == "ok", events.status.text
     assert _point(points).speed_note == "measured, graphs, 1024 tokens"
     assert points.own_speed(state.current.config).gpu == "Fake GPU"
 
@@ -173,6 +176,7 @@ def test_a_run_with_nothing_to_time_is_not_measured():
     pruning.run(MethodConfig("magnitude", "4:8"), wait=True)
     assert timer.calls == []
     assert "not measured: no sparse kernel runs 4:8" in events.status.text
+    assert _point(points, "magnitude 4:8 all float16").speed_note == ""
 
 
 def test_without_a_gpu_nothing_is_measured():
