@@ -11,7 +11,8 @@ constructor arguments: :mod:`~explorer.widgets.dashboard_status` (status line, e
 :mod:`~explorer.widgets.dashboard_layer` (the selected layer's mask and pattern panel),
 :mod:`~explorer.widgets.dashboard_points` (trade-off points and their speed),
 :mod:`~explorer.widgets.dashboard_loading` (switching models, the background load),
-:mod:`~explorer.widgets.dashboard_pruning` (pruning runs) and
+:mod:`~explorer.widgets.dashboard_pruning` (pruning runs),
+:mod:`~explorer.widgets.dashboard_measure` (a run timed whole on a GPU) and
 :mod:`~explorer.widgets.dashboard_files` (Save and Export);
 :mod:`~explorer.widgets.dashboard_models` lists the models offered. This module keeps the
 kernel runner, the display and :func:`prebuild_first_page`.
@@ -28,6 +29,7 @@ from explorer.dtypes import dtype_name, parse_dtype
 from explorer.widgets.dashboard_files import Files
 from explorer.widgets.dashboard_layer import LayerView
 from explorer.widgets.dashboard_loading import Loader
+from explorer.widgets.dashboard_measure import Measure
 from explorer.widgets.dashboard_models import (
     DEFAULT_MODEL,
     MODEL_SETTINGS,
@@ -81,6 +83,12 @@ class Dashboard:
         For a checkpoint folder: the text file its perplexity and calibration windows come
         from.
 
+    Attributes
+    ----------
+    measure : Measure
+        Times a run's pruned model on the GPU (after each run there, and on its button);
+        its ``timer`` and ``gpu`` check are the CUDA ones unless replaced.
+
     Examples
     --------
     >>> dash = Dashboard("digits-mlp")  # doctest: +SKIP
@@ -129,8 +137,16 @@ class Dashboard:
             self.tradeoff,
             self.mask_viewer,
         )
+        # On a GPU each run is timed whole in its job, and Measure times a loaded run again.
+        self.measure = Measure(state, self.events, self.points)
         self.pruning = Pruning(
-            state, self.events, self.loader, self.points, self.layer_view, self.method_picker
+            state,
+            self.events,
+            self.loader,
+            self.points,
+            self.layer_view,
+            self.method_picker,
+            after_run=self.measure.after_run,
         )
         self.files = Files(state, self.events, self.loader)
         self.tradeoff.on_click(self.load_point)

@@ -135,6 +135,7 @@ class DashboardPage(DashboardView):
             [
                 step("3 · accuracy versus speedup, one point per run"),
                 self.tradeoff_box,
+                self.measure,
                 self.measured,
                 self.tradeoff_note,
                 step("kernel: the selected layer's sparse matmul"),

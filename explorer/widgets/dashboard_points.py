@@ -5,7 +5,9 @@
 from (a recorded whole-model measurement, else the per-layer estimate, else none) and loads a
 clicked point's configuration and masks back into the model. A run whose configuration the
 dashboard's results store has timed whole (a ``model-speed`` row, written by a sweep) is drawn
-at that measured speed-up, its hover saying ``"measured, <mode>, <tokens> tokens"``.
+at that measured speed-up, its hover saying ``"measured, <mode>, <tokens> tokens"``; so is a
+run the dashboard timed itself (:mod:`explorer.widgets.dashboard_measure`), whose measurement
+:meth:`Points.remember` keeps and :meth:`Points.update_run` draws.
 
 Examples
 --------
@@ -32,6 +34,9 @@ from explorer.widgets.tradeoff import TradeoffPoint
 
 __all__ = ["Points"]
 
+#: Hover lines of a run's point that say how the run went, kept when its speed is replaced.
+_RUN_DETAILS = ("pruned layers", "pruning took")
+
 
 class Points:
     """Trade-off points of a dashboard and the speed each run is given.
@@ -51,6 +56,8 @@ class Points:
     def __init__(self, state, events, tradeoff, layer_view, method_picker) -> None:
         self.state, self.events, self.tradeoff = state, events, tradeoff
         self.layer_view, self.method_picker = layer_view, method_picker
+        #: Whole-model measurements taken here, by (model, run label, tokens): see :meth:`remember`.
+        self.timed: dict[tuple[str, str, int], MeasuredSpeed] = {}
 
     def add_dense(self) -> None:
         """Evaluate the dense model and add its point (a failure is a warning in the status)."""
@@ -91,11 +98,8 @@ class Points:
     def add_run(self, config: MethodConfig, score: float, masks: dict, speed, start: float) -> None:
         """Add a run's point; ``start`` is when the run began (``time.perf_counter()``)."""
         bundle = self.state.bundle
-        details = {
-            **speed.details,
-            "pruned layers": len(masks),
-            "pruning took": f"{time.perf_counter() - start:.1f} s",
-        }
+        run_details = (len(masks), f"{time.perf_counter() - start:.1f} s")
+        details = {**speed.details, **dict(zip(_RUN_DETAILS, run_details, strict=True))}
         self.tradeoff.add(
             TradeoffPoint(
                 config.label,
@@ -115,6 +119,44 @@ class Points:
                 speed_note=speed.note,
             )
         )
+
+    def remember(self, config: MethodConfig, speed: MeasuredSpeed) -> None:
+        """Keep ``speed``, the run of ``config`` timed whole here, for :meth:`own_speed`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from explorer.widgets import Dashboard, MethodConfig
+        >>> dash = Dashboard(torch.nn.Linear(16, 16))
+        >>> config = MethodConfig("magnitude", "2:4", tokens=512)
+        >>> dash.points.remember(config, MeasuredSpeed(1.2, "graphs", 512, "H100"))
+        >>> dash.points.own_speed(config)
+        MeasuredSpeed(1.20x measured, graphs, 512 tokens, on H100)
+        """
+        self.timed[self._key(config)] = speed
+
+    def update_run(self, run):
+        """Give the point of ``run`` (a :class:`~explorer.widgets.dashboard_state.Run`) its
+        speed again (:meth:`run_speed`), keeping its score and how the run went; returns the
+        speed. A run without a point only gets the speed back."""
+        speed = self.run_speed(run.config, run.masks)
+        old = next((p for p in self.tradeoff.points if p.label == run.config.label), None)
+        if old is not None:
+            kept = {k: old.details[k] for k in _RUN_DETAILS if k in old.details}
+            self.tradeoff.add(
+                replace(
+                    old,
+                    speedup=speed.speedup,
+                    details={**speed.details, **kept},
+                    speed_source=speed.source,
+                    speed_from=speed.speed_from,
+                    speed_note=speed.note,
+                )
+            )
+        return speed
+
+    def _key(self, config: MethodConfig) -> tuple[str, str, int]:
+        return (str(getattr(self.state.bundle, "name", None)), config.label, config.tokens)
 
     def speed_of(self, config: MethodConfig, estimate=None):
         """Where a run's speed-up comes from (:func:`explorer.results.tradeoff.choose_speed`).
@@ -140,13 +182,18 @@ class Points:
         )
 
     def own_speed(self, config: MethodConfig) -> MeasuredSpeed | None:
-        """The configuration's own model timed whole, from the store's ``model-speed`` rows.
+        """The configuration's own model timed whole: here (:meth:`remember`), else from the
+        store's ``model-speed`` rows.
 
-        Rows of the current model, method, pattern and dtype with every prunable layer pruned
+        A measurement this dashboard took at the run's token count comes first. Else rows of
+        the current model, method, pattern and dtype with every prunable layer pruned
         (``layers="all"``), at the run's token count or else the nearest one
-        (:func:`explorer.results.model_speed.measured_speed`). None without a store, a model,
-        such a row, or when only some layers were pruned (a sweep names no such subset).
+        (:func:`explorer.results.model_speed.measured_speed`). None without either: no store,
+        no model, no such row, or only some layers pruned (a sweep names no such subset).
         """
+        here = self.timed.get(self._key(config))
+        if here is not None:
+            return here
         name = getattr(self.state.bundle, "name", None)
         if self.state.store is None or name is None or config.layers is not None:
             return None

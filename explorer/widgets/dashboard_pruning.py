@@ -2,7 +2,9 @@
 
 :class:`Pruning` is the part of :class:`explorer.widgets.Dashboard` that prunes its model
 with a :class:`~explorer.widgets.method_picker.MethodConfig` in a background thread, reports
-progress, adds the run's trade-off point (:mod:`explorer.widgets.dashboard_points`) and, when
+progress, adds the run's trade-off point (:mod:`explorer.widgets.dashboard_points`), hands the
+finished run to its ``after_run`` hook (the dashboard's GPU measurement,
+:mod:`explorer.widgets.dashboard_measure`, in the same job) and, when
 cancelled or failing, restores the dense model (every parameter and buffer, bit for bit), shows
 it as it now is in the layer table and the mask view, and says so.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from torch import nn
 
@@ -44,11 +47,25 @@ class Pruning:
         Shows the selected layer after a run.
     method_picker : MethodPicker
         Whose configuration a run uses by default.
+    after_run : callable, optional
+        ``after_run(run)``, called in the run's job once its point is drawn, while the job is
+        still busy and cancellable (the dashboard's :meth:`Measure.after_run`); it must not
+        raise.
     """
 
-    def __init__(self, state, events, loader, points, layer_view, method_picker) -> None:
+    def __init__(
+        self,
+        state,
+        events,
+        loader,
+        points,
+        layer_view,
+        method_picker,
+        after_run: Callable[[Run], None] | None = None,
+    ) -> None:
         self.state, self.events, self.loader = state, events, loader
         self.points, self.layer_view, self.method_picker = points, layer_view, method_picker
+        self.after_run = after_run
 
     def run(
         self, config: MethodConfig | None = None, wait: bool = False
@@ -151,6 +168,8 @@ class Pruning:
                 else f"speedup {speed.speedup:.2f}x ({speed.note or speed.label})"
             )
             events.say("ok", f"{config.label}: {bundle.metric} {score:.4g}, {said}")
+            if self.after_run is not None:
+                self.after_run(run)
         except PruningCancelled:
             self._after_failure(
                 "cancelled", "warn", "the run was cancelled; the model is dense again"

@@ -260,6 +260,10 @@ class DashboardView:
         )
         self.save = w.Button(description="Save", icon="save").add_class("explorer-save")
         self.export = w.Button(description="Export", icon="download").add_class("explorer-export")
+        # Times the loaded run on this machine's GPU; disabled, saying why, without one.
+        self.measure = w.Button(description="Measure", icon="tachometer").add_class(
+            "explorer-measure"
+        )
         self.bar = w.FloatProgress(
             value=0.0, min=0.0, max=1.0, description="", layout={"width": "200px"}
         )
@@ -285,7 +289,7 @@ class DashboardView:
                 self.dtype,
                 self.tokens,
                 w.HBox([self.run, self.cancel]),
-                w.HBox([self.save, self.export]),
+                w.HBox([self.save, self.export, self.measure]),
                 w.HBox([self.bar, self.bar_text]),
                 w.HTML("<b>kernel</b>"),
                 self.kernel,
@@ -308,6 +312,7 @@ class DashboardView:
         ).add_class("explorer-dashboard")
 
         self._sync_model()
+        self._sync_measure()
         self.model.observe(self._on_model, names="value")
         self.layer.observe(self._on_layer, names="value")
         for control in (
@@ -323,6 +328,7 @@ class DashboardView:
         self.save.on_click(lambda _: dash.save())
         self.export.on_click(lambda _: dash.export())
         self.kernel.on_click(self._on_kernel)
+        self.measure.on_click(lambda _: dash.measure.start())
         dash.on_change(on_main_thread(self._on_event))
         dash.tradeoff.on_change(on_main_thread(self._on_tradeoff))
 
@@ -342,6 +348,14 @@ class DashboardView:
         self.table.value = picker.html() if picker is not None else ""
         self.measured.value = _measured(dash)
 
+    def _sync_measure(self) -> None:
+        """The Measure button: enabled with a GPU and no job running; its tooltip says why not."""
+        reason = self.dash.measure.unavailable()
+        self.measure.disabled = reason is not None or self.dash.busy
+        self.measure.tooltip = reason or (
+            "time the loaded run's pruned model on this GPU, dense against sparse"
+        )
+
     def _on_event(self, event: str) -> None:
         dash = self.dash
         if event == "status":
@@ -354,6 +368,7 @@ class DashboardView:
             self.save.disabled = self.export.disabled = dash.busy
             self.cancel.disabled = not dash.busy
             self.model.disabled = dash.busy
+            self._sync_measure()
         elif event == "model":
             self._sync_model()
         elif event == "layer":
