@@ -219,8 +219,9 @@ def from_pretrained(
     Returns
     -------
     ModelBundle
-        Named ``"<folder> (<architecture>)"``. ``options`` records the text file and the token
-        ranges (causal LM) or sentence ranges (encoder) that calibration and evaluation use;
+        Named ``"<folder> (<architecture>)"``. ``options`` records the folder's absolute path
+        (``"path"``: what a sweep records as the model), the text file and the token ranges
+        (causal LM) or sentence ranges (encoder) that calibration and evaluation use;
         ``filter_fn`` selects every Linear except the LM head (tied to the embedding or not).
 
     Raises
@@ -322,6 +323,7 @@ def _causal_lm(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> M
             f"in {n_eval} windows of {seq_len}"
         ),
         options={
+            "path": info.path,
             "text": str(text_path),
             "task": info.task,
             "n_eval": n_eval,
@@ -402,6 +404,7 @@ def _encoder(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> Mod
             f"[0, {len(cal_sentences)}), evaluation sentences [{len(cal_sentences)}, {len(pool)})"
         ),
         options={
+            "path": info.path,
             "text": str(text_path),
             "task": info.task,
             "n_eval": n_eval,

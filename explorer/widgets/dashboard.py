@@ -20,8 +20,10 @@ kernel runner, the display and :func:`prebuild_first_page`.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from torch import nn
 
@@ -50,10 +52,21 @@ __all__ = [
     "DEFAULT_MODEL",
     "MODELS",
     "MODEL_SETTINGS",
+    "PAGE_ENV",
     "Dashboard",
     "Status",
+    "page_options",
     "prebuild_first_page",
 ]
+
+#: What the served page (``notebooks/dashboard.ipynb``) reads from the environment Voila
+#: starts in: the model (a bundled name or a ``save_pretrained`` folder), the text file of a
+#: checkpoint folder, and a results file whose measurements (a sweep's ``--db``) the page shows.
+PAGE_ENV = {
+    "model": "SPARSITY_EXPLORER_MODEL",
+    "text": "SPARSITY_EXPLORER_TEXT",
+    "db": "SPARSITY_EXPLORER_DB",
+}
 
 
 class Dashboard:
@@ -316,3 +329,45 @@ def prebuild_first_page(model: str = DEFAULT_MODEL):
             f"could not cache the first page of {model!r} at {path}: {dash.status.text}"
         )
     return path
+
+
+def page_options(
+    model=DEFAULT_MODEL, text=None, db=None, environ: Mapping[str, str] | None = None
+) -> dict:
+    """The served page's :class:`Dashboard` arguments: the notebook's, or the environment's.
+
+    Each variable of :data:`PAGE_ENV` that is set (and not empty) replaces the notebook's
+    value: ``SPARSITY_EXPLORER_MODEL`` the model (a bundled name or a checkpoint folder's
+    path), ``SPARSITY_EXPLORER_TEXT`` its text file, ``SPARSITY_EXPLORER_DB`` the results file
+    the page reads measurements from (opened read-only; without one, the shipped reference
+    database). So ``SPARSITY_EXPLORER_MODEL=./my-model SPARSITY_EXPLORER_TEXT=corpus.txt
+    voila notebooks/dashboard.ipynb`` serves your own checkpoint.
+
+    Raises
+    ------
+    FileNotFoundError
+        A results file that does not exist (the message names the variable).
+
+    Examples
+    --------
+    >>> page_options(environ={})
+    {'model': 'minilm'}
+    >>> page_options(environ={"SPARSITY_EXPLORER_MODEL": "./my-model",
+    ...                       "SPARSITY_EXPLORER_TEXT": "corpus.txt"})
+    {'model': './my-model', 'text': 'corpus.txt'}
+    """
+    env = os.environ if environ is None else environ
+    found = {"model": model, "text": text, "db": db}
+    found.update({key: env[var] for key, var in PAGE_ENV.items() if env.get(var)})
+    options = {k: v for k, v in found.items() if k != "db" and v is not None}
+    if found["db"] is not None:
+        from explorer.results.store import ResultStore
+
+        path = Path(os.fspath(found["db"])).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"results file {str(path)!r} ({PAGE_ENV['db']} or db=) does not exist: name the "
+                "file a sweep wrote (sparsity-explorer sweep ... --db results.db)"
+            )
+        options["store"] = ResultStore(str(path), readonly=True, source="local")
+    return options

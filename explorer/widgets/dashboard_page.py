@@ -7,8 +7,10 @@ mask in the middle, the accuracy-versus-speedup plot on the right, all above the
 
 from __future__ import annotations
 
+import threading
+
 from explorer.widgets.mask_view import WINDOW_COLOURS
-from explorer.widgets.views import DashboardView, _widgets
+from explorer.widgets.views import DashboardView, _widgets, on_main_thread
 
 __all__ = ["INTRO", "DashboardPage"]
 
@@ -74,6 +76,11 @@ class DashboardPage(DashboardView):
     #: The left column is the widest it can be: layer names and the "at 2:4" column need room.
     columns = (450, 460, 450)
     mask_width, tradeoff_width = 450, 440
+    #: Seconds a replaced trade-off figure stays open before it is closed: a page that is
+    #: connecting meanwhile may still ask the kernel for it (a model whose dense point comes
+    #: a second after the page is drawn, a small checkpoint, otherwise logs "widget model not
+    #: found" in the browser).
+    retire_after_s = 10.0
 
     def __init__(self, dash) -> None:
         super().__init__(dash)
@@ -161,9 +168,11 @@ class DashboardPage(DashboardView):
         ).add_class("explorer-dashboard")
 
     def _on_tradeoff(self, plot) -> None:
-        # The replaced figure is closed: every open plotly widget carries plotly.js (about
-        # 5 MB) in the state a newly connected page downloads.
+        # The replaced figure is closed, after a grace period: every open plotly widget
+        # carries plotly.js (about 5 MB) in the state a newly connected page downloads.
         old = self.tradeoff
         super()._on_tradeoff(plot)
         if old is not self.tradeoff:
-            old.close()
+            timer = threading.Timer(self.retire_after_s, on_main_thread(old.close))
+            timer.daemon = True
+            timer.start()

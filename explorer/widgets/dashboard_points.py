@@ -186,7 +186,8 @@ class Points:
         store's ``model-speed`` rows.
 
         A measurement this dashboard took at the run's token count comes first. Else rows of
-        the current model, method, pattern and dtype with every prunable layer pruned
+        the current model (its name, or for a checkpoint folder also the folder's path, as a
+        sweep of it records it), method, pattern and dtype with every prunable layer pruned
         (``layers="all"``), at the run's token count or else the nearest one
         (:func:`explorer.results.model_speed.measured_speed`). None without either: no store,
         no model, no such row, or only some layers pruned (a sweep names no such subset).
@@ -194,11 +195,14 @@ class Points:
         here = self.timed.get(self._key(config))
         if here is not None:
             return here
-        name = getattr(self.state.bundle, "name", None)
+        bundle = self.state.bundle
+        name = getattr(bundle, "name", None)
         if self.state.store is None or name is None or config.layers is not None:
             return None
+        # A sweep records a checkpoint folder by its absolute path, the bundle by its label.
+        path = (getattr(bundle, "options", None) or {}).get("path")
         return measured_speed(
-            self.state.store.query(MODEL_SPEED, model=str(name)),
+            self.state.store.query(MODEL_SPEED, model=[str(name), *([str(path)] if path else [])]),
             tokens=config.tokens,
             method=config.method,
             pattern=config.pattern,

@@ -5,6 +5,12 @@ The module starts Voila twice on one fresh cache folder. The first start has not
 a visitor normally gets: a new server and a new kernel, the first page drawn from the cache
 while the model loads behind it. Both times are printed and written with the screenshots (the
 folder is printed too); only a generous sanity bound is asserted, never a tight timing.
+
+A third start serves a user's own checkpoint, named by path in the environment the page reads
+(``SPARSITY_EXPLORER_MODEL``, ``_TEXT``, ``_DB``): a tiny LLaMA folder written into a temporary
+folder, its text file, and a results file holding one ``model-speed`` row for magnitude 2:4 on
+it, as a sweep on a GPU records it. The page shows the model's name and layers, and pruning
+that configuration draws its point as measured.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from explorer.widgets.dashboard import PAGE_ENV
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -184,7 +192,8 @@ def timings(shots):
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory, shots, timings, jupyter_dirs):
+def browser():
+    """One headless Chromium for the module (skipped with the reason when it cannot start)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (Debian package chromium); ./dev test installs it")
     pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
@@ -193,43 +202,57 @@ def page(tmp_path_factory, shots, timings, jupyter_dirs):
     )
     from playwright.sync_api import sync_playwright
 
-    cache = tmp_path_factory.mktemp("cache")
-    env = dict(os.environ)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _env(cache: Path, jupyter_dirs: dict, **more: str) -> dict:
+    """The server's environment: this checkout first, a private cache, no writes into ~."""
+    env = {k: v for k, v in os.environ.items() if k not in PAGE_ENV.values()}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["SPARSITY_EXPLORER_CACHE"] = str(cache)
     env.update(jupyter_dirs)  # the kernel and server write nothing into ~
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        # 1. first start: nothing cached; the kernel loads the model, then caches the page.
-        server = Voila(env, cache / "voila-first.log")
-        try:
-            first, timings["first_start_to_interactive"], _ = _open(
-                browser, server.base, server.started
-            )
-            _dense_point(first)
-            timings["first_start_to_dense_point"] = time.monotonic() - server.started
-            deadline = time.monotonic() + 120
-            while not list(cache.glob("page-*.pt")) and time.monotonic() < deadline:
-                first.wait_for_timeout(250)
-            first.close()
-        finally:
-            server.stop()
-        # 2. cold start: a new server and kernel, the first page from the cache.
-        server = Voila(env, cache / "voila-cold.log")
-        try:
-            page, cold, request = _open(browser, server.base, server.started)
-            timings["cold_start_to_interactive"] = cold
-            timings["page_request_to_interactive"] = request
-            page.screenshot(path=str(shots / "first-page.png"))
-            page.boxes = _in_viewport(page)
-            _dense_point(page)
-            timings["cold_start_to_dense_point"] = time.monotonic() - server.started
-            _settle(page)
-            page.screenshot(path=str(shots / "first-page-settled.png"))
-            yield page
-        finally:
-            server.stop()
-            browser.close()
+    env.update(more)
+    return env
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory, shots, timings, jupyter_dirs):
+    cache = tmp_path_factory.mktemp("cache")
+    env = _env(cache, jupyter_dirs)
+    # 1. first start: nothing cached; the kernel loads the model, then caches the page.
+    server = Voila(env, cache / "voila-first.log")
+    try:
+        first, timings["first_start_to_interactive"], _ = _open(
+            browser, server.base, server.started
+        )
+        _dense_point(first)
+        timings["first_start_to_dense_point"] = time.monotonic() - server.started
+        deadline = time.monotonic() + 120
+        while not list(cache.glob("page-*.pt")) and time.monotonic() < deadline:
+            first.wait_for_timeout(250)
+        first.close()
+    finally:
+        server.stop()
+    # 2. cold start: a new server and kernel, the first page from the cache.
+    server = Voila(env, cache / "voila-cold.log")
+    try:
+        page, cold, request = _open(browser, server.base, server.started)
+        timings["cold_start_to_interactive"] = cold
+        timings["page_request_to_interactive"] = request
+        page.screenshot(path=str(shots / "first-page.png"))
+        page.boxes = _in_viewport(page)
+        _dense_point(page)
+        timings["cold_start_to_dense_point"] = time.monotonic() - server.started
+        _settle(page)
+        page.screenshot(path=str(shots / "first-page-settled.png"))
+        yield page
+    finally:
+        server.stop()
 
 
 def _unexpected(errors: list[str]) -> list[str]:
@@ -382,3 +405,117 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
     for name, box in _in_viewport(page).items():
         assert box is not None and box["y"] + box["height"] <= HEIGHT + 1, (name, box)
     assert not _unexpected(page.console_errors), page.console_errors
+
+
+# -- a user's own checkpoint, named by path, with a measurement of its own ---------------------
+#: What the results file says a GPU measured for magnitude 2:4 on every layer of the folder.
+MEASURED = {"mode": "graphs", "tokens": 1024, "dense_ms": 2.0, "sparse_ms": 1.6}
+
+
+@pytest.fixture(scope="class")
+def own_checkpoint(tmp_path_factory) -> dict[str, Path]:
+    """A tiny LLaMA folder, its text, and a results file with one model-speed row for it."""
+    pytest.importorskip("transformers", reason="transformers is not installed (models extra)")
+    from explorer.models.tiny import sample_text, save_tiny_llama
+    from explorer.results.model_speed import model_speed_row
+    from explorer.results.store import ResultStore
+    from explorer.sweeps import SweepConfig
+
+    root = tmp_path_factory.mktemp("own-checkpoint")
+    folder = save_tiny_llama(root / "my-tiny-llama")
+    text = root / "corpus.txt"
+    text.write_text(sample_text(400), encoding="utf-8")
+    # the row a GPU sweep of this folder writes: the model is the folder's absolute path
+    grid = SweepConfig.make(
+        str(folder), text=text, methods="magnitude", patterns="2:4", tokens=[MEASURED["tokens"]]
+    )
+    (cell,) = [c for c in grid.cells() if c.kind == "model-speed" and c.config["of"] == "prune"]
+    row = model_speed_row(
+        cell.config,
+        MEASURED["tokens"],
+        MEASURED["mode"],
+        {"dense_ms": MEASURED["dense_ms"], "sparse_ms": MEASURED["sparse_ms"]},
+    )
+    db = root / "results.db"
+    with ResultStore(db) as store:
+        store.record(**row, provenance={"gpu": "NVIDIA H100 80GB HBM3"})
+    return {"folder": folder, "text": text, "db": db}
+
+
+@pytest.fixture(scope="class")
+def own_page(browser, own_checkpoint, tmp_path_factory, shots, timings, jupyter_dirs):
+    cache = tmp_path_factory.mktemp("own-cache")
+    paths = {
+        key: str(own_checkpoint[name])
+        for key, name in (("model", "folder"), ("text", "text"), ("db", "db"))
+    }
+    env = _env(cache, jupyter_dirs, **{PAGE_ENV[key]: value for key, value in paths.items()})
+    server = Voila(env, cache / "voila-own.log")
+    try:
+        page, timings["own_checkpoint_to_interactive"], _ = _open(
+            browser, server.base, server.started
+        )
+        _dense_point(page)
+        timings["own_checkpoint_to_dense_point"] = time.monotonic() - server.started
+        _settle(page)
+        yield page
+    finally:
+        server.stop()
+
+
+def _status(page) -> str:
+    return " ".join((page.locator(".explorer-status").text_content() or "").split())
+
+
+class TestYourOwnCheckpoint:
+    """The page serves a checkpoint folder named by path and draws its measured speed."""
+
+    def test_the_page_shows_the_checkpoints_name_and_layers(self, own_page):
+        status = _status(own_page)
+        assert "my-tiny-llama (LlamaForCausalLM): 15 layers" in status, status
+        assert "dense perplexity" in status, status
+        options = own_page.locator(".explorer-layer select option")
+        values = [options.nth(i).get_attribute("value") for i in range(options.count())]
+        layers = [" ".join((v or "").split()) for v in values]
+        for name in ("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"):
+            assert any(label.startswith(name) for label in layers), layers
+        table = own_page.locator(".explorer-layer-table").text_content() or ""
+        assert "mlp.down_proj" in table, table[:300]
+        body = own_page.content()
+        assert not [m for m in ERROR_MARKERS if m in body]
+        assert not _unexpected(own_page.console_errors), own_page.console_errors
+
+    def test_pruning_the_measured_configuration_draws_a_measured_point(self, own_page, shots):
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        note = f"measured, {MEASURED['mode']}, {MEASURED['tokens']} tokens"
+        before = _points(own_page)
+        own_page.locator("button.explorer-run").click()
+        own_page.wait_for_function(
+            "() => /speedup|failed|cancelled/.test("
+            "(document.querySelector('.explorer-status') || {}).textContent || '')",
+            timeout=120_000,
+        )
+        status = _status(own_page)
+        assert "magnitude 2:4 all float16" in status and f"1.25x ({note})" in status, status
+        _wait_points(own_page, before)
+        assert any("measured on the whole model" in name for name in _legend(own_page))
+        # its hover names the measurement: hover the markers, newest first, until one says so
+        markers = own_page.locator(".explorer-tradeoff .scatterlayer .trace path.point")
+        hover = own_page.locator(".explorer-tradeoff .hoverlayer")
+        seen = []
+        for i in reversed(range(markers.count())):
+            markers.nth(i).hover(force=True)
+            try:
+                own_page.wait_for_function(
+                    "note => ((document.querySelector('.explorer-tradeoff .hoverlayer') || {})"
+                    ".textContent || '').includes(note)",
+                    arg=note,
+                    timeout=5_000,
+                )
+                break
+            except PlaywrightTimeout:
+                seen.append(hover.text_content())
+        text = hover.text_content() or ""
+        assert note in text and "speedup 1.250x" in text and "NVIDIA H100" in text, (text, seen)
+        own_page.screenshot(path=str(shots / "own-checkpoint-measured.png"))

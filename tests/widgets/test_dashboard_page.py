@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -113,9 +115,16 @@ def test_page_layout_fits_three_columns(cache):
     assert page.mask_box in columns.children[1].children
     assert page.tradeoff_box in columns.children[2].children
     old = page.tradeoff
+    page.retire_after_s = 0.2
     dash.run(MethodConfig("magnitude", "2:4"), wait=True)
     assert page.tradeoff is not old and page.tradeoff.layout.width == page.tradeoff_width
-    assert old.comm is None  # the replaced figure was closed, not left in the page's state
+    # the replaced figure is closed, not left in the page's state, after a grace period in
+    # which a page still connecting can fetch it
+    assert old.comm is not None
+    deadline = time.monotonic() + 10
+    while old.comm is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert old.comm is None
 
 
 @pytest.mark.slow
