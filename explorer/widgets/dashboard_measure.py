@@ -186,16 +186,9 @@ class Measure:
         if run is None:
             say("warn", "the model is dense: run a pruning or load a run's point to measure it")
             return None
-        state.busy = True
-        state.cancel.clear()
-        self.events.emit("busy")
-        state.job = threading.Thread(
-            target=self._job, args=(run,), daemon=True, name="explorer-measure"
+        return state.start_job(
+            self._job, (run,), "explorer-measure", wait, lambda: self.events.emit("busy")
         )
-        state.job.start()
-        if wait:
-            state.job.join()
-        return state.job
 
     def _job(self, run) -> None:
         try:

@@ -83,16 +83,9 @@ class Pruning:
             self.events.say("warn", "there is no model with prunable layers loaded")
             return None
         config = config or self.method_picker.config
-        state.busy = True
-        state.cancel.clear()
-        self.events.emit("busy")
-        state.job = threading.Thread(
-            target=self._run, args=(config,), daemon=True, name="explorer-prune"
+        return state.start_job(
+            self._run, (config,), "explorer-prune", wait, lambda: self.events.emit("busy")
         )
-        state.job.start()
-        if wait:
-            state.job.join()
-        return state.job
 
     def cancel(self) -> None:
         """Ask the running job to stop (it restores the dense model and says so)."""

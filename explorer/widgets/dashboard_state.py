@@ -87,6 +87,30 @@ class DashboardState:
         """Name of the selected layer."""
         return None if self.layer_picker is None else self.layer_picker.selected
 
+    def start_job(
+        self, target, args: tuple, name: str, wait: bool = False, announce=None
+    ) -> threading.Thread:
+        """Mark the dashboard busy, clear Cancel, call ``announce()`` (the parts redraw for a
+        busy page) and run ``target(*args)`` in a daemon thread named ``name``, joined before
+        returning with ``wait``.
+
+        Examples
+        --------
+        >>> state = DashboardState(16, "float16")
+        >>> out = []
+        >>> state.start_job(out.append, (1,), "explorer-example", wait=True).name, out, state.busy
+        ('explorer-example', [1], True)
+        """
+        self.busy = True
+        self.cancel.clear()
+        if announce is not None:
+            announce()
+        self.job = threading.Thread(target=target, args=args, daemon=True, name=name)
+        self.job.start()
+        if wait:
+            self.job.join()
+        return self.job
+
     def restore_dense(self) -> None:
         """Put every parameter and buffer back as it was when the model loaded, bit for bit."""
         if self.dense is not None:
