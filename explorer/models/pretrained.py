@@ -33,7 +33,7 @@ from explorer.models import text as corpus
 from explorer.models.bundle import ModelBundle
 from explorer.models.folder import CheckpointFolder, inspect_folder
 from explorer.models.metrics import cosine_to_reference, perplexity, topk_agreement
-from explorer.models.minilm import SentenceEncoder
+from explorer.models.minilm import SentenceEncoder, tokenized_batches
 
 __all__ = ["from_pretrained", "load_model", "output_layers"]
 
@@ -360,19 +360,10 @@ def _encoder(info: CheckpointFolder, text_path: Path, raw: str, **o: Any) -> Mod
     cal_sentences, eval_sentences = pool[:-n_eval], pool[-n_eval:]
 
     def tokenize(sentences: list[str], desc: str) -> list[dict[str, torch.Tensor]]:
-        starts = range(0, len(sentences), batch_size)
-        return [
-            dict(
-                tokenizer(
-                    sentences[i : i + batch_size],
-                    padding=True,
-                    truncation=True,
-                    max_length=max_length,
-                    return_tensors="pt",
-                )
-            )
-            for i in _bar(o["progress"], starts, desc=desc, leave=False)
-        ]
+        def starts(batch_starts):
+            return _bar(o["progress"], batch_starts, desc=desc, leave=False)
+
+        return tokenized_batches(tokenizer, sentences, batch_size, max_length, starts)
 
     eval_batches = tokenize(eval_sentences, "tokenize")
     reference: dict[str, torch.Tensor] = {}
