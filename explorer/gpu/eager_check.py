@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.model_timing import call_model
-from explorer.gpu.timing import paired_ratio
+from explorer.gpu.timing import interleaved_runs, paired_ratio
 
 __all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "eager_verdict", "synthetic_inputs"]
 
@@ -145,21 +145,23 @@ def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
 def _paired_ms(
     model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 9
 ) -> tuple[float, float]:
-    """The dense and the sparse model's eager forward time (ms), interleaved round by round:
-    the dense median, and the sparse time that the rounds' median paired ratio gives."""
-    runs: dict[str, list[float]] = {"dense": [], "sparse": []}
-    for _ in range(rounds):
-        for name, swap in (("dense", swap_dense), ("sparse", swap_sparse)):
-            swap()
-            call_model(model, inputs)  # warm
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(3):
-                call_model(model, inputs)
-            b.record()
-            b.synchronize()
-            runs[name].append(a.elapsed_time(b) / 3)
+    """The dense and the sparse model's eager forward time (ms), interleaved round by round
+    (each round swaps its modules in and warms once, untimed): the dense median, and the
+    sparse time that the rounds' median paired ratio gives."""
+
+    def forward() -> None:
+        call_model(model, inputs)
+
+    def warmed(swap: Callable) -> Callable[[], None]:
+        return lambda: (swap(), forward())
+
+    runs = interleaved_runs(
+        {"dense": forward, "sparse": forward},
+        rounds=rounds,
+        iters=3,
+        warmup=0,
+        setup={"dense": warmed(swap_dense), "sparse": warmed(swap_sparse)},
+    )
     swap_sparse()
     dense = statistics.median(runs["dense"])
     return dense, dense / paired_ratio(runs["dense"], runs["sparse"])

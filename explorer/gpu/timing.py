@@ -93,13 +93,19 @@ def host_us(fn: Callable[[], object], iters: int = 200) -> float:
 
 
 def interleaved_runs(
-    fns: dict[str, Callable[[], object]], rounds: int = 7, iters: int = 5, warmup: int = 3
+    fns: dict[str, Callable[[], object]],
+    rounds: int = 7,
+    iters: int = 5,
+    warmup: int = 3,
+    setup: dict[str, Callable[[], object]] | None = None,
 ) -> dict[str, list[float]]:
     """Per-call times of several callables measured side by side: in each of ``rounds``
     rounds every callable runs ``iters`` back-to-back calls between CUDA events, in turn.
     A host whose speed drifts (other work on the machine, frequency changes) then weighs on
     every callable alike, which timing one after the other cannot promise; the ratio of two
     callables' times in the same round is the paired comparison (see :func:`paired_ratio`).
+    ``setup[name]()``, where given, runs before that callable's warm-up and before each of its
+    rounds, outside the timed calls (e.g. swapping modules into the model it calls).
 
     Returns
     -------
@@ -114,13 +120,18 @@ def interleaved_runs(
     >>> [len(runs[k]) for k in sorted(runs)]
     [3, 3]
     """
-    for fn in fns.values():
+    setup = setup or {}
+    for name, fn in fns.items():
+        if name in setup:
+            setup[name]()
         for _ in range(warmup):
             fn()
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            if name in setup:
+                setup[name]()
             a = torch.cuda.Event(enable_timing=True)
             b = torch.cuda.Event(enable_timing=True)
             a.record()

@@ -102,3 +102,35 @@ def test_a_model_that_fails_at_a_count_keeps_its_routes_there_and_stays_sparse()
     assert checks[0].kept and checks[1].error == "IndexError: index out of range in self"
     assert "not timed" in repr(checks[1])
     assert layers[0].told == [(16, False)]  # nothing said about the count never timed
+
+
+def test_the_default_timer_swaps_each_side_in_before_its_rounds(monkeypatch):
+    """The real pairing (interleaved CUDA-event rounds), with a clock the forwards advance:
+    the dense modules cost 2 units a call, the stand-ins 1, so sparse is 2x and kept."""
+    clock = [0.0]
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    model, originals = _model()
+
+    def forward(x):
+        clock[0] += 2.0 if isinstance(model[0], nn.Linear) else 1.0
+        return x
+
+    model.forward = forward
+    checks = check_eager(model, originals, {4096: torch.zeros(1)}, [_Layer()])
+    assert checks[0].kept and checks[0].dense_ms == 2.0 and checks[0].sparse_ms == 1.0
+    assert isinstance(model[0], nn.Identity)  # left sparsified
