@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "COMPILED_HOST_BOUND_UP_TO",
     "DECODE",
     "DENSE",
     "MODES",
@@ -185,6 +186,12 @@ def clock_for(mode: str) -> str:
     return "gpu" if check_mode(mode) == "graphs" else "wall"
 
 
+#: Token counts up to which a model compiled in ``torch.compile``'s default mode is host-bound
+#: (measured on an H100: the Qwen2-like model at 16 tokens took 2.7x its CUDA-graph time), so a
+#: layer there runs as a traced dense matmul (:meth:`Decision.compiled_dense`).
+COMPILED_HOST_BOUND_UP_TO = 64
+
+
 @dataclass(frozen=True)
 class Decision:
     """The routes measured for one problem, by both clocks, and the route each one picks.
@@ -219,26 +226,31 @@ class Decision:
         """The route :func:`pick_route` keeps by ``clock``."""
         return pick_route(self.times(clock))
 
-    def compiled_dense(self, op_ms: float) -> bool:
+    def compiled_dense(self, op_ms: float, tokens: int | None = None) -> bool:
         """Whether a model compiled in ``torch.compile``'s default mode should run this
-        problem as a traced dense matmul rather than call the sparse op.
+        problem (at ``tokens`` rows) as a traced dense matmul rather than call the sparse op.
 
         The compiled model launches its own matmul for about the host time it spends anyway;
-        the sparse op costs ``op_ms`` of host time on top. Where the dense matmul's GPU time
-        is short (under four times ``op_ms``) the compiled model is host-bound there and the
-        op's host time adds to its GPU time: a sparse route must beat dense by more than
-        ``op_ms``. Longer matmuls keep the GPU busy while the host issues the next call: there
-        the GPU times decide.
+        the sparse op costs ``op_ms`` of host time on top. At decode sizes (``tokens`` up to
+        :data:`COMPILED_HOST_BOUND_UP_TO`) a default-mode compiled model is host-bound, so the
+        op's host time is never won back there: dense. Elsewhere, where the dense matmul's
+        GPU time is short (under four times ``op_ms``) the op's host time adds to its GPU
+        time: a sparse route must beat dense by more than ``op_ms``. Longer matmuls keep the
+        GPU busy while the host issues the next call: there the GPU times decide.
 
         Examples
         --------
         >>> sparse = Route("sparse", "cc")
-        >>> decode = Decision({DENSE: 0.040, sparse: 0.028}, {})  # 16 tokens: host-bound
-        >>> decode.compiled_dense(0.030), decode.compiled_dense(0.005)
+        >>> short = Decision({DENSE: 0.040, sparse: 0.028}, {})
+        >>> short.compiled_dense(0.030), short.compiled_dense(0.005)
         (True, False)
-        >>> Decision({DENSE: 0.290, sparse: 0.230}, {}).compiled_dense(0.030)  # prefill
+        >>> short.compiled_dense(0.005, tokens=16)  # a decode size
+        True
+        >>> Decision({DENSE: 0.290, sparse: 0.230}, {}).compiled_dense(0.030, 4096)  # prefill
         False
         """
+        if tokens is not None and tokens <= COMPILED_HOST_BOUND_UP_TO:
+            return True
         times = self.times("gpu")
         dense = times.get(DENSE)
         sparse = [ms for r, ms in times.items() if r.sparse_weight]

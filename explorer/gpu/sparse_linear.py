@@ -636,10 +636,7 @@ class SparseLinear(nn.Module):
         self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
-            # a default-mode compiled model is host-bound at decode sizes (measured: 2.7x its
-            # CUDA-graph time at 16 tokens), where the op's host time is never won back
-            "compile": key <= D.MAX_TOKENS
-            or found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3),
+            "compile": found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3, key),
         }
         self._update_traced_dense()
 
