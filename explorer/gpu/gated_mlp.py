@@ -60,6 +60,17 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
         return nn.functional.silu(g) * u
 
 
+def _silu_call(gu: torch.Tensor, hidden: int):
+    """A set-up-once SwiGLU launch for ``gu``'s rows and dtype, or None where there is none
+    (no CuPy, a dtype or hidden size the kernel does not take)."""
+    try:
+        from explorer.gpu.kernels import SiluMulCall
+
+        return SiluMulCall(gu.shape[0], hidden, gu.dtype, gu.device)
+    except (ImportError, ValueError):
+        return None
+
+
 class SparseGatedMLP(nn.Module):
     """``down(silu(gate(x)) * up(x))`` with gate and up fused into one 2:4 sparse matmul.
 
@@ -98,7 +109,7 @@ class SparseGatedMLP(nn.Module):
         self.down = down
         self.hidden = down.in_features
         self._op_id = ops.register(self)
-        self._silu_calls: dict = {}  # rows -> kernels.SiluMulCall (launch state of this process)
+        self._silu_calls: dict = {}  # (rows, dtype) -> kernels.SiluMulCall or None (this process)
 
     @classmethod
     def from_modules(
@@ -198,21 +209,14 @@ class SparseGatedMLP(nn.Module):
         return y.reshape(*lead, y.shape[-1])
 
     def _swiglu(self, gu: torch.Tensor) -> torch.Tensor:
-        """``silu(gate) * up``: a launch set up once per row count where ``gu`` is row-major
-        (every decode step), else the general kernel."""
-        call = self._silu_calls.get(gu.shape[0])
-        if call is not None and call.fits(gu):
+        """``silu(gate) * up``: a launch set up once per row count and dtype where ``gu`` is
+        row-major (every decode step), else the general kernel."""
+        key = (gu.shape[0], gu.dtype)
+        call = self._silu_calls.get(key, False)
+        if call is False and gu.is_cuda and len(self._silu_calls) < 64:
+            call = self._silu_calls[key] = _silu_call(gu, self.hidden)
+        if call and call.fits(gu):
             return call(gu)
-        if call is None and len(self._silu_calls) < 64 and gu.is_cuda and self.hidden % 8 == 0:
-            try:
-                from explorer.gpu.kernels import SiluMulCall
-            except ImportError:  # no CuPy: torch's two calls
-                return _silu_mul(gu)
-            if gu.dtype in (torch.float16, torch.bfloat16):
-                made = SiluMulCall(gu.shape[0], self.hidden, gu.dtype, gu.device)
-                self._silu_calls[gu.shape[0]] = made
-                if made.fits(gu):
-                    return made(gu)
         return _silu_mul(gu)
 
     def extra_repr(self) -> str:
