@@ -23,7 +23,7 @@ from torch import nn
 
 from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import decision_tokens
-from explorer.gpu.timing import eager_ms, interleaved_runs, paired_ratio
+from explorer.gpu.timing import interleaved_runs, paired_ratio
 
 __all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
 
@@ -328,50 +328,61 @@ def bench_whole_model(
 def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
     """Add the ``torch.compile`` columns to ``row``: the default mode with the models as
     ``sparsify()`` left them, and CUDA graphs (``mode="reduce-overhead"``) with the sparse
-    models set to ``mode="graphs"``, as the docs ask of a model run that way."""
+    models set to ``mode="graphs"``, as the docs ask of a model run that way.
+
+    The variants of one compile mode are compiled together and timed side by side, round
+    after round (:func:`~explorer.gpu.timing.interleaved_runs`): a default-mode compiled decode
+    step is host-bound, and timed one after the other its ratio to dense drifts with the
+    host's speed. Each speedup is the median of the rounds' paired ratios.
+    """
     from explorer.gpu import set_mode
 
     mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
-    variants = [
-        ("dense_default_ms", dense, "default"),
-        ("explorer_default_ms", sparse, "default"),
-        ("dense_compiled_ms", dense, mode),
-        ("explorer_compiled_ms", sparse, mode),
-    ]
+    groups = {
+        "default": {"dense_default_ms": dense, "explorer_default_ms": sparse},
+        mode: {"dense_compiled_ms": dense, "explorer_compiled_ms": sparse},
+    }
     if with_decode is not None:
-        variants.insert(2, ("decode_default_ms", with_decode, "default"))
-        variants.append(("decode_compiled_ms", with_decode, mode))
-    for key, model, how in variants:
+        groups["default"]["decode_default_ms"] = with_decode
+        groups[mode]["decode_compiled_ms"] = with_decode
+    ratios = {}
+    for how, variants in groups.items():
         torch._dynamo.reset()
-        graphs = how != "default" and model is not dense
-        if graphs:
-            set_mode(model, "graphs")  # what the docs ask of a model run under CUDA graphs
+        graphs = how != "default"
+        fns = {}
         try:
-            fn = torch.compile(model, mode=None if how == "default" else how, dynamic=False)
-            row[key] = _time(call(fn), compiled=True)
-        except Exception as exc:  # a compile failure is a result to report, not a crash
-            row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            for key, model in variants.items():
+                if graphs and model is not dense:
+                    set_mode(model, "graphs")  # what the docs ask of a model run so
+                try:
+                    fn = call(torch.compile(model, mode=None if how == "default" else how))
+                    for _ in range(3):  # compile, then CUDA-graph warm-up and recording
+                        fn()
+                    torch.cuda.synchronize()
+                    fns[key] = fn
+                except Exception as exc:  # a compile failure is a result to report
+                    row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if fns:
+                runs = interleaved_runs(fns, rounds=11, iters=3)
+                base = next(k for k in variants if k.startswith("dense"))
+                for key, times in runs.items():
+                    row[key] = statistics.median(times)
+                    if key != base and base in runs:
+                        ratios[key] = paired_ratio(runs[base], times)
         finally:
-            if graphs:
-                set_mode(model, "auto")
-    for out, num, den in (
-        ("speedup_default", "dense_default_ms", "explorer_default_ms"),
-        ("decode_speedup_default", "dense_default_ms", "decode_default_ms"),
-        ("decode_speedup_compiled", "dense_compiled_ms", "decode_compiled_ms"),
-        ("speedup_compiled", "dense_compiled_ms", "explorer_compiled_ms"),
+            for model in variants.values():
+                if graphs and model is not dense:
+                    set_mode(model, "auto")
+    for out, key in (
+        ("speedup_default", "explorer_default_ms"),
+        ("decode_speedup_default", "decode_default_ms"),
+        ("decode_speedup_compiled", "decode_compiled_ms"),
+        ("speedup_compiled", "explorer_compiled_ms"),
     ):
-        if row.get(num) and row.get(den):
-            row[out] = row[num] / row[den]
+        if key in ratios:
+            row[out] = ratios[key]
     if row.get("speedup_compiled") and est_gpu:
         # the graph-replayed dense time is the GPU's: the truer base
         row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
     row["compile_mode"] = mode
     torch._dynamo.reset()
-
-
-def _time(fn, compiled: bool = False) -> float:
-    if compiled:
-        for _ in range(3):  # compile, then CUDA-graph warm-up and recording
-            fn()
-        torch.cuda.synchronize()
-    return eager_ms(fn, iters=5, reps=5, warmup=3)

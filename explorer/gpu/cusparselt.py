@@ -178,6 +178,28 @@ def _stream_ptr(device: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # plans
 # ---------------------------------------------------------------------------------------------
+_WORKSPACE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _workspace(size: int, device: int) -> torch.Tensor | None:
+    """A plan's scratch memory (None when it needs none), kept out of CUDA-graph memory pools.
+
+    A plan outlives the call that built it. Built while torch records or warms up a CUDA graph
+    (``torch.compile(mode="reduce-overhead")``), a workspace taken on the current stream would
+    land in the graph's private pool, alive after the capture but no output of it, which torch's
+    CUDA-graph trees refuse. Taken while a side stream is current, it comes from the ordinary
+    pool. Only workspaces are ever allocated on that stream, and every plan runs on the stream
+    of its caller, so a freed workspace is reused only as another plan's scratch.
+    """
+    if size <= 0:
+        return None
+    stream = _WORKSPACE_STREAMS.get(device)
+    if stream is None:
+        stream = _WORKSPACE_STREAMS[device] = torch.cuda.Stream(device=device)
+    with torch.cuda.stream(stream):
+        return torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}")
+
+
 @dataclass(frozen=True)
 class PlanKey:
     """Everything a cuSPARSELt plan depends on (JSON-serialisable via :meth:`to_json`).
@@ -335,11 +357,8 @@ class Plan:
             v = ctypes.c_int32(key.split_k)
             L.matmul_alg_set_attribute(h, sel, L.MatmulAlgAttribute.SPLIT_K, ctypes.addressof(v), 4)
         res.plan = L.matmul_plan_init(h, mm, sel)
-        ws = L.matmul_get_workspace(h, res.plan)
-        self.workspace = torch.empty(
-            max(int(ws), 1), dtype=torch.uint8, device=f"cuda:{key.device}"
-        )
-        self._ws_ptr = self.workspace.data_ptr()
+        self.workspace = _workspace(int(L.matmul_get_workspace(h, res.plan)), key.device)
+        self._ws_ptr = 0 if self.workspace is None else self.workspace.data_ptr()
         self._plan_ptr = res.plan
         self._matmul = L.matmul
         # alpha/beta: host scalars (float for every compute type used here).
