@@ -6,9 +6,9 @@ and a fixed number of new tokens) at batch 1 and 8, with the dynamic cache in ea
 ``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs; the
 sparse models are then set to ``mode="graphs"``, as the docs ask), for the dense model,
 ``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
-token of a 1024-token prompt. Eager (dynamic-cache) calls of the three models are timed in
-turn, five rounds after a warm-up, and each speedup is the median of the rounds' paired ratios
-(the host's speed drifts); static-cache times are the median of three calls after compiling.
+token of a 1024-token prompt. The three models are timed in turn, five rounds after a
+warm-up call each (which compiles the step for a static cache), and each speedup is the median
+of the rounds' paired ratios (the host's speed drifts).
 All are timed with CUDA events. The generated tokens of each sparse model are compared
 with the dense model's: random weights give nearly flat logits, so greedy choices may part
 where two logits are closer than the 16-bit rounding; the row reports the share of equal tokens.
@@ -50,27 +50,18 @@ def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
     return start.elapsed_time(end), out
 
 
-def _timed_generate(model, ids, new_tokens: int, static: bool, reps: int = 3):
-    """Median ms of ``reps`` generate calls after a warm-up (and, static, compiling) call."""
+def _interleaved_generate(
+    variants: dict, ids, new_tokens: int, static: bool = False, rounds: int = 5
+) -> dict:
+    """``{name: (median ms, per-round ms, new tokens)}`` of generate calls, every variant once
+    per round in turn (the host's speed drifts between rounds), after one warm-up call each
+    (which compiles the step for a static cache)."""
     kw = _generate_kwargs(ids, new_tokens, static)
-    with torch.no_grad():
-        out = model.generate(ids, **kw)
-        times = []
-        for _ in range(reps):
-            ms, out = _one_generate(model, ids, kw)
-            times.append(ms)
-    return statistics.median(times), out[:, ids.shape[1] :]
-
-
-def _interleaved_generate(variants: dict, ids, new_tokens: int, rounds: int = 5) -> dict:
-    """``{name: (median ms, per-round ms, new tokens)}`` of eager dynamic-cache generate calls,
-    every variant once per round in turn (the host's speed drifts between rounds)."""
-    kw = _generate_kwargs(ids, new_tokens, False)
     runs: dict = {name: [] for name in variants}
     outs: dict = {}
     with torch.no_grad():
         for model in variants.values():
-            model.generate(ids, **kw)  # warm-up
+            model.generate(ids, **kw)  # warm-up (and, static, compiling and graph capture)
         for _ in range(rounds):
             for name, model in variants.items():
                 ms, out = _one_generate(model, ids, kw)
@@ -134,36 +125,29 @@ def bench_generate(
             )
             outs = {}
             rounds = {}
-            if cache == "dynamic":  # eager: every variant in turn, round after round
-                try:
-                    timed = _interleaved_generate(variants, ids, new_tokens)
-                except Exception as exc:  # a failure is a result to report, not a crash
-                    row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                    timed = {}
-                for key, (ms, per_round, out) in timed.items():
-                    outs[key], rounds[key] = out, per_round
-                    row[f"{key}_ms"] = ms
-                    row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
-            for key, model in variants.items() if cache == "static" else ():
+            static_cache = cache == "static"
+            if static_cache:
                 torch._dynamo.reset()
-                graphs = key != "dense"
-                if graphs:  # transformers captures the static-cache step in CUDA graphs
-                    set_mode(model, "graphs")
-                try:
-                    ms, outs[key] = _timed_generate(model, ids, new_tokens, True)
-                except Exception as exc:  # a failure is a result to report, not a crash
-                    row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                    continue
-                finally:
-                    if graphs:
-                        set_mode(model, "auto")
+                for key, model in variants.items():
+                    if key != "dense":  # transformers captures the step in CUDA graphs
+                        set_mode(model, "graphs")
+            try:  # every variant in turn, round after round
+                timed = _interleaved_generate(variants, ids, new_tokens, static_cache)
+            except Exception as exc:  # a failure is a result to report, not a crash
+                row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                timed = {}
+            finally:
+                if static_cache:
+                    for key, model in variants.items():
+                        if key != "dense":
+                            set_mode(model, "auto")
+            for key, (ms, per_round, out) in timed.items():
+                outs[key], rounds[key] = out, per_round
                 row[f"{key}_ms"] = ms
                 row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
             for key in ("explorer", "decode"):
                 if key in rounds and "dense" in rounds:
                     row[f"{key}_speedup"] = paired_ratio(rounds["dense"], rounds[key])
-                elif row.get(f"{key}_tok_s") and row.get("dense_tok_s"):
-                    row[f"{key}_speedup"] = row[f"{key}_tok_s"] / row["dense_tok_s"]
                 if key in outs and "dense" in outs:
                     same = (outs[key] == outs["dense"]).float().mean().item()
                     row[f"{key}_agreement"] = same
@@ -193,10 +177,11 @@ def bench_generate(
         k=0,
         status="ok",
     )
-    for key, model in variants.items():
-        row[f"{key}_ttft_ms"], _ = _timed_generate(model, ids, 1, False)
+    ttft = _interleaved_generate(variants, ids, 1)
+    for key, (ms, _, _) in ttft.items():
+        row[f"{key}_ttft_ms"] = ms
     for key in ("explorer", "decode"):
-        row[f"{key}_ttft_speedup"] = row["dense_ttft_ms"] / row[f"{key}_ttft_ms"]
+        row[f"{key}_ttft_speedup"] = paired_ratio(ttft["dense"][1], ttft[key][1])
     say(
         f"{name} time to first token ({ttft_prompt} tokens): dense {row['dense_ttft_ms']:.2f} ms, "
         f"sparsify {row['explorer_ttft_speedup']:.2f}x"
