@@ -37,6 +37,7 @@ __all__ = [
     "PlanCache",
     "PlanKey",
     "check_24",
+    "check_weight",
     "compress",
     "default_cache",
     "handle",
@@ -559,7 +560,11 @@ def default_cache() -> PlanCache:
 # ---------------------------------------------------------------------------------------------
 # checks and compression
 # ---------------------------------------------------------------------------------------------
-def _check_weight(weight: torch.Tensor) -> None:
+def check_weight(weight: torch.Tensor) -> None:
+    """Raise unless ``weight`` is a 2-D CUDA tensor of a cuSPARSELt dtype and shape.
+
+    The message names what is off (type, device, rank, dtype or alignment) and the fix.
+    """
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if weight.device.type != "cuda":
@@ -607,7 +612,7 @@ def check_24(weight: torch.Tensor, _op: int = _OP_N, _raw: bool = False) -> bool
     >>> check_24(torch.ones(64, 64, dtype=torch.float16, device="cuda"))
     False
     """
-    _check_weight(weight)
+    check_weight(weight)
     L = _bindings()
     w = weight.contiguous()
     dev = w.device.index or 0
@@ -672,7 +677,7 @@ def compress(weight: torch.Tensor, check: bool = True) -> CompressedTensor:
     >>> compress(w).shape
     (256, 512)
     """
-    _check_weight(weight)
+    check_weight(weight)
     if check and not is_24(weight):
         raise ValueError(
             f"weight of shape {tuple(weight.shape)} is not 2:4 along its input dimension "

@@ -20,6 +20,7 @@ from torch import nn
 from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.sparse_options import SparseOptions
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
 
@@ -107,11 +108,10 @@ class SparseQKV(nn.Module):
         q: nn.Linear,
         k: nn.Linear,
         v: nn.Linear,
-        dtype: torch.dtype | None = None,
+        options: SparseOptions | None = None,
+        *,
         backend: str = "cusparselt",
-        tune_tokens: tuple[int, ...] = (),
-        keep_dense: bool = False,
-        decode: bool = False,
+        **option_fields,
     ) -> SparseQKV:
         """Compress three 2:4 CUDA ``nn.Linear`` projections that read the same input.
 
@@ -119,8 +119,9 @@ class SparseQKV(nn.Module):
         ----------
         q, k, v : nn.Linear
             The same ``in_features``, dtype, device and bias presence.
-        dtype, backend, tune_tokens, keep_dense, decode
-            As for :meth:`SparseLinear.from_linear`.
+        options, backend, **option_fields
+            As for :meth:`SparseLinear.from_linear` (the stacked product's output is always
+            row-major, whatever ``options.output`` says: the three parts are views of it).
 
         Raises
         ------
@@ -129,14 +130,8 @@ class SparseQKV(nn.Module):
         """
         parts = (q, k, v)
         stacked = stack_linears(*parts)
-        proj = SparseLinear.from_linear(
-            stacked,
-            dtype=dtype,
-            backend=backend,
-            tune_tokens=tune_tokens,
-            keep_dense=keep_dense,
-            decode=decode,
-        )
+        options = (options or SparseOptions()).replace(**{**option_fields, "output": "rows"})
+        proj = SparseLinear.from_linear(stacked, options, backend=backend)
         return cls(proj, tuple(p.out_features for p in parts))
 
     def parts(self) -> tuple[QKVPart, QKVPart, QKVPart]:

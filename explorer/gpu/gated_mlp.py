@@ -16,6 +16,7 @@ from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu import ops
 from explorer.gpu.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.sparse_options import SparseOptions
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 
@@ -117,12 +118,10 @@ class SparseGatedMLP(nn.Module):
         gate: nn.Linear,
         up: nn.Linear,
         down: nn.Linear,
-        dtype: torch.dtype | None = None,
+        options: SparseOptions | None = None,
+        *,
         backend: str = "cusparselt",
-        layout: str = "auto",
-        tune_tokens: tuple[int, ...] = (),
-        keep_dense: bool = False,
-        decode: bool = False,
+        **option_fields,
     ) -> SparseGatedMLP:
         """Compress three 2:4 CUDA ``nn.Linear`` layers of a SwiGLU block.
 
@@ -130,9 +129,10 @@ class SparseGatedMLP(nn.Module):
         ----------
         gate, up, down : nn.Linear
             ``gate`` and ``up`` map ``d -> hidden``, ``down`` maps ``hidden -> d``.
-        dtype, backend, layout, tune_tokens, keep_dense, decode
+        options, backend, **option_fields
             As for :meth:`SparseLinear.from_linear`. The gate/up product may hand the SwiGLU
-            kernel a transposed ``Y^T`` view (``output="any"``); the block's output is row-major.
+            kernel a transposed ``Y^T`` view (its ``output`` is ``"any"``); the down product's
+            output, the block's, is row-major.
 
         Raises
         ------
@@ -145,17 +145,10 @@ class SparseGatedMLP(nn.Module):
                 f"{tuple(down.weight.shape)} do not form a gated MLP block"
             )
         stacked = stack_linears(gate, up)
-        kw = dict(
-            dtype=dtype,
-            backend=backend,
-            layout=layout,
-            tune_tokens=tune_tokens,
-            keep_dense=keep_dense,
-            decode=decode,
-        )
+        options = (options or SparseOptions()).replace(**option_fields)
         return cls(
-            SparseLinear.from_linear(stacked, output="any", **kw),
-            SparseLinear.from_linear(down, **kw),
+            SparseLinear.from_linear(stacked, options.replace(output="any"), backend=backend),
+            SparseLinear.from_linear(down, options.replace(output="rows"), backend=backend),
         )
 
     def __getstate__(self) -> dict:

@@ -26,6 +26,7 @@ from torch import nn
 from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
 from explorer.gpu.dispatch import DENSE, check_mode, clock_for
+from explorer.gpu.sparse_options import SparseOptions
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 from explorer.gpu.tuning import deferred_search, search_counts, search_stats
 
@@ -249,19 +250,16 @@ def sparsify(
         # shapes the tables know are not searched again; at most a few counts per shape
         tune_tokens = search_counts(counts)
     dense_runs = _time_examples(model, examples, mode) if examples else []
-    kw = dict(
-        backend=backend,
-        tune_tokens=tune_tokens,
-        keep_dense=measure,
-        decode=decode and backend == "cusparselt",
+    options = SparseOptions(
+        tune_tokens=tune_tokens, keep_dense=measure, decode=decode and backend == "cusparselt"
     )
     searched_before = search_stats()
     units: list[_Unit] = []
     with deferred_search():  # one child process searches every layer's unknown shapes
         if fuse_qkv and backend == "cusparselt":
-            units += _fuse_qkv(model, targets, dtype, report, kw)
+            units += _fuse_qkv(model, targets, dtype, report, options)
         if fuse_mlp:
-            units += _fuse_gated_mlps(model, targets, dtype, report, kw)
+            units += _fuse_gated_mlps(model, targets, dtype, report, options, backend)
         done = {f for u in units for f in u.layers}
         for fqn, mod in targets:
             if fqn in done:
@@ -270,7 +268,7 @@ def sparsify(
             why = eligibility(mod, dt)
             if why is None:
                 try:
-                    new = SparseLinear.from_linear(mod, dtype=dt, **kw)
+                    new = SparseLinear.from_linear(mod, options, dtype=dt, backend=backend)
                 except (ValueError, TypeError, RuntimeError) as exc:
                     why = f"compression failed: {exc}"
             if why is not None:
@@ -589,7 +587,7 @@ def _block_dtype(parts, dtype) -> torch.dtype | None:
     return dt
 
 
-def _fuse_qkv(model, targets, dtype, report, kw) -> list:
+def _fuse_qkv(model, targets, dtype, report, options: SparseOptions) -> list:
     """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
     from explorer.gpu.fused_qkv import SparseQKV, find_qkv
 
@@ -607,7 +605,7 @@ def _fuse_qkv(model, targets, dtype, report, kw) -> list:
         if dt is None:
             continue
         try:
-            new = SparseQKV.from_modules(*parts, dtype=dt, **kw)
+            new = SparseQKV.from_modules(*parts, options, dtype=dt)
         except (ValueError, TypeError, RuntimeError) as exc:
             report.notes.append(f"{fqn}: q/k/v not fused ({exc}); layer by layer instead")
             continue
@@ -620,7 +618,7 @@ def _fuse_qkv(model, targets, dtype, report, kw) -> list:
     return units
 
 
-def _fuse_gated_mlps(model, targets, dtype, report, kw) -> list:
+def _fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backend: str) -> list:
     """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
     from explorer.gpu.gated_mlp import SparseGatedMLP, is_gated_mlp
 
@@ -637,7 +635,7 @@ def _fuse_gated_mlps(model, targets, dtype, report, kw) -> list:
         if dt is None:
             continue
         try:
-            new = SparseGatedMLP.from_modules(*parts, dtype=dt, **kw)
+            new = SparseGatedMLP.from_modules(*parts, options, dtype=dt, backend=backend)
         except (ValueError, TypeError, RuntimeError) as exc:
             report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
             continue

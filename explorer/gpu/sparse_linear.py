@@ -8,6 +8,7 @@ first call at a token count a forward pass is: reshape, pad if needed, one ``cus
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -25,14 +26,21 @@ from explorer.gpu.dispatch import (
     Route,
     check_mode,
     clock_for,
-    nearest_route,
 )
 from explorer.gpu.eager_check import eager_verdict
-from explorer.gpu.timing import eager_ms, graph_ms
+from explorer.gpu.route_timing import BOOK
+from explorer.gpu.sparse_calls import (
+    ACTIVATIONS,
+    apply_activation,
+    rows_from_transposed,
+    run_plan,
+    sparse_call,
+)
+from explorer.gpu.sparse_options import OUTPUT_CHOICES, SparseOptions
+from explorer.gpu.sparse_weight import prepare_weight
 
 __all__ = ["SparseLinear", "stack_linears"]
 
-_ACTIVATIONS = ("none", "relu", "gelu")
 _NAMES = {
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",
@@ -45,36 +53,7 @@ if hasattr(torch, "float8_e4m3fn"):
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
-# the routes measured per problem, by both clocks: (out, in, dtype, fused activation, alpha,
-# bias, device, input layout, requested algorithm and layout, output contract, decode kept,
-# dense kept) -> {padded tokens: Decision}
-_DECISIONS: dict[tuple, dict[int, Decision]] = {}
-
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
-_OUTPUTS = ("rows", "any")
-
-
-def _both_clocks(fn) -> tuple[float | None, float]:
-    """``fn``'s time by both clocks a route is chosen by (milliseconds per call).
-
-    GPU: CUDA-graph replay (median of 3 x 10 calls), what a model under CUDA graphs pays, host
-    cost excluded; ``None`` where ``fn`` cannot be captured. Wall: back-to-back eager calls
-    (median of 3 x 10), what eager mode and ``torch.compile``'s default mode pay, the host's
-    time to issue each call included wherever it is longer than the GPU's.
-    """
-    wall = eager_ms(fn, iters=10, reps=3, warmup=2)
-    try:
-        gpu = graph_ms(fn, iters=10, reps=3)
-    except RuntimeError:  # not capturable here
-        torch.cuda.synchronize()
-        gpu = None
-    return gpu, wall
-
-
-def _decision(timed: dict) -> Decision:
-    """A :class:`Decision` from ``{Route: (gpu ms or None, wall ms)}``."""
-    gpu = {r: g for r, (g, _) in timed.items() if g is not None}
-    return Decision(gpu, {r: w for r, (_, w) in timed.items()})
 
 
 def stack_linears(*parts: nn.Linear) -> nn.Linear:
@@ -106,21 +85,6 @@ def stack_linears(*parts: nn.Linear) -> nn.Linear:
         if first.bias is not None:
             stacked.bias.copy_(torch.cat([p.bias for p in parts]))
     return stacked
-
-
-def _transpose(y: torch.Tensor, tokens: int) -> torch.Tensor:
-    """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse layer returned."""
-    from explorer.gpu.kernels import transpose_rows
-
-    return transpose_rows(y.t(), tokens)
-
-
-def _apply_act(y: torch.Tensor, activation: str) -> torch.Tensor:
-    if activation == "relu":
-        return torch.relu_(y)
-    if activation == "gelu":
-        return nn.functional.gelu(y, approximate="tanh")
-    return y
 
 
 class SparseLinear(nn.Module):
@@ -197,14 +161,14 @@ class SparseLinear(nn.Module):
         mode: str = "auto",
     ) -> None:
         super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation {activation!r} unknown; expected one of {_ACTIVATIONS}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} unknown; expected one of {ACTIVATIONS}")
         if backend not in ("cusparselt", "torch"):
             raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
         if layout != "auto" and layout not in C.LAYOUTS:
             raise ValueError(f"layout {layout!r} unknown; expected 'auto' or one of {C.LAYOUTS}")
-        if output not in _OUTPUTS:
-            raise ValueError(f"output {output!r} unknown; expected one of {_OUTPUTS}")
+        if output not in OUTPUT_CHOICES:
+            raise ValueError(f"output {output!r} unknown; expected one of {OUTPUT_CHOICES}")
         self.in_features = in_features
         self.out_features = out_features
         self.dtype = dtype
@@ -311,8 +275,8 @@ class SparseLinear(nn.Module):
     def set_activation(self, activation: str) -> None:
         """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product, fused
         into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``)."""
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation {activation!r} unknown; expected one of {_ACTIVATIONS}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} unknown; expected one of {ACTIVATIONS}")
         self.activation = activation
         self._plans.clear()
         self._routes.clear()
@@ -324,17 +288,14 @@ class SparseLinear(nn.Module):
     def from_linear(
         cls,
         linear: nn.Linear,
-        dtype: torch.dtype | None = None,
+        options: SparseOptions | None = None,
+        *,
         activation: str = "none",
         backend: str = "cusparselt",
         out_dtype: torch.dtype | None = None,
         alg: int = -1,
-        keep_dense: bool = False,
-        layout: str = "auto",
-        tune_tokens: tuple[int, ...] = (),
-        output: str = "rows",
-        decode: bool = False,
         mode: str = "auto",
+        **option_fields,
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
 
@@ -342,33 +303,28 @@ class SparseLinear(nn.Module):
         ----------
         linear : nn.Linear
             On a CUDA device, weight pruned 2:4 (zeros in place).
-        dtype : torch.dtype, optional
-            float16, bfloat16 (default: the weight's if 16-bit, else float16), int8 (per-channel
-            symmetric quantization, dynamic per-token activations) or float8_e4m3fn (the same
-            scheme with e4m3 scales ``max|row| / 448``: :mod:`explorer.gpu.fp8`).
+        options : SparseOptions, optional
+            The build options (:class:`~explorer.gpu.sparse_options.SparseOptions`): the
+            matmul's ``dtype`` (default: the weight's if 16-bit, else float16; int8 and
+            float8_e4m3fn quantize the weight per channel and the activations per token, see
+            :mod:`explorer.gpu.quant` and :mod:`explorer.gpu.fp8`), the operand ``layout``,
+            the ``output`` contract, ``decode`` (also keep the weight in the explorer's
+            compressed layout, 9/16 of the dense bytes in 16-bit and 5/16 for int8, so that 1
+            to 64 tokens may run the decode kernel; needs ``in_features`` a multiple of 16 and
+            the cuSPARSELt backend), ``keep_dense`` (also keep the dense masked weight for
+            cuBLAS where it is faster) and ``tune_tokens`` (token counts to search the
+            algorithm for now, in a child process; see :mod:`explorer.gpu.tuning`).
         activation : {"none", "relu", "gelu"}
         backend : {"cusparselt", "torch"}
-        keep_dense : bool
-            Also keep the dense masked weight: 16-bit layers then run it through cuBLAS at the
-            token counts where that is faster (1.5x the memory of the dense layer in all).
-        layout : {"auto", "cc", "rr", "rc", "cr"}
-            Operand layouts (see :mod:`explorer.gpu.cusparselt`). ``"auto"`` takes the input as
-            it comes and chooses the rest by measurement, once per shape and token count.
-        tune_tokens : tuple of int
-            Token counts to tune the algorithm for now, while the dense weight is at hand:
-            every config is tried in a child process (seconds per shape; see
-            :mod:`explorer.gpu.tuning`) and the winner is remembered for this GPU. Without it
-            the shipped tables or the library's default algorithm are used.
-        output : {"rows", "any"}
+        out_dtype : torch.dtype, optional
             See the class.
-        decode : bool
-            Also keep the weight in the explorer's compressed layout (9/16 of the dense bytes
-            in 16-bit, 5/16 for int8) so that 1 to 64 tokens may run the decode kernel, which
-            reads fewer bytes than dense where cuSPARSELt has no matrix-vector path. Needs
-            ``in_features`` a multiple of 16 and the cuSPARSELt backend; int8 layers get
-            weight-only int8 (16-bit activations) on this route.
+        alg : int
+            A fixed cuSPARSELt config id, or -1 to choose.
         mode : {"auto", "eager", "compile", "graphs"}
             The execution mode routes are chosen for (see the class).
+        **option_fields
+            Fields of :class:`SparseOptions` given one by one (``dtype=torch.int8``); with
+            ``options`` they replace its fields.
 
         Raises
         ------
@@ -383,81 +339,35 @@ class SparseLinear(nn.Module):
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"expected an nn.Linear, got {type(linear).__name__}")
-        w = linear.weight.detach()
-        if w.device.type != "cuda":
-            raise ValueError(
-                f"{linear} is on {w.device}; SparseLinear needs a CUDA module. Hint: model.cuda()."
-            )
-        if dtype is None:
-            dtype = w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16
-        if dtype not in C.CUSPARSELT_DTYPES:
-            raise TypeError(
-                f"dtype {dtype} is not supported; expected float16, bfloat16, int8 or "
-                "float8_e4m3fn. Hint: keep this layer dense."
-            )
-        if not C.is_24(w):
-            raise ValueError(
-                f"the weight of {linear} is not 2:4 along in_features. Hint: prune it first "
-                "(explorer.prune or explorer.make_mask(weight, '2:4'))."
-            )
-        scale = None
-        act_dtype = w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16
-        if dtype == torch.int8:
-            wq, scale = quant.quantize_per_channel(w)
-            out_dtype = out_dtype or act_dtype
-        elif dtype.itemsize == 1:  # fp8: per-channel weight scale, applied after the matmul
-            if out_dtype == torch.float16:
-                raise ValueError(
-                    "out_dtype float16 cannot hold the fp8 kernel's raw sums (up to 448 * 448 "
-                    "per product, before the scales). Hint: leave out_dtype unset (bfloat16) "
-                    "or pass torch.bfloat16 or torch.float32; the result is returned in the "
-                    "input's dtype."
-                )
-            wq, scale = fp8.quantize_weight(w, name=f"the weight of {linear}")
-            out_dtype = out_dtype or torch.bfloat16
-        else:
-            wq = w.to(dtype)
-            out_dtype = dtype
-        bias = None
-        if linear.bias is not None:
-            bias = linear.bias.detach().to(out_dtype).contiguous()
-        if backend == "torch":
-            if dtype.itemsize == 1:
-                raise TypeError("backend='torch' here supports float16 and bfloat16 only")
-            comp = TB.compress(wq)
-        else:
-            C._check_weight(wq)
-            comp = C.compress(wq, check=False)
-        dec = None
-        if decode and backend == "cusparselt" and dtype in (torch.float16, torch.bfloat16):
-            dec = D.pack(wq.contiguous()) if w.shape[1] % 16 == 0 else None
-        elif decode and backend == "cusparselt" and dtype == torch.int8:
-            dec = D.pack(w.to(out_dtype).contiguous(), int8=True) if w.shape[1] % 16 == 0 else None
+        options = (options or SparseOptions()).replace(**option_fields)
+        layout, output, tune_tokens = options.layout, options.output, options.tune_tokens
+        prepared = prepare_weight(linear, options, backend, out_dtype)
+        dtype, out_dtype, w = prepared.dtype, prepared.out_dtype, prepared.weight
         layer = cls(
             linear.in_features,
             linear.out_features,
-            comp,
-            bias,
+            prepared.compressed,
+            prepared.bias,
             dtype,
             activation,
-            scale,
+            prepared.scale,
             out_dtype,
             backend,
             alg,
-            w.to(out_dtype).contiguous() if keep_dense else None,
+            prepared.dense,
             layout,
             output,
-            dec,
+            prepared.decode,
             mode,
         )
         if dtype.itemsize == 2 and backend == "cusparselt":
             if tune_tokens and alg < 0:
                 for lays in (("cc", "cr"), ("rc", "rr")) if output == "any" else (("cc", "cr"),):
-                    tuning.tune_weight(wq, tune_tokens, out_dtype=out_dtype, layouts=lays)
+                    tuning.tune_weight(w, tune_tokens, out_dtype=out_dtype, layouts=lays)
             gen = torch.Generator(device=w.device).manual_seed(1234)
             px = torch.randn(_PROBE_ROWS, w.shape[1], device=w.device, generator=gen).to(dtype)
             layer._probe_x = px
-            layer._probe_y = px.float() @ wq.float().t()
+            layer._probe_y = px.float() @ w.float().t()
         return layer
 
     # -- routes ----------------------------------------------------------------------------------
@@ -473,19 +383,9 @@ class SparseLinear(nn.Module):
         """
         if self._dense is None:
             return
-        kept = {k: v for k, v in _DECISIONS.items() if k[-1] and k[:-1][:3] == self._mnk_key()}
+        mnk = self._mnk_key()
         self._dense = None
-        for key, decided in kept.items():
-            mine = _DECISIONS.setdefault((*key[:-1], False), {})
-            for n, found in decided.items():
-                if all(found.route(c).sparse_weight for c in ("gpu", "wall")):
-                    mine.setdefault(
-                        n,
-                        Decision(
-                            {r: t for r, t in found.gpu.items() if r != DENSE},
-                            {r: t for r, t in found.wall.items() if r != DENSE},
-                        ),
-                    )
+        BOOK.carry_without_dense(lambda problem: problem[:3] == mnk)
         self._routes.clear()
         self._fast.clear()
         self._fast_graph.clear()
@@ -611,20 +511,41 @@ class SparseLinear(nn.Module):
             fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
             if not decoding:
                 return fixed
-            return self._choose_decode(n, t, dev, fused_act, alpha, first, fixed, clock)
+            return self._decide(n, t, dev, fused_act, alpha, first, clock, fixed)
+        return self._decide(n, t, dev, fused_act, alpha, first, clock, None)
+
+    def _decide(
+        self,
+        n: int,
+        t: int,
+        dev: int,
+        fused_act: bool,
+        alpha: bool,
+        first: str,
+        clock: str,
+        fixed: Route | None,
+    ) -> Route:
+        """The route by ``clock`` of this problem's decision, measured now if it is new.
+
+        ``fixed``: the one cuSPARSELt route of an 8-bit or fixed-layout layer, timed as a
+        whole forward against the decode kernel; None: every open route, timed as its call.
+        """
         key = C.decision_tokens(t, self.dtype)
-        decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
-        found = decided.get(key)
+        problem = self._problem(dev, fused_act, alpha, first)
+        found = BOOK.decided(problem, key)
         if found is None:
+            fallback = fixed or Route("sparse", first + "c", self.alg)
             if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(key, {k: v.route(clock) for k, v in decided.items()})
-                if near is not None and near.kind == "decode" and not decoding:
+                near = BOOK.nearest(problem, key, clock)
+                if near is not None and near.kind == "decode" and n > D.MAX_TOKENS:
                     near = None  # the decode kernel takes at most 64 tokens
-                return near or Route("sparse", first + "c", self.alg)
-            timed = self._time_routes(n, t, dev, fused_act, alpha, first)
-            if not timed:
-                return Route("sparse", first + "c", self.alg)
-            found = decided[key] = _decision(timed)
+                return near or fallback
+            if fixed is None:
+                found = BOOK.decide(problem, key, self._route_calls(n, t, dev, fused_act, first))
+            else:
+                found = self._decide_whole_forwards(problem, key, t, dev, first, fixed)
+            if found is None:
+                return fallback
         self._remember_decision(key, found)
         return found.route(clock)
 
@@ -652,49 +573,40 @@ class SparseLinear(nn.Module):
             sorted(k for k, f in self._dense_at.items() if dense and all(f[c] for c in wanted))
         )
 
-    def _choose_decode(
-        self,
-        n: int,
-        t: int,
-        dev: int,
-        fused_act: bool,
-        alpha: bool,
-        first: str,
-        fixed: Route,
-        clock: str,
-    ) -> Route:
-        """The decode route or the one fixed route, by timing whole forwards (8-bit types and
-        fixed layouts, whose cuSPARSELt route is not chosen among others)."""
-        key = C.decision_tokens(t, self.dtype)
-        decided = _DECISIONS.setdefault(self._problem(dev, fused_act, alpha, first), {})
-        found = decided.get(key)
-        if found is None:
-            if torch.cuda.is_current_stream_capturing():
-                near = nearest_route(key, {k: v.route(clock) for k, v in decided.items()})
-                return near or fixed
-            gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
-            act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
-            x = torch.randn(t, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
-            if first == "r":
-                x = x.t().contiguous().t()
-            timed = {}
-            try:
-                for route in (fixed, DECODE):
-                    self._force = route
-                    timed[route] = _both_clocks(lambda: self._forward(x))
-            finally:
-                self._force = None
-                self._fast.clear()
-                self._fast_graph.clear()
-            found = decided[key] = _decision(timed)
-        self._remember_decision(key, found)
-        return found.route(clock)
+    def _decide_whole_forwards(
+        self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
+    ) -> Decision:
+        """Time the one ``fixed`` route against the decode kernel as whole forwards (8-bit
+        types and fixed layouts, whose cuSPARSELt route is not chosen among others)."""
+        gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
+        act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
+        x = torch.randn(t, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
+        if first == "r":
+            x = x.t().contiguous().t()
 
-    def _time_routes(
-        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str
-    ) -> dict[Route, tuple[float | None, float]]:
-        """``{Route: (gpu ms, wall ms)}`` of every route open to ``t`` tokens (``n`` padded),
-        each timed as the call its fast path makes, padding included."""
+        def forced(route: Route):
+            def call():
+                self._force = route
+                try:
+                    return self._forward(x)
+                finally:
+                    self._force = None
+
+            return call
+
+        try:
+            return BOOK.decide(problem, key, {route: forced(route) for route in (fixed, DECODE)})
+        finally:
+            self._fast.clear()
+            self._fast_graph.clear()
+
+    def _route_calls(
+        self, n: int, t: int, dev: int, fused_act: bool, first: str
+    ) -> dict[Route, Callable[[], torch.Tensor]]:
+        """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded), each call
+        running on a fixed random input as the fast path will, padding included; searched
+        algorithms that compute something else than the dense product are left out."""
+        alpha = self._alpha_vector
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         full = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
         full = full.to(self.dtype)
@@ -705,12 +617,12 @@ class SparseLinear(nn.Module):
         if first == "r":
             full = full.t().contiguous().t()
             x = x.t().contiguous().t()
-        times: dict[Route, tuple[float | None, float]] = {}
+        calls: dict[Route, Callable[[], torch.Tensor]] = {}
         if self._dense is not None:
             dense = self._dense_call(fused_act)
-            times[DENSE] = _both_clocks(lambda: dense(x))
+            calls[DENSE] = partial(dense, x)
         if self.decode_kept and t <= D.MAX_TOKENS:
-            times[DECODE] = _both_clocks(lambda: self._decode_forward(x, fused_act))
+            calls[DECODE] = partial(self._decode_forward, x, fused_act)
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
             if self.alg < 0:
@@ -730,11 +642,11 @@ class SparseLinear(nn.Module):
                     continue  # a config that computes something else: never use it
                 if lay[1] == "c" or self.output == "any":
                     run = self._fast_sparse(plan, n, t, False)
-                    times[Route("sparse", lay, alg)] = _both_clocks(lambda f=run: f(x))
+                    calls[Route("sparse", lay, alg)] = partial(run, x)
                 if lay[1] == "r":
                     run = self._fast_sparse(plan, n, t, True)
-                    times[Route("sparse", lay, alg, True)] = _both_clocks(lambda f=run: f(x))
-        return times
+                    calls[Route("sparse", lay, alg, True)] = partial(run, x)
+        return calls
 
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
         """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``, keyed by
@@ -783,7 +695,7 @@ class SparseLinear(nn.Module):
         if self._bias_in_kernel:
             ref = ref + self.bias.float()
         if fused_act:
-            ref = _apply_act(ref, self.activation)
+            ref = apply_activation(ref, self.activation)
         err = (y.float() - ref).norm() / ref.norm().clamp_min(1e-30)
         return bool(torch.isfinite(err)) and float(err) < 2e-2
 
@@ -814,7 +726,7 @@ class SparseLinear(nn.Module):
         w = self._dense
         y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
         if self.activation != "none":
-            y = _apply_act(y, self.activation)
+            y = apply_activation(y, self.activation)
         return y if y.dtype == self._result_dtype(x) else y.to(self._result_dtype(x))
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -890,7 +802,7 @@ class SparseLinear(nn.Module):
         """The decode kernel on ``x`` (2-D, at most 64 rows), bias and activation included."""
         act = self._dec_values.dtype if self._dec_scale is None else self.out_dtype
         y = self._decode_call(x.shape[0], act)(x if x.dtype == act else x.to(act))
-        return _apply_act(y, self.activation) if self.activation != "none" else y
+        return apply_activation(y, self.activation) if self.activation != "none" else y
 
     def _dense_call(self, fused_act: bool):
         """The dense route as one call of a 2-D (or any-leading-dims) input."""
@@ -901,7 +813,7 @@ class SparseLinear(nn.Module):
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         w = self._dense
         y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
-        return _apply_act(y, self.activation) if fused_act else y
+        return apply_activation(y, self.activation) if fused_act else y
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -958,7 +870,7 @@ class SparseLinear(nn.Module):
         if route.kind == "dense":
             y = self._dense_forward(x2, fuse)
             if self.activation != "none" and not fuse:
-                y = _apply_act(y, self.activation)
+                y = apply_activation(y, self.activation)
             if x2.dtype == x.dtype and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
                 self._remember(x, self._dense_call(fuse), clock, any_dims=True)
@@ -983,7 +895,7 @@ class SparseLinear(nn.Module):
             plan = self._plan_for(n, dev, fuse, alpha, route)
             y = self._run(plan, xp, n, alpha_ptr)
         if route.transpose:
-            y = _transpose(y, t)  # row-major, padded tokens dropped in the same pass
+            y = rows_from_transposed(y, t)  # row-major, padded tokens dropped in the same pass
         elif pad:
             y = y[:t]
         if self.weight_scale is not None and not alpha:
@@ -993,7 +905,7 @@ class SparseLinear(nn.Module):
             s = scale_t[:t, None].to(y.dtype)
             y = torch.addcmul(self.bias, y, s) if self.bias is not None else y * s
         if self.activation != "none" and not fuse:
-            y = _apply_act(y, self.activation)
+            y = apply_activation(y, self.activation)
         if x.is_floating_point() and y.dtype != x.dtype and x.dtype.itemsize > 1:
             y = y.to(x.dtype)
         direct = (
@@ -1050,32 +962,9 @@ class SparseLinear(nn.Module):
         return y
 
     def _fast_sparse(self, plan: C.Plan, n: int, t: int, transpose: bool):
-        """The sparse route for ``t`` rows (padded to ``n``) as one closure, 2-D in, 2-D out."""
-        if not transpose and n == t and plan.key.layout == "cc":
-            return self._bound_sparse(plan, n)
-        run, pad = partial(self._run, plan, n=n), n - t
-        if transpose:
-            if pad:
-                return lambda x_: _transpose(run(nn.functional.pad(x_, (0, 0, 0, pad))), t)
-            return lambda x_: _transpose(run(x_), t)
-        if pad:
-            return lambda x_: run(nn.functional.pad(x_, (0, 0, 0, pad)))[:t]
-        return run
-
-    def _bound_sparse(self, plan: C.Plan, n: int):
-        """The row-major sparse route at exactly ``n`` rows, everything but the input and
-        output pointers bound once: the eager call with the least host time."""
-        launch = plan.bind(self.compressed.data_ptr())
-        shape, dtype, device = (n, self.out_features), self.out_dtype, self.compressed.device
-
-        def call(x_: torch.Tensor) -> torch.Tensor:
-            if not x_.is_contiguous():
-                x_ = x_.contiguous()
-            y = torch.empty(shape, dtype=dtype, device=device)
-            launch(x_.data_ptr(), y.data_ptr())
-            return y
-
-        return call
+        """The sparse route for ``t`` rows (padded to ``n``) as one call (:func:`sparse_call`)."""
+        ptr = self.compressed.data_ptr()
+        return sparse_call(plan, ptr, self.out_features, self.out_dtype, n, t, transpose)
 
     def _remember(self, x: torch.Tensor, fn2d, clock: str, any_dims: bool = False) -> None:
         """Keep ``fn2d`` (2-D input to 2-D output, or any leading dims with ``any_dims``) as the
@@ -1096,19 +985,8 @@ class SparseLinear(nn.Module):
     def _run(
         self, plan: C.Plan, x2: torch.Tensor, n: int | None = None, alpha_ptr: int = 0
     ) -> torch.Tensor:
-        n = x2.shape[0] if n is None else n
-        lay = plan.key.layout
-        if lay[0] == "r":
-            x2 = x2.t().contiguous()  # free when x2 is itself a transposed view (chained layers)
-        elif not x2.is_contiguous():
-            x2 = x2.contiguous()
-        if lay[1] == "c":
-            y = torch.empty(n, self.out_features, dtype=self.out_dtype, device=x2.device)
-            plan.run(self.compressed.data_ptr(), x2.data_ptr(), y.data_ptr(), alpha_ptr)
-            return y
-        d = torch.empty(self.out_features, n, dtype=self.out_dtype, device=x2.device)
-        plan.run(self.compressed.data_ptr(), x2.data_ptr(), d.data_ptr(), alpha_ptr)
-        return d.t()  # a transposed view of Y^T: no copy
+        ptr = self.compressed.data_ptr()
+        return run_plan(plan, ptr, x2, self.out_features, self.out_dtype, n, alpha_ptr)
 
     def _forward_torch(self, x2: torch.Tensor) -> torch.Tensor:
         if x2.dtype != self.dtype:
@@ -1118,7 +996,7 @@ class SparseLinear(nn.Module):
         if pad:
             x2 = nn.functional.pad(x2, (0, 0, 0, pad))
         y = TB.sparse_mm(self.compressed, x2.contiguous(), bias=self.bias)
-        y = _apply_act(y[:t] if pad else y, self.activation)
+        y = apply_activation(y[:t] if pad else y, self.activation)
         return y
 
     # -- introspection ---------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""Timing the routes of a sparse layer, and the decisions shared by every layer of a problem.
+
+A layer offers the routes open to one problem (shape, dtype, epilogue, input layout, token
+count) as ``{Route: call}``, each call taking no argument and running the route as its fast
+path will; :meth:`RouteBook.decide` times them by both clocks once per process and keeps the
+:class:`~explorer.gpu.dispatch.Decision`. Layers of the same problem share it: the first one to
+meet a problem times it, the others read it. The rule that picks a route from the times lives
+in :mod:`explorer.gpu.dispatch`; this module only measures and remembers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+
+import torch
+
+from explorer.gpu.dispatch import DENSE, Decision, Route, nearest_route
+from explorer.gpu.timing import eager_ms, graph_ms
+
+__all__ = ["BOOK", "RouteBook", "time_both_clocks"]
+
+
+def time_both_clocks(fn: Callable[[], object]) -> tuple[float | None, float]:
+    """``fn``'s time by both clocks a route is chosen by (milliseconds per call).
+
+    GPU: CUDA-graph replay (median of 3 x 10 calls), what a model under CUDA graphs pays, host
+    cost excluded; ``None`` where ``fn`` cannot be captured. Wall: back-to-back eager calls
+    (median of 3 x 10), what eager mode and ``torch.compile``'s default mode pay, the host's
+    time to issue each call included wherever it is longer than the GPU's.
+    """
+    wall = eager_ms(fn, iters=10, reps=3, warmup=2)
+    try:
+        gpu = graph_ms(fn, iters=10, reps=3)
+    except RuntimeError:  # not capturable here
+        torch.cuda.synchronize()
+        gpu = None
+    return gpu, wall
+
+
+class RouteBook:
+    """Decisions measured so far, per problem and decision token count.
+
+    A problem is any hashable key the layer builds; its last element says whether the dense
+    weight is kept (the dense route is open), so :meth:`carry_without_dense` can move the
+    decisions that never chose dense to the same problem without it.
+
+    Examples
+    --------
+    >>> book = RouteBook()
+    >>> sparse = Route("sparse", "cc")
+    >>> book.record(("p", True), 16, Decision({DENSE: 1.0, sparse: 0.5}, {DENSE: 1.0}))
+    >>> book.decided(("p", True), 16).route("gpu")
+    Route(sparse cc default)
+    >>> book.nearest(("p", True), 20, "gpu"), book.decided(("p", True), 20)
+    (Route(sparse cc default), None)
+    """
+
+    def __init__(self) -> None:
+        self._problems: dict[Hashable, dict[int, Decision]] = {}
+
+    def decided(self, problem: Hashable, tokens: int) -> Decision | None:
+        """The decision measured for ``problem`` at ``tokens``, or None."""
+        return self._problems.get(problem, {}).get(tokens)
+
+    def nearest(self, problem: Hashable, tokens: int, clock: str) -> Route | None:
+        """The route by ``clock`` of the nearest token count measured for ``problem``."""
+        decided = self._problems.get(problem, {})
+        return nearest_route(tokens, {k: d.route(clock) for k, d in decided.items()})
+
+    def record(self, problem: Hashable, tokens: int, decision: Decision) -> None:
+        """Keep ``decision`` for ``problem`` at ``tokens``."""
+        self._problems.setdefault(problem, {})[tokens] = decision
+
+    def decide(
+        self,
+        problem: Hashable,
+        tokens: int,
+        calls: Mapping[Route, Callable[[], object]],
+        timer: Callable[[Callable[[], object]], tuple[float | None, float]] = time_both_clocks,
+    ) -> Decision | None:
+        """Time ``calls`` by both clocks, keep and return the decision (None if no call).
+
+        Examples
+        --------
+        >>> book = RouteBook()
+        >>> fake = {DENSE: (1.0, 1.0), Route("decode"): (0.5, 2.0)}
+        >>> calls = {r: (lambda r=r: r) for r in fake}
+        >>> found = book.decide("p", 1, calls, timer=lambda call: fake[call()])
+        >>> found.route("gpu"), found.route("wall")
+        (Route(decode), Route(dense))
+        """
+        if not calls:
+            return None
+        timed = {route: timer(call) for route, call in calls.items()}
+        found = Decision(
+            {r: g for r, (g, _) in timed.items() if g is not None},
+            {r: w for r, (_, w) in timed.items()},
+        )
+        self.record(problem, tokens, found)
+        return found
+
+    def carry_without_dense(self, matches: Callable[[tuple], bool]) -> None:
+        """Copy, for every problem ``matches`` accepts whose dense weight was kept, the
+        decisions where both clocks chose a sparse-weight route to the same problem without
+        the dense weight (its dense times left out), where none is measured there yet."""
+        for problem, decided in list(self._problems.items()):
+            if not (isinstance(problem, tuple) and problem[-1] and matches(problem)):
+                continue
+            mine = self._problems.setdefault((*problem[:-1], False), {})
+            for n, found in decided.items():
+                if all(found.route(c).sparse_weight for c in ("gpu", "wall")):
+                    mine.setdefault(
+                        n,
+                        Decision(
+                            {r: t for r, t in found.gpu.items() if r != DENSE},
+                            {r: t for r, t in found.wall.items() if r != DENSE},
+                        ),
+                    )
+
+    def clear(self) -> None:
+        """Forget every decision (the next call of each problem measures again)."""
+        self._problems.clear()
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._problems.values())
+
+    def __repr__(self) -> str:
+        return f"RouteBook({len(self._problems)} problems, {len(self)} decisions)"
+
+
+#: The decisions of this process, shared by every sparse layer.
+BOOK = RouteBook()

@@ -1,0 +1,118 @@
+"""The sparse product as one call: a cuSPARSELt plan run on a 2-D input, padding and layout
+handled, everything that does not change between calls bound once.
+
+A :class:`~explorer.gpu.SparseLinear` keeps the call its route makes for each input it has
+seen and runs it directly the next time (its fast path), so what a call does here is what a
+layer costs in host time per forward. The functions take the plan and the compressed weight's
+pointer; they know nothing of the module that holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import nn
+
+from explorer.gpu import cusparselt as C
+
+__all__ = ["ACTIVATIONS", "apply_activation", "rows_from_transposed", "run_plan", "sparse_call"]
+
+#: Activations a sparse layer applies after its product (fused into the kernel where allowed).
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+def apply_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
+    """``y`` after ``activation`` (ReLU in place; GELU with the tanh approximation, as
+    cuSPARSELt's fused epilogue computes it).
+
+    Examples
+    --------
+    >>> apply_activation(torch.tensor([-1.0, 2.0]), "relu").tolist()
+    [0.0, 2.0]
+    """
+    if activation == "relu":
+        return torch.relu_(y)
+    if activation == "gelu":
+        return nn.functional.gelu(y, approximate="tanh")
+    return y
+
+
+def rows_from_transposed(y: torch.Tensor, tokens: int) -> torch.Tensor:
+    """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse product returned
+    (the explorer's tiled transpose kernel; padded tokens dropped in the same pass)."""
+    from explorer.gpu.kernels import transpose_rows
+
+    return transpose_rows(y.t(), tokens)
+
+
+def run_plan(
+    plan: C.Plan,
+    weight_ptr: int,
+    x2: torch.Tensor,
+    out_features: int,
+    out_dtype: torch.dtype,
+    n: int | None = None,
+    alpha_ptr: int = 0,
+) -> torch.Tensor:
+    """``x2 @ W^T`` through ``plan`` for ``n`` rows (default: all of ``x2``).
+
+    The input is brought to the plan's layout (free when it already is in it); the output is
+    ``Y`` for a ``"?c"`` layout and a transposed view of a row-major ``Y^T`` for ``"?r"``.
+    """
+    n = x2.shape[0] if n is None else n
+    lay = plan.key.layout
+    if lay[0] == "r":
+        x2 = x2.t().contiguous()  # free when x2 is itself a transposed view (chained layers)
+    elif not x2.is_contiguous():
+        x2 = x2.contiguous()
+    if lay[1] == "c":
+        y = torch.empty(n, out_features, dtype=out_dtype, device=x2.device)
+        plan.run(weight_ptr, x2.data_ptr(), y.data_ptr(), alpha_ptr)
+        return y
+    d = torch.empty(out_features, n, dtype=out_dtype, device=x2.device)
+    plan.run(weight_ptr, x2.data_ptr(), d.data_ptr(), alpha_ptr)
+    return d.t()  # a transposed view of Y^T: no copy
+
+
+def sparse_call(
+    plan: C.Plan,
+    weight_ptr: int,
+    out_features: int,
+    out_dtype: torch.dtype,
+    n: int,
+    t: int,
+    transpose: bool,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The sparse route for ``t`` rows (padded to ``n``) as one closure, 2-D in, 2-D out.
+
+    ``transpose``: the ``Y^T`` output is copied to row-major. A row-major route at exactly
+    ``n`` rows binds everything but the input and output pointers once: the eager call with
+    the least host time.
+    """
+    if not transpose and n == t and plan.key.layout == "cc":
+        return _bound(plan, weight_ptr, (n, out_features), out_dtype)
+    run = partial(run_plan, plan, weight_ptr, out_features=out_features, out_dtype=out_dtype, n=n)
+    pad = n - t
+    if transpose:
+        if pad:
+            return lambda x_: rows_from_transposed(run(nn.functional.pad(x_, (0, 0, 0, pad))), t)
+        return lambda x_: rows_from_transposed(run(x_), t)
+    if pad:
+        return lambda x_: run(nn.functional.pad(x_, (0, 0, 0, pad)))[:t]
+    return run
+
+
+def _bound(plan: C.Plan, weight_ptr: int, shape: tuple[int, int], dtype: torch.dtype):
+    launch = plan.bind(weight_ptr)
+    device = torch.device("cuda", plan.key.device)
+
+    def call(x_: torch.Tensor) -> torch.Tensor:
+        if not x_.is_contiguous():
+            x_ = x_.contiguous()
+        y = torch.empty(shape, dtype=dtype, device=device)
+        launch(x_.data_ptr(), y.data_ptr())
+        return y
+
+    return call

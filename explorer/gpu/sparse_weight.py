@@ -1,0 +1,140 @@
+"""A 2:4 ``nn.Linear`` weight made ready for the sparse product: quantized where the dtype asks,
+compressed for cuSPARSELt (or torch's own path), and the optional copies a layer keeps beside it.
+
+:func:`prepare_weight` does everything :meth:`~explorer.gpu.SparseLinear.from_linear` needs
+before a module exists, and checks the weight first: a failure leaves the ``nn.Linear`` as it
+was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from explorer.gpu import cusparselt as C
+from explorer.gpu import decode as D
+from explorer.gpu import fp8, quant
+from explorer.gpu import torch_backend as TB
+from explorer.gpu.sparse_options import SparseOptions
+
+__all__ = ["PreparedWeight", "prepare_weight"]
+
+_SIXTEEN = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedWeight:
+    """What a sparse layer holds of its weight.
+
+    Attributes
+    ----------
+    dtype : torch.dtype
+        The matmul's input dtype.
+    out_dtype : torch.dtype
+        The product's output dtype.
+    weight : torch.Tensor
+        The 2:4 weight in ``dtype`` (quantized codes for int8 and fp8).
+    scale : torch.Tensor or None
+        Per-output-channel float32 scales of an 8-bit weight.
+    bias : torch.Tensor or None
+        The bias in ``out_dtype``.
+    compressed : object
+        cuSPARSELt's compressed weight, or torch's compressed tensor.
+    decode : CompressedWeight or None
+        The decode kernel's weight (``options.decode``, where the kernel takes the layer).
+    dense : torch.Tensor or None
+        The dense masked weight in ``out_dtype`` (``options.keep_dense``).
+    """
+
+    dtype: torch.dtype
+    out_dtype: torch.dtype
+    weight: torch.Tensor
+    scale: torch.Tensor | None
+    bias: torch.Tensor | None
+    compressed: object
+    decode: object
+    dense: torch.Tensor | None
+
+    def __repr__(self) -> str:
+        rows, k = self.weight.shape
+        extra = [name for name in ("decode", "dense") if getattr(self, name) is not None]
+        kept = f", also {' and '.join(extra)}" if extra else ""
+        return f"PreparedWeight({rows}x{k} {self.dtype} -> {self.out_dtype}{kept})"
+
+
+def prepare_weight(
+    linear: nn.Linear,
+    options: SparseOptions,
+    backend: str = "cusparselt",
+    out_dtype: torch.dtype | None = None,
+) -> PreparedWeight:
+    """Check, quantize and compress ``linear``'s 2:4 weight as ``options`` ask.
+
+    Parameters
+    ----------
+    linear : nn.Linear
+        On a CUDA device, weight pruned 2:4 along ``in_features`` (zeros in place).
+    options : SparseOptions
+        ``dtype`` (None: the weight's own 16-bit dtype, float16 for float32), ``decode`` and
+        ``keep_dense`` are read here.
+    backend : {"cusparselt", "torch"}
+    out_dtype : torch.dtype, optional
+        The 8-bit paths' output dtype (int8: the activations' 16-bit dtype by default; fp8:
+        bfloat16 or float32, never float16, which cannot hold the raw sums).
+
+    Raises
+    ------
+    ValueError
+        CPU weight, weight not 2:4, shape off the alignment rules, float16 fp8 output.
+    TypeError
+        A dtype the chosen backend does not take.
+    """
+    w = linear.weight.detach()
+    if w.device.type != "cuda":
+        raise ValueError(
+            f"{linear} is on {w.device}; SparseLinear needs a CUDA module. Hint: model.cuda()."
+        )
+    act_dtype = w.dtype if w.dtype in _SIXTEEN else torch.float16
+    dtype = options.dtype or act_dtype
+    if not C.is_24(w):
+        raise ValueError(
+            f"the weight of {linear} is not 2:4 along in_features. Hint: prune it first "
+            "(explorer.prune or explorer.make_mask(weight, '2:4'))."
+        )
+    scale = None
+    if dtype == torch.int8:
+        wq, scale = quant.quantize_per_channel(w)
+        out_dtype = out_dtype or act_dtype
+    elif dtype.itemsize == 1:  # fp8: per-channel weight scale, applied after the matmul
+        if out_dtype == torch.float16:
+            raise ValueError(
+                "out_dtype float16 cannot hold the fp8 kernel's raw sums (up to 448 * 448 "
+                "per product, before the scales). Hint: leave out_dtype unset (bfloat16) "
+                "or pass torch.bfloat16 or torch.float32; the result is returned in the "
+                "input's dtype."
+            )
+        wq, scale = fp8.quantize_weight(w, name=f"the weight of {linear}")
+        out_dtype = out_dtype or torch.bfloat16
+    else:
+        wq = w.to(dtype)
+        out_dtype = dtype
+    bias = None
+    if linear.bias is not None:
+        bias = linear.bias.detach().to(out_dtype).contiguous()
+    if backend == "torch":
+        if dtype.itemsize == 1:
+            raise TypeError("backend='torch' here supports float16 and bfloat16 only")
+        compressed = TB.compress(wq)
+    else:
+        C.check_weight(wq)
+        compressed = C.compress(wq, check=False)
+    dec = None
+    if options.decode and backend == "cusparselt" and w.shape[1] % 16 == 0:
+        if dtype in _SIXTEEN:
+            dec = D.pack(wq.contiguous())
+        elif dtype == torch.int8:  # weight-only int8: 16-bit activations on this route
+            dec = D.pack(w.to(out_dtype).contiguous(), int8=True)
+    dense = w.to(out_dtype).contiguous() if options.keep_dense else None
+    return PreparedWeight(dtype, out_dtype, wq, scale, bias, compressed, dec, dense)
