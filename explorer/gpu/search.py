@@ -77,7 +77,7 @@ def search_algorithm(
     out_dtype = out_dtype or CUSPARSELT_DTYPES[cw.dtype][0]
     if not isolate:
         tried: list = []
-        _search_in_process(
+        search_in_process(
             weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, 0, tried.append, layout
         )
         return _pick(tried, method, cw.shape)
@@ -153,7 +153,7 @@ def _search_isolated(
     return _pick(tried, method, tuple(weight.shape))
 
 
-def _search_in_process(
+def search_in_process(
     weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, start, report, layout="cc"
 ) -> None:
     import json
@@ -239,7 +239,7 @@ def _child_main(argv: list[str]) -> int:
     def report(rec) -> None:
         print(json.dumps({"alg": rec[0], "ms": rec[1], "status": rec[2]}), flush=True)
 
-    _search_in_process(
+    search_in_process(
         weight,
         cw,
         int(tokens),
