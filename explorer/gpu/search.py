@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from explorer.dtypes import dtype_name
+from explorer.gpu.child_process import child_lines
 from explorer.gpu.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
@@ -22,7 +23,7 @@ from explorer.gpu.cusparselt import (
 )
 from explorer.gpu.timing import eager_ms
 
-__all__ = ["search_algorithm"]
+__all__ = ["search_algorithm", "search_in_process"]
 
 
 def search_algorithm(
@@ -126,26 +127,28 @@ def _search_isolated(
                 str(start),
                 layout,
             ]
-            proc = subprocess.run(
-                args, capture_output=True, text=True, timeout=timeout, check=False
-            )
-            last_try = None
-            for line in proc.stdout.splitlines():
-                if not line.startswith("{"):
-                    continue
-                rec = json.loads(line)
-                if "max" in rec:
-                    max_id = rec["max"]
-                elif "try" in rec:
-                    last_try = rec["try"]
-                elif "alg" in rec:
-                    tried.append((rec["alg"], rec["ms"], rec["status"]))
-                    last_try = None
+            errors = Path(tmp) / f"stderr-{start}.txt"
+            with errors.open("w") as err:
+                proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
+                last_try = None
+                for line in child_lines(proc):  # a child silent inside a config is ended
+                    if not line.startswith("{"):
+                        continue
+                    rec = json.loads(line)
+                    if "max" in rec:
+                        max_id = rec["max"]
+                    elif "try" in rec:
+                        last_try = rec["try"]
+                    elif "alg" in rec:
+                        tried.append((rec["alg"], rec["ms"], rec["status"]))
+                        last_try = None
+                proc.wait(timeout=timeout)
+            stderr = errors.read_text(errors="replace")
             if proc.returncode == 0:
                 break
             if last_try is None:
                 raise RuntimeError(
-                    f"the algorithm search failed before trying a config:\n{proc.stderr[-800:]}"
+                    f"the algorithm search failed before trying a config:\n{stderr[-800:]}"
                 )
             tried.append((last_try, None, "crashed"))
             start = last_try + 1

@@ -25,6 +25,7 @@ import torch
 
 from explorer.dtypes import dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
+from explorer.gpu.child_process import child_lines
 
 __all__ = [
     "TUNED_LAYOUTS",
@@ -350,53 +351,6 @@ class Problem:
         return f"Problem({self.m}x{self.k} @ {self.n} tokens, {self.dtype}, {self.layout})"
 
 
-#: Seconds a tuning child may take to start (import torch, set up CUDA) before its first line.
-CHILD_START_S = 180.0
-#: Seconds a tuning child may stay silent once started: one config's check and timing take
-#: milliseconds, so a child this quiet is hung in a config and is ended (that config skipped).
-CHILD_SILENCE_S = 60.0
-
-
-def child_lines(proc, start_s: float, silence_s: float):
-    """The lines a child process writes, ending it if it stays silent too long.
-
-    A reader thread hands the lines over, so a child hung inside a library call can never
-    block the caller: after ``start_s`` seconds without a first line, or ``silence_s`` without
-    a next one, the child is killed and the lines stop (its exit code says it did not finish).
-
-    Examples
-    --------
-    >>> import subprocess, sys
-    >>> proc = subprocess.Popen(
-    ...     [sys.executable, "-c", "import time; print('a', flush=True); time.sleep(30)"],
-    ...     stdout=subprocess.PIPE, text=True)
-    >>> list(child_lines(proc, 20.0, 0.5)), proc.wait() != 0
-    (['a\\n'], True)
-    """
-    import queue
-    import threading
-
-    lines: queue.Queue = queue.Queue()
-
-    def read() -> None:
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True, name="tuning-child-reader").start()
-    wait = start_s
-    while True:
-        try:
-            line = lines.get(timeout=wait)
-        except queue.Empty:
-            proc.kill()
-            return
-        if line is None:
-            return
-        wait = silence_s
-        yield line
-
-
 def tune_problems(
     problems: Iterable[Problem],
     device: int = 0,
@@ -464,7 +418,7 @@ def tune_problems(
             ]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             current, tried = job, None
-            for line in child_lines(proc, CHILD_START_S, CHILD_SILENCE_S):
+            for line in child_lines(proc):
                 if not line.startswith("{"):
                     continue
                 rec = json.loads(line)
