@@ -41,6 +41,7 @@ __all__ = [
     "METHODS",
     "Int4DecodeCall",
     "Int4LaunchConfig",
+    "chunk_group_multiplier",
     "decode_int4_matmul",
     "decode_int4_reference",
     "default_int4_config",
@@ -240,14 +241,15 @@ def pack_int4(
     >>> pack_int4(torch.zeros(16, 96))
     Traceback (most recent call last):
     ...
-    ValueError: the int4 decode kernel needs K and the group size to be multiples of 128; got K = 96, group_size = 128. Hint: keep this layer on another route, or pad its input features to a multiple of 128.
+    ValueError: the int4 decode kernel needs K and the group size to be multiples of 128 with the group size dividing K; got K = 96, group_size = 128. Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
     """
     if isinstance(weight, torch.Tensor):
-        if weight.dim() == 2 and (weight.shape[1] % CHUNK or group_size % CHUNK):
+        k = weight.shape[-1] if weight.dim() == 2 else CHUNK
+        if k % CHUNK or group_size % CHUNK or k % group_size:
             raise ValueError(
-                f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK}; "
-                f"got K = {weight.shape[1]}, group_size = {group_size}. Hint: keep this layer on "
-                "another route, or pad its input features to a multiple of 128."
+                f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK} "
+                f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
+                "group_size=128 for K a multiple of 128; keep other layers on another route."
             )
         weight = compress_int4(weight, group_size=group_size)
     if not isinstance(weight, Int4Weight):
@@ -321,9 +323,18 @@ def _aligned(x2: torch.Tensor) -> torch.Tensor:
     return x2
 
 
-def _group_magic(weight: Int4Weight) -> int:
-    """ceil(2^32 / (G / 128)): the kernel divides a chunk index by G / 128 with a multiply."""
-    per_group = weight.group_size // CHUNK
+def chunk_group_multiplier(group_size: int) -> int:
+    """``ceil(2^32 / (G / 128))``: the kernel finds the scale group of 128-column chunk ``i`` as
+    ``(i * multiplier) >> 32``, which equals ``i // (G / 128)`` for every chunk index below
+    ``2^16`` (K up to 8M columns), without a division.
+
+    Examples
+    --------
+    >>> m = chunk_group_multiplier(384)
+    >>> [(i * m) >> 32 for i in range(7)]
+    [0, 0, 0, 1, 1, 1, 2]
+    """
+    per_group = group_size // CHUNK
     return -(-(1 << 32) // per_group)
 
 
@@ -340,7 +351,7 @@ def _arguments(weight: Int4Weight, bias, x2, y) -> tuple:
         k,
         x2.shape[0],
         k // weight.group_size,
-        _group_magic(weight),
+        chunk_group_multiplier(weight.group_size),
         x2.stride(0),
         y.stride(0),
     )
@@ -494,7 +505,7 @@ class Int4DecodeCall:
             7: k,
             8: tokens,
             9: k // weight.group_size,
-            10: _group_magic(weight),
+            10: chunk_group_multiplier(weight.group_size),
             12: n,
         }
         function = compiled_function("decode24_int4", config.kernel_name(dtype, tokens), dev)
