@@ -31,6 +31,7 @@ from functools import cache
 import numpy as np
 import torch
 
+from explorer.gpu import ops
 from explorer.gpu.decode import MAX_TOKENS
 from explorer.gpu.launch import Launcher, current_stream
 from explorer.lowbit import Int4Weight, compress_int4, int4_reference
@@ -475,7 +476,6 @@ class Int4DecodeCall:
         dtype: torch.dtype,
         config: Int4LaunchConfig | None = None,
     ) -> None:
-        from explorer.gpu import ops
         from explorer.gpu.kernels import compiled_function
 
         if not 1 <= tokens <= MAX_TOKENS:
@@ -519,9 +519,7 @@ class Int4DecodeCall:
 
     def __call__(self, x2: torch.Tensor) -> torch.Tensor:
         """``x2 @ W^T (+ b)`` for ``x2`` of ``[tokens, K]`` (any strides)."""
-        if torch.compiler.is_compiling():
-            from explorer.gpu import ops
-
+        if torch.compiler.is_compiling():  # one opaque op for the compiler (explorer.gpu.ops)
             return ops.forward(x2, self._op_id)
         if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
             x2 = x2.contiguous()
