@@ -458,6 +458,9 @@ class Int4DecodeCall:
         The activations' dtype (float16 or bfloat16).
     config : Int4LaunchConfig, optional
         How to launch; :func:`default_int4_config` by default.
+    module : cupy.RawModule, optional
+        Another build of ``decode24_int4.cu`` to take the kernel from (benchmarks of its
+        variants); the package's own build by default.
 
     Examples
     --------
@@ -475,6 +478,7 @@ class Int4DecodeCall:
         tokens: int,
         dtype: torch.dtype,
         config: Int4LaunchConfig | None = None,
+        module=None,
     ) -> None:
         from explorer.gpu.kernels import compiled_function
 
@@ -508,7 +512,11 @@ class Int4DecodeCall:
             10: chunk_group_multiplier(weight.group_size),
             12: n,
         }
-        function = compiled_function("decode24_int4", config.kernel_name(dtype, tokens), dev)
+        name = config.kernel_name(dtype, tokens)
+        if module is None:
+            function = compiled_function("decode24_int4", name, dev)
+        else:
+            function = module.get_function(name)
         self._launcher = Launcher(function, _ARG_KINDS, fixed)
         self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * config.warps, 1, 1)
         self._shared, self._dev = 512 * config.warps, dev
