@@ -334,13 +334,39 @@ __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const 
     }
 }
 
-template <bool BF16, bool SP, int NT, int D>
+// cp.async: global -> shared without passing through registers (16 bytes L2 only, or 4 bytes).
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    unsigned s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+}
+__device__ __forceinline__ void copy16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void copy4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// One staged chunk in shared memory: codes [16 rows][32 B], metadata [16][16 B], scales [16].
+constexpr int STAGE_BYTES = 512 + 256 + 64;
+
+enum Feed { EX = 0, SP = 1, SPA = 2 };
+
+template <bool BF16, int FEED, int NT, int D>
 __device__ __forceinline__ void decode24_int4(const Args& a) {
-    extern __shared__ float partial[];  // [warps][16][8] per token tile
+    extern __shared__ float partial[];  // [warps][16][8] per token tile, then SPA's stages
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int row0 = blockIdx.x * 16;
     const int r0 = row0 + g;
+    const bool sp = FEED != EX;
     const u32 pair_sel = BF16 ? (u32)(c | c << 4 | (c + 4) << 8 | (c + 4) << 12)
                               : (u32)(c * 0x1111);
     const u32 meta_sel = (c & 1) ? 0x7632u : 0x5410u;
@@ -351,29 +377,92 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         const int t = min(g + 8 * j, a.tokens - 1);
-        xr[j] = reinterpret_cast<const u32*>(a.x + t * a.ldx) + (SP ? c : c * 16);
+        xr[j] = reinterpret_cast<const u32*>(a.x + t * a.ldx) + (sp ? c : c * 16);
     }
     float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-    // 1. main loop: D chunks of 128 columns loaded ahead per step, chunk i to warp i % warps
-    const Rows rows = lane_rows(a, r0, c, SP);
     const int chunks = a.k >> 7;
-    for (int base = warp; base < chunks; base += warps * D) {
-        Chunk f[D];
-#pragma unroll
-        for (int d = 0; d < D; ++d) {  // a chunk past K reads chunk `base` again, scaled by 0
-            const int ch = base + d * warps;
-            load_chunk<SP>(f[d], rows, a, ch < chunks ? ch : base, ch < chunks);
-        }
-#pragma unroll
-        for (int d = 0; d < D; ++d) {  // 2. products
-            const int ch = base + d * warps < chunks ? base + d * warps : base;
-            if (SP) {
-                chunk_sp<BF16, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
+    if (FEED == SPA) {
+        // 1. main loop, staged: each warp keeps D chunks in flight in its own shared-memory
+        // stages (cp.async, no registers held), chunk i to warp i % warps
+        unsigned char* stages =
+            reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * STAGE_BYTES;
+        const long long n_last = a.n_rows - 1;
+        // what this lane copies: half a code row (rows lane / 2), a metadata row (lanes 0-15)
+        // or a scale (lanes 16-31)
+        const unsigned char* code_src =
+            a.codes + min((long long)(row0 + (lane >> 1)), n_last) * (a.k >> 2) + (lane & 1) * 16;
+        const int code_dst = (lane >> 1) * 32 + (lane & 1) * 16;
+        const unsigned char* meta_src =
+            a.meta + min((long long)(row0 + (lane & 15)), n_last) * (a.k >> 3);
+        const float* scale_src =
+            a.scales + min((long long)(row0 + (lane & 15)), n_last) * a.scales_per_row;
+        const int side_dst = lane < 16 ? 512 + lane * 16 : 768 + (lane - 16) * 4;
+        const int mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;
+        const bool ok0 = r0 < a.n_rows, ok1 = r0 + 8 < a.n_rows;
+        // chunks are issued in order j = 0, 1, ...: the sources advance by `warps` chunks
+        const unsigned char* code_next = code_src + warp * 32;
+        const unsigned char* meta_next = meta_src + warp * 16;
+        int ch_next = warp;
+        auto issue = [&](int j) {
+            unsigned char* st = stages + (j % D) * STAGE_BYTES;
+            copy16(st + code_dst, code_next);
+            if (lane < 16) {
+                copy16(st + side_dst, meta_next);
             } else {
-                chunk_ex<BF16, NT>(acc, f[d], xr, ch);
+                const int group = (int)(((unsigned long long)ch_next * a.group_magic) >> 32);
+                copy4(st + side_dst, scale_src + group);
+            }
+            code_next += warps * 32;
+            meta_next += warps * 16;
+            ch_next += warps;
+        };
+#pragma unroll
+        for (int j = 0; j < D; ++j) {
+            if (j < mine) issue(j);
+            copy_commit();
+        }
+        for (int j = 0; j < mine; ++j) {
+            copy_wait<D - 1>();
+            __syncwarp();
+            const unsigned char* st = stages + (j % D) * STAGE_BYTES;
+            Chunk f;
+            f.code[0] = *reinterpret_cast<const uint4*>(st + g * 32);
+            f.code[1] = *reinterpret_cast<const uint4*>(st + g * 32 + 16);
+            f.code[2] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32);
+            f.code[3] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32 + 16);
+            f.meta[0] = *reinterpret_cast<const uint4*>(st + 512 + g * 16);
+            f.meta[1] = *reinterpret_cast<const uint4*>(st + 512 + (g + 8) * 16);
+            const float s0 = *reinterpret_cast<const float*>(st + 768 + g * 4);
+            const float s1 = *reinterpret_cast<const float*>(st + 768 + (g + 8) * 4);
+            f.scale[0] = ok0 ? s0 : 0.0f;
+            f.scale[1] = ok1 ? s1 : 0.0f;
+            __syncwarp();  // every lane has its copy of the stage: it may be refilled
+            if (j + D < mine) issue(j + D);
+            copy_commit();
+            chunk_sp<BF16, NT>(acc, f, xr, warp + j * warps, pair_sel, meta_sel);
+        }
+        copy_wait<0>();
+    } else {
+        // 1. main loop: D chunks of 128 columns loaded ahead per step, chunk i to warp i % warps
+        const Rows rows = lane_rows(a, r0, c, sp);
+        for (int base = warp; base < chunks; base += warps * D) {
+            Chunk f[D];
+#pragma unroll
+            for (int d = 0; d < D; ++d) {  // a chunk past K reads chunk `base` again, scaled by 0
+                const int ch = base + d * warps;
+                load_chunk<FEED == SP>(f[d], rows, a, ch < chunks ? ch : base, ch < chunks);
+            }
+#pragma unroll
+            for (int d = 0; d < D; ++d) {  // 2. products
+                const int ch = base + d * warps < chunks ? base + d * warps : base;
+                if (FEED == SP) {
+                    chunk_sp<BF16, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
+                } else {
+                    chunk_ex<BF16, NT>(acc, f[d], xr, ch);
+                }
             }
         }
     }
@@ -400,9 +489,10 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
     }
 }
 
-// One kernel per activation dtype, feeding (sp / ex), token tiles of 8 (NT) and chunks loaded
-// ahead (D); THREADS bounds the block so that the registers fit.
-#define INT4_KERNEL(NAME, BF16, SP, NT, D, THREADS)                                            \
+// One kernel per activation dtype, feeding (ex / sp / spa), token tiles of 8 (NT) and chunks
+// loaded ahead (D: in registers for ex and sp, in shared-memory stages for spa); THREADS bounds
+// the block so that the registers fit.
+#define INT4_KERNEL(NAME, BF16, FEED, NT, D, THREADS)                                          \
     extern "C" __global__ void __launch_bounds__(THREADS)                                      \
         NAME(const unsigned char* codes, const unsigned char* meta, const float* scales,       \
              const u16* x, const u16* bias, u16* y, int n_rows, int k, int tokens,             \
@@ -410,20 +500,32 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
              long long ldy) {                                                                   \
         const Args a{codes, meta, scales, x, bias, y, n_rows, k, tokens, scales_per_row,      \
                      group_magic, ldx, ldy};                                                    \
-        decode24_int4<BF16, SP, NT, D>(a);                                                      \
+        decode24_int4<BF16, FEED, NT, D>(a);                                                    \
     }
 
-#define INT4_FAMILY(PREFIX, BF16, SP)                   \
-    INT4_KERNEL(PREFIX##_t8_d1, BF16, SP, 1, 1, 1024)   \
-    INT4_KERNEL(PREFIX##_t8_d2, BF16, SP, 1, 2, 512)    \
-    INT4_KERNEL(PREFIX##_t16_d1, BF16, SP, 2, 1, 1024)  \
-    INT4_KERNEL(PREFIX##_t16_d2, BF16, SP, 2, 2, 512)   \
-    INT4_KERNEL(PREFIX##_t32_d1, BF16, SP, 4, 1, 512)   \
-    INT4_KERNEL(PREFIX##_t32_d2, BF16, SP, 4, 2, 256)   \
-    INT4_KERNEL(PREFIX##_t64_d1, BF16, SP, 8, 1, 256)   \
-    INT4_KERNEL(PREFIX##_t64_d2, BF16, SP, 8, 2, 256)
+#define INT4_FAMILY(PREFIX, BF16, FEED)                   \
+    INT4_KERNEL(PREFIX##_t8_d1, BF16, FEED, 1, 1, 1024)   \
+    INT4_KERNEL(PREFIX##_t8_d2, BF16, FEED, 1, 2, 512)    \
+    INT4_KERNEL(PREFIX##_t16_d1, BF16, FEED, 2, 1, 1024)  \
+    INT4_KERNEL(PREFIX##_t16_d2, BF16, FEED, 2, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t32_d1, BF16, FEED, 4, 1, 512)   \
+    INT4_KERNEL(PREFIX##_t32_d2, BF16, FEED, 4, 2, 256)   \
+    INT4_KERNEL(PREFIX##_t64_d1, BF16, FEED, 8, 1, 256)   \
+    INT4_KERNEL(PREFIX##_t64_d2, BF16, FEED, 8, 2, 256)
 
-INT4_FAMILY(int4_sp_bf16, true, true)
-INT4_FAMILY(int4_sp_f16, false, true)
-INT4_FAMILY(int4_ex_bf16, true, false)
-INT4_FAMILY(int4_ex_f16, false, false)
+#define INT4_STAGED_FAMILY(PREFIX, BF16)                 \
+    INT4_KERNEL(PREFIX##_t8_s2, BF16, SPA, 1, 2, 1024)   \
+    INT4_KERNEL(PREFIX##_t8_s4, BF16, SPA, 1, 4, 1024)   \
+    INT4_KERNEL(PREFIX##_t16_s2, BF16, SPA, 2, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t16_s4, BF16, SPA, 2, 4, 512)   \
+    INT4_KERNEL(PREFIX##_t32_s2, BF16, SPA, 4, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t32_s4, BF16, SPA, 4, 4, 512)   \
+    INT4_KERNEL(PREFIX##_t64_s2, BF16, SPA, 8, 2, 256)   \
+    INT4_KERNEL(PREFIX##_t64_s4, BF16, SPA, 8, 4, 256)
+
+INT4_FAMILY(int4_sp_bf16, true, SP)
+INT4_FAMILY(int4_sp_f16, false, SP)
+INT4_FAMILY(int4_ex_bf16, true, EX)
+INT4_FAMILY(int4_ex_f16, false, EX)
+INT4_STAGED_FAMILY(int4_spa_bf16, true)
+INT4_STAGED_FAMILY(int4_spa_f16, false)

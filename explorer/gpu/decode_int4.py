@@ -53,23 +53,37 @@ __all__ = [
 
 #: Input columns one warp step covers; K and the group size must be multiples of it.
 CHUNK = 128
-#: How the kernel feeds the tensor cores: ``"sp"`` sparse mma on the stored pairs (default),
-#: ``"ex"`` dense mma after expanding each pair to its four slots (kept for comparison).
-METHODS = ("sp", "ex")
+#: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs, the weight
+#: staged through shared memory by asynchronous copies (the default up to 8 tokens); ``"sp"`` the
+#: same with the weight loaded into registers; ``"ex"`` dense mma after expanding each pair to
+#: its four slots (the default above 8 tokens, where its activation loads are wider).
+METHODS = ("spa", "sp", "ex")
 _SIXTEEN = (torch.float16, torch.bfloat16)
 #: The nibbles i0 | i1 << 2 with i0 < i1: the only position codes the sparse mma accepts.
 _ORDERED_NIBBLES = (0x4, 0x8, 0xC, 0x9, 0xD, 0xE)
-#: Threads a block may have, per (token tiles, chunks loaded ahead): the kernels' launch bounds.
+#: Threads a block may have, per (staged, token tiles, chunks ahead): the kernels' launch bounds.
 _MAX_THREADS = {
-    (1, 1): 1024,
-    (1, 2): 512,
-    (2, 1): 1024,
-    (2, 2): 512,
-    (4, 1): 512,
-    (4, 2): 256,
-    (8, 1): 256,
-    (8, 2): 256,
+    (False, 1, 1): 1024,
+    (False, 1, 2): 512,
+    (False, 2, 1): 1024,
+    (False, 2, 2): 512,
+    (False, 4, 1): 512,
+    (False, 4, 2): 256,
+    (False, 8, 1): 256,
+    (False, 8, 2): 256,
+    (True, 1, 2): 1024,
+    (True, 1, 4): 1024,
+    (True, 2, 2): 512,
+    (True, 2, 4): 512,
+    (True, 4, 2): 512,
+    (True, 4, 4): 512,
+    (True, 8, 2): 256,
+    (True, 8, 4): 256,
 }
+#: Shared memory of one staged chunk (codes, metadata, scales of 16 rows) and the most a block
+#: takes without asking the driver for more.
+_STAGE_BYTES = 512 + 256 + 64
+_SHARED_LIMIT = 48 * 1024
 _TARGET_WARPS_PER_SM = 16
 _ARG_KINDS = ("u64",) * 6 + ("i32",) * 4 + ("u64", "i64", "i64")
 
@@ -93,7 +107,7 @@ def multiprocessor_count(device: int) -> int:
 
 
 class Int4LaunchConfig:
-    """How one call is launched: feeding ``method``, ``warps`` per block, chunks loaded ``ahead``.
+    """How one call is launched: feeding ``method``, ``warps`` per block, chunks ``ahead``.
 
     Parameters
     ----------
@@ -102,7 +116,8 @@ class Int4LaunchConfig:
     warps : int
         Warps per block (they split K); the block covers 16 output rows.
     ahead : int
-        128-column chunks each warp loads before it multiplies (1 or 2).
+        128-column chunks each warp has in flight: 1 or 2 loaded into registers (``"sp"``,
+        ``"ex"``), 2 or 4 shared-memory stages (``"spa"``).
 
     Raises
     ------
@@ -112,8 +127,10 @@ class Int4LaunchConfig:
 
     Examples
     --------
-    >>> Int4LaunchConfig("sp", 8, 2).kernel_name(torch.bfloat16, 16)
-    'int4_sp_bf16_t16_d2'
+    >>> Int4LaunchConfig("ex", 8, 2).kernel_name(torch.bfloat16, 16)
+    'int4_ex_bf16_t16_d2'
+    >>> Int4LaunchConfig("spa", 16, 2).kernel_name(torch.float16, 1), Int4LaunchConfig().shared
+    ('int4_spa_f16_t8_s2', 30720)
     >>> Int4LaunchConfig("sp", 32, 2).check(1)
     Traceback (most recent call last):
     ...
@@ -122,16 +139,28 @@ class Int4LaunchConfig:
 
     __slots__ = ("ahead", "method", "warps")
 
-    def __init__(self, method: str = "sp", warps: int = 8, ahead: int = 2) -> None:
+    def __init__(self, method: str = "spa", warps: int = 8, ahead: int = 4) -> None:
         if method not in METHODS:
             raise ValueError(f"method = {method!r}; expected one of {METHODS}")
-        if ahead not in (1, 2):
-            raise ValueError(f"ahead = {ahead!r}; the kernel is built for 1 or 2 chunks ahead")
+        allowed = (2, 4) if method == "spa" else (1, 2)
+        if ahead not in allowed:
+            raise ValueError(
+                f"ahead = {ahead!r}; the {method!r} kernels are built for {allowed} chunks ahead"
+            )
         self.method, self.warps, self.ahead = method, int(warps), int(ahead)
 
+    @property
+    def shared(self) -> int:
+        """Bytes of shared memory a block takes (partial sums, and the stages of ``"spa"``)."""
+        stages = self.warps * self.ahead * _STAGE_BYTES if self.method == "spa" else 0
+        return 512 * self.warps + stages
+
     def max_warps(self, tiles: int) -> int:
-        """Most warps per block for ``tiles`` token tiles (the kernel's launch bound)."""
-        return _MAX_THREADS[(tiles, self.ahead)] // 32
+        """Most warps per block for ``tiles`` token tiles (launch bound and shared memory)."""
+        top = _MAX_THREADS[(self.method == "spa", tiles, self.ahead)] // 32
+        if self.method == "spa":
+            top = min(top, _SHARED_LIMIT // (512 + self.ahead * _STAGE_BYTES))
+        return top
 
     def check(self, tiles: int) -> None:
         """Raise unless the kernel for ``tiles`` token tiles takes this many warps."""
@@ -145,33 +174,37 @@ class Int4LaunchConfig:
     def kernel_name(self, dtype: torch.dtype, tokens: int) -> str:
         """The kernel's name in ``decode24_int4.cu`` for ``tokens`` rows of ``dtype``."""
         kind = "bf16" if dtype == torch.bfloat16 else "f16"
-        return f"int4_{self.method}_{kind}_t{8 * token_tiles(tokens)}_d{self.ahead}"
+        step = "s" if self.method == "spa" else "d"
+        return f"int4_{self.method}_{kind}_t{8 * token_tiles(tokens)}_{step}{self.ahead}"
 
     def __repr__(self) -> str:
         return f"Int4LaunchConfig({self.method!r}, warps={self.warps}, ahead={self.ahead})"
 
 
 def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
-    """The launch used unless one is given: sparse mma, two chunks ahead up to 16 tokens, and
-    enough warps per block that blocks x warps keep every SM busy.
-
-    A block covers 16 rows and its warps split K, so layers with few rows take more warps.
+    """The launch used unless one is given, chosen from measurements on an H100
+    (``benchmarks/int4_decode.py`` sweeps them): up to 8 tokens the staged sparse kernel, above
+    that the expansion kernel; warps per block so that blocks x warps keep every SM busy (a
+    block covers 16 rows and its warps split K, so layers with few rows take more warps).
 
     Examples
     --------
     >>> default_int4_config(4096, 4096, 1, 132)
-    Int4LaunchConfig('sp', warps=8, ahead=2)
+    Int4LaunchConfig('spa', warps=8, ahead=4)
     >>> default_int4_config(1024, 4096, 16, 132)
-    Int4LaunchConfig('sp', warps=16, ahead=2)
+    Int4LaunchConfig('ex', warps=16, ahead=2)
     """
     tiles = token_tiles(tokens)
-    ahead = 2 if tiles <= 2 else 1
-    config = Int4LaunchConfig("sp", 1, ahead)
     blocks = math.ceil(rows / 16)
     want = math.ceil(sms * _TARGET_WARPS_PER_SM / max(blocks, 1))
     warps = 1 << max(0, round(math.log2(max(want, 1))))
-    steps = max(1, k // CHUNK // ahead)  # no more warps than steps of work along K
-    config.warps = int(max(1, min(warps, config.max_warps(tiles), 1 << int(math.log2(steps)))))
+    if tiles == 1:
+        config = Int4LaunchConfig("spa", 1, 4 if warps <= 8 else 2)
+    else:
+        config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
+    steps = max(1, k // CHUNK // (config.ahead if config.method != "spa" else 1))
+    top = min(config.max_warps(tiles), 1 << int(math.log2(steps)))
+    config.warps = int(max(1, min(warps, top)))
     return config
 
 
@@ -431,7 +464,7 @@ def decode_int4_matmul(
         (math.ceil(n / 16),),
         args,
         block=(32 * config.warps,),
-        shared=512 * config.warps,
+        shared=config.shared,
     )
     return y.reshape(*lead, n)
 
@@ -519,7 +552,7 @@ class Int4DecodeCall:
             function = module.get_function(name)
         self._launcher = Launcher(function, _ARG_KINDS, fixed)
         self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * config.warps, 1, 1)
-        self._shared, self._dev = 512 * config.warps, dev
+        self._shared, self._dev = config.shared, dev
         self._shape, self._dtype, self._k = (tokens, n), dtype, k
         # the tensors whose pointers are kept: alive as long as this call
         self._keep = (weight, bias)

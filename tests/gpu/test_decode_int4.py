@@ -110,8 +110,9 @@ def test_noncontiguous_inputs_and_leading_dims():
     assert relerr(call(xt), _exact(xt, p)) < TOL[torch.float16]
 
 
-@pytest.mark.parametrize("method", ["sp", "ex"])
-@pytest.mark.parametrize("ahead", [1, 2])
+@pytest.mark.parametrize(
+    ("method", "ahead"), [("spa", 2), ("spa", 4), ("sp", 1), ("sp", 2), ("ex", 1), ("ex", 2)]
+)
 @pytest.mark.parametrize("tokens", [3, 20, 50])
 def test_every_launch_configuration(method, ahead, tokens):
     D = _int4()

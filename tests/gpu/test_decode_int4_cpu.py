@@ -121,8 +121,10 @@ def test_chunk_group_multiplier_divides_exactly():
 def test_default_config_is_one_the_kernel_takes(rows, k, tokens):
     config = default_int4_config(rows, k, tokens, 132)
     config.check(token_tiles(tokens))
-    assert config.method == "sp" and config.warps * config.ahead <= max(1, k // CHUNK) * 2
-    assert config.kernel_name(torch.float16, tokens).startswith("int4_sp_f16_t")
+    assert config.method == ("spa" if tokens <= 8 else "ex")
+    assert config.shared <= 48 * 1024 and config.warps <= max(1, k // CHUNK)
+    name = config.kernel_name(torch.float16, tokens)
+    assert name.startswith(f"int4_{config.method}_f16_t{8 * token_tiles(tokens)}_")
 
 
 def test_config_refuses_unknown_settings():
@@ -130,6 +132,10 @@ def test_config_refuses_unknown_settings():
         Int4LaunchConfig("dense")
     with pytest.raises(ValueError, match="ahead"):
         Int4LaunchConfig("sp", 4, 3)
+    with pytest.raises(ValueError, match=r"built for \(2, 4\)"):
+        Int4LaunchConfig("spa", 4, 1)
+    with pytest.raises(ValueError, match="expected 1 to 12 warps"):  # shared memory
+        Int4LaunchConfig("spa", 16, 4).check(1)
     with pytest.raises(ValueError, match="expected 1 to 8 warps"):
         Int4LaunchConfig("ex", 16, 1).check(8)
 
