@@ -1,6 +1,6 @@
 """Check, then time, the 2:4 + int4 decode kernel per layer (one call of the device machine).
 
-Usage: python benchmarks/int4_decode.py [--out DIR] [--quick] [--skip-sweep]
+Usage: python benchmarks/int4_decode.py [--out DIR] [--quick] [--skip-sweep] [--loads]
 
 For LLaMA-3-8B's four layer shapes and 1 to 64 tokens it times, side by side, the GPU time of
 CUDA-graph replays (medians; every implementation cycles through enough copies of its weight
@@ -12,8 +12,9 @@ that the copies hold three times the L2 cache, so each call reads its weight fro
 * the explorer's 16-bit 2:4 decode kernel (``explorer.gpu.decode.DecodeCall``);
 * the 2:4 + int4 kernel (``explorer.gpu.decode_int4.Int4DecodeCall``), default launch.
 
-It prints the errors of a quick check, a sweep of launch settings (feeding, warps per block,
-chunks loaded ahead) at 1 and 16 tokens, a variant of the weight loads, the table of times,
+It prints the errors of a quick check, the graph-replay time of the smallest call (the fixed
+cost of a launch), a sweep of launch settings (feeding, warps per block, chunks in flight) at
+1, 4 and 16 tokens, optionally variants of the weight loads, the table of times,
 ratios over dense bf16 and over torch int4 and the achieved bandwidth (bytes each call must
 read and write over its time, also as a share of the device-to-device copy bandwidth measured
 in the same run), and the host time per eager call. Full numbers go to DIR/int4_decode.json.
@@ -120,9 +121,8 @@ def check(gen: torch.Generator) -> list[dict]:
         x = wide[:, 32 : 32 + k]
         ref = x.double() @ p.decompress().double().t() + bias.double()
         row = dict(n=n, k=k, tokens=t, dtype=str(dt).removeprefix("torch."))
-        for method in ("sp", "ex"):
-            cfg = default_int4_config(n, k, t, multiprocessor_count(0))
-            cfg = Int4LaunchConfig(method, cfg.warps, cfg.ahead)
+        for method, ahead in (("spa", 4), ("sp", 2), ("ex", 2)):
+            cfg = Int4LaunchConfig(method, 4, ahead)
             y = decode_int4_matmul(x, p, bias, config=cfg)
             row[f"relerr_{method}"] = _relerr(y, ref)
             row[f"finite_{method}"] = bool(torch.isfinite(y).all())
@@ -139,12 +139,17 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
         tiles = token_tiles(t)
         configs = []
-        for ahead, warps in itertools.product((1, 2), (2, 4, 8, 16, 32)):
-            cfg = Int4LaunchConfig("sp", warps, ahead)
-            if warps <= cfg.max_warps(tiles) and warps * ahead <= 2 * (k // 128):
-                configs.append(cfg)
+        grid = {
+            "spa": itertools.product((2, 4), (2, 4, 8, 12, 16)),
+            "ex": itertools.product((1, 2), (2, 4, 8, 16)),
+            "sp": [(1, 16), (2, 8)],
+        }
+        for method, pairs in grid.items():
+            for ahead, warps in pairs:
+                cfg = Int4LaunchConfig(method, warps, ahead)
+                if warps <= cfg.max_warps(tiles) and warps <= k // 128:
+                    configs.append(cfg)
         dflt = default_int4_config(n, k, t, multiprocessor_count(0))
-        configs.append(Int4LaunchConfig("ex", dflt.warps, dflt.ahead))
         times = {}
         for cfg in configs:
 
@@ -178,6 +183,29 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
             flush=True,
         )
     return rows
+
+
+def floor_us(gen: torch.Generator, l2: int) -> dict:
+    """Graph-replay time of the smallest calls (one block, 16x128): the fixed cost per launch."""
+    w = _weight(16, 128, torch.float32, gen)
+    p = pack_int4(w)
+    x = torch.randn(1, 128, device=DEV, generator=gen).to(torch.bfloat16)
+    wb = w.to(torch.bfloat16)
+
+    def tiny():
+        call = Int4DecodeCall(_copy(p), None, 1, torch.bfloat16)
+        return lambda: call(x)
+
+    out = {
+        "int4_24_16x128_us": rotated_us(tiny, l2, l2),
+        "linear_16x128_us": rotated_us(lambda: lambda: F.linear(x, wb), l2, l2),
+    }
+    print(
+        f"floor: 16x128 at 1 token, 2:4 int4 {out['int4_24_16x128_us']:.2f} us, F.linear "
+        f"{out['linear_16x128_us']:.2f} us per graph-replayed call",
+        flush=True,
+    )
+    return out
 
 
 def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
@@ -343,6 +371,7 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true", help="bf16 only, 1 and 16 tokens")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--loads", action="store_true", help="also time L2 prefetch hints")
     a = ap.parse_args()
     out = Path(a.out)
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
@@ -355,11 +384,12 @@ def main() -> int:
     bad = [
         r
         for r in checks
-        if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in ("sp", "ex"))
+        if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in ("spa", "sp", "ex"))
     ]
     print(
-        f"checks: {len(checks)} cases, max relerr sp {max(r['relerr_sp'] for r in checks):.2e}, "
-        f"ex {max(r['relerr_ex'] for r in checks):.2e}, {len(bad)} bad",
+        f"checks: {len(checks)} cases, max relerr spa "
+        f"{max(r['relerr_spa'] for r in checks):.2e}, sp {max(r['relerr_sp'] for r in checks):.2e}"
+        f", ex {max(r['relerr_ex'] for r in checks):.2e}, {len(bad)} bad",
         flush=True,
     )
     for r in bad[:8]:
@@ -370,8 +400,10 @@ def main() -> int:
         copy_gbps=copy_bps / 1e9,
         checks=checks,
     )
+    result["floor"] = floor_us(gen, l2)
     if not a.skip_sweep:
-        result["sweep"] = sweep(gen, l2)
+        result["sweep"] = sweep(gen, l2, tokens=(1, 4, 16))
+    if a.loads:
         result["loads"] = load_variants(gen, l2)
     tokens, dtypes = ((1, 16), (torch.bfloat16,)) if a.quick else (TOKENS, None)
     result["rows"] = table(gen, l2, copy_bps, tokens, dtypes)
