@@ -17,15 +17,15 @@
 // the tensor cores' fp32 accumulation; the group scale is applied in fp32 (below).
 //
 // Method. A block covers 16 rows of W; its warps split K into 128-column chunks (chunk i to
-// warp i % warps, D chunks loaded ahead per step). Each warp multiplies its chunk's 16 x 128
+// warp i % warps, D chunks in flight per warp). Each warp multiplies its chunk's 16 x 128
 // piece of W with all T tokens on the tensor cores into a per-chunk fp32 accumulator, then adds
 // that into the running one times the row's scale of that chunk (G % 128 == 0: one scale per
 // row and chunk), so scales are applied in fp32, once per chunk. The warps add their partial
 // tiles through shared memory and one pass writes Y (bias added in fp32, rounded once).
 //
-// Two ways to feed the tensor cores with a chunk, chosen by the kernel's name:
+// Three ways to feed the tensor cores with a chunk, chosen by the kernel's name:
 //
-// * "sp" (the default): the sparse tensor-core instruction mma.sp (m16n8k32, ordered metadata),
+// * "sp": the sparse tensor-core instruction mma.sp (m16n8k32, ordered metadata),
 //   which takes the kept pairs and the 2-bit positions as they are stored: no expansion to
 //   four slots, and half the instructions of a dense product. Mma m of a chunk covers its
 //   columns 32m..32m+31 (groups 8m..8m+7) in natural order, so the metadata operand of lane
@@ -34,10 +34,17 @@
 //   (groups 8m + c and 8m + c + 4). Each lane loads the 32 code bytes and 16 metadata bytes
 //   of its two rows per chunk (16-byte loads; the four lanes of a row read the same bytes, so
 //   memory moves them once) and 4 bytes of X per mma, token and k-step.
-// * "ex" (the expansion of decode24.cu): dense mma.m16n8k16 after placing each kept pair into
-//   its group's four slots with a byte permutation (prmt); lane c owns groups 8c..8c+7 of a
-//   chunk, so per row and chunk it loads 8 code bytes, 4 metadata bytes and 32 contiguous X
-//   values per token.
+//   A chunk in flight holds 26 registers a lane, which caps the bytes in flight per SM.
+// * "spa" (the default up to 8 tokens): "sp" with the weight staged through shared memory.
+//   Each warp keeps D chunks in flight in its own stages (832 bytes: codes, metadata, scales
+//   of 16 rows), filled by cp.async (16-byte copies that skip L1 and hold no registers) and
+//   refilled as soon as the warp has read a stage, so D * warps chunks a block are in flight
+//   while the warp converts and multiplies the current one.
+// * "ex" (the expansion of decode24.cu; the default above 8 tokens): dense mma.m16n8k16 after
+//   placing each kept pair into its group's four slots with a byte permutation (prmt); lane c
+//   owns groups 8c..8c+7 of a chunk, so per row and chunk it loads 8 code bytes, 4 metadata
+//   bytes and 32 contiguous X values per token (16-byte loads, where "sp" needs 4-byte ones:
+//   above 8 tokens the X loads, not the conversion, bound the sparse kernels).
 //
 // Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0, G % 128 == 0,
 // K % G == 0; X rows 16-byte aligned with a row stride that is a multiple of 8 elements; every

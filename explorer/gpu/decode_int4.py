@@ -5,9 +5,11 @@ A decode step reads every weight once, so its time is the time to move the weigh
 :class:`~explorer.lowbit.Int4Weight` holds 3 + 32 / G bits a weight (kept codes, 2-bit
 positions, one float32 scale per group of ``G`` columns): 3.25 bits for ``G = 128``, about a
 fifth of a 16-bit dense weight. The kernel (``kernels/decode24_int4.cu``) turns the codes into
-16-bit integers exactly, multiplies them with the activations on the sparse tensor cores
-(``mma.sp``) with fp32 accumulation, and applies each group's scale in fp32, once per 128
-columns; the file's header documents the layout and the method. What it reaches against dense
+16-bit integers exactly, multiplies them with the activations on the tensor cores with fp32
+accumulation (the sparse ``mma.sp`` on the stored pairs up to 8 tokens, the weight staged
+through shared memory; a dense ``mma`` after expanding the pairs above), and applies each
+group's scale in fp32, once per 128 columns; the file's header documents the layout and the
+method. What it reaches against dense
 bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
 
 The kernel needs ``K % 128 == 0`` and a group size that is a multiple of 128 dividing ``K``
@@ -182,28 +184,37 @@ class Int4LaunchConfig:
 
 
 def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
-    """The launch used unless one is given, chosen from measurements on an H100
-    (``benchmarks/int4_decode.py`` sweeps them): up to 8 tokens the staged sparse kernel, above
-    that the expansion kernel; warps per block so that blocks x warps keep every SM busy (a
-    block covers 16 rows and its warps split K, so layers with few rows take more warps).
+    """The launch used unless one is given, from the sweep of ``benchmarks/int4_decode.py`` on
+    an H100 (LLaMA-3-8B layer shapes, 1, 4 and 16 tokens).
+
+    Up to 8 tokens the staged sparse kernel: 16 warps with 2 stages each (every chunk of a
+    4096-column layer in flight at once), or 4 warps with 4 stages when the grid has 4 or more
+    blocks per SM. Above 8 tokens the expansion kernel, whose activation loads are wider, with
+    about 16 warps per SM over the grid (a block covers 16 rows and its warps split K, so
+    layers with few rows take more warps per block).
 
     Examples
     --------
     >>> default_int4_config(4096, 4096, 1, 132)
-    Int4LaunchConfig('spa', warps=8, ahead=4)
-    >>> default_int4_config(1024, 4096, 16, 132)
-    Int4LaunchConfig('ex', warps=16, ahead=2)
+    Int4LaunchConfig('spa', warps=16, ahead=2)
+    >>> default_int4_config(14336, 4096, 1, 132)
+    Int4LaunchConfig('spa', warps=4, ahead=4)
+    >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
+    (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=2, ahead=2))
     """
     tiles = token_tiles(tokens)
     blocks = math.ceil(rows / 16)
-    want = math.ceil(sms * _TARGET_WARPS_PER_SM / max(blocks, 1))
-    warps = 1 << max(0, round(math.log2(max(want, 1))))
+    chunks = max(1, k // CHUNK)
     if tiles == 1:
-        config = Int4LaunchConfig("spa", 1, 4 if warps <= 8 else 2)
-    else:
-        config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
-    steps = max(1, k // CHUNK // (config.ahead if config.method != "spa" else 1))
-    top = min(config.max_warps(tiles), 1 << int(math.log2(steps)))
+        config = (
+            Int4LaunchConfig("spa", 4, 4) if blocks >= 4 * sms else Int4LaunchConfig("spa", 16, 2)
+        )
+        config.warps = max(1, min(config.warps, chunks))
+        return config
+    config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
+    want = sms * _TARGET_WARPS_PER_SM / max(blocks, 1)
+    warps = 1 << max(0, round(math.log2(max(want, 1))))
+    top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))
     config.warps = int(max(1, min(warps, top)))
     return config
 
