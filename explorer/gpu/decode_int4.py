@@ -1,0 +1,599 @@
+"""2:4 on top of int4: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X`` from a 2:4 weight whose kept
+values are group-wise int4 codes (:class:`explorer.lowbit.Int4Weight`, read as it is).
+
+A decode step reads every weight once, so its time is the time to move the weight. An
+:class:`~explorer.lowbit.Int4Weight` holds 3 + 32 / G bits a weight (kept codes, 2-bit
+positions, one float32 scale per group of ``G`` columns): 3.25 bits for ``G = 128``, about a
+fifth of a 16-bit dense weight. The kernel (``kernels/decode24_int4.cu``) turns the codes into
+16-bit integers exactly, multiplies them with the activations on the tensor cores with fp32
+accumulation (the sparse ``mma.sp`` on the stored pairs up to 8 tokens, the weight staged
+through shared memory; a dense ``mma`` after expanding the pairs above), and applies each
+group's scale in fp32, once per 128 columns; the file's header documents the layout and the
+method. What it reaches against dense
+bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
+
+The kernel needs ``K % 128 == 0`` and a group size that is a multiple of 128 dividing ``K``
+(:func:`pack_int4` checks); every function has a CPU reference (:func:`decode_int4_reference`),
+and the GPU tests compare the two on fresh random inputs.
+
+Examples
+--------
+>>> from explorer.lowbit import compress_int4
+>>> w = torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32])
+>>> y = decode_int4_reference(torch.ones(1, 128), compress_int4(w))
+>>> y.tolist()
+[[-160.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import torch
+
+from explorer.gpu import ops
+from explorer.gpu.decode import MAX_TOKENS
+from explorer.gpu.launch import Launcher, current_stream
+from explorer.lowbit import Int4Weight, compress_int4, int4_reference
+
+__all__ = [
+    "CHUNK",
+    "MAX_TOKENS",
+    "METHODS",
+    "Int4DecodeCall",
+    "Int4LaunchConfig",
+    "chunk_group_multiplier",
+    "decode_int4_matmul",
+    "decode_int4_reference",
+    "default_int4_config",
+    "multiprocessor_count",
+    "pack_int4",
+    "token_tiles",
+]
+
+#: Input columns one warp step covers; K and the group size must be multiples of it.
+CHUNK = 128
+#: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs, the weight
+#: staged through shared memory by asynchronous copies (the default up to 8 tokens); ``"sp"`` the
+#: same with the weight loaded into registers; ``"ex"`` dense mma after expanding each pair to
+#: its four slots (the default above 8 tokens, where its activation loads are wider).
+METHODS = ("spa", "sp", "ex")
+_SIXTEEN = (torch.float16, torch.bfloat16)
+#: The nibbles i0 | i1 << 2 with i0 < i1: the only position codes the sparse mma accepts.
+_ORDERED_NIBBLES = (0x4, 0x8, 0xC, 0x9, 0xD, 0xE)
+#: Threads a block may have, per (staged, token tiles, chunks ahead): the kernels' launch bounds.
+_MAX_THREADS = {
+    (False, 1, 1): 1024,
+    (False, 1, 2): 512,
+    (False, 2, 1): 1024,
+    (False, 2, 2): 512,
+    (False, 4, 1): 512,
+    (False, 4, 2): 256,
+    (False, 8, 1): 256,
+    (False, 8, 2): 256,
+    (True, 1, 2): 1024,
+    (True, 1, 4): 1024,
+    (True, 2, 2): 512,
+    (True, 2, 4): 512,
+    (True, 4, 2): 512,
+    (True, 4, 4): 512,
+    (True, 8, 2): 256,
+    (True, 8, 4): 256,
+}
+#: Shared memory of one staged chunk (codes, metadata, scales of 16 rows) and the most a block
+#: takes without asking the driver for more.
+_STAGE_BYTES = 512 + 256 + 64
+_SHARED_LIMIT = 48 * 1024
+_TARGET_WARPS_PER_SM = 16
+_ARG_KINDS = ("u64",) * 6 + ("i32",) * 4 + ("u64", "i64", "i64")
+
+
+def token_tiles(tokens: int) -> int:
+    """Token tiles of 8 the kernel is compiled for: 1, 2, 4 or 8.
+
+    Examples
+    --------
+    >>> [token_tiles(t) for t in (1, 8, 9, 16, 17, 33, 64)]
+    [1, 1, 2, 2, 4, 8, 8]
+    """
+    need = math.ceil(tokens / 8)
+    return 1 << max(0, math.ceil(math.log2(max(need, 1))))
+
+
+@cache
+def multiprocessor_count(device: int) -> int:
+    """Streaming multiprocessors of CUDA device ``device`` (read once per process)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class Int4LaunchConfig:
+    """How one call is launched: feeding ``method``, ``warps`` per block, chunks ``ahead``.
+
+    Parameters
+    ----------
+    method : str
+        One of :data:`METHODS`.
+    warps : int
+        Warps per block (they split K); the block covers 16 output rows.
+    ahead : int
+        128-column chunks each warp has in flight: 1 or 2 loaded into registers (``"sp"``,
+        ``"ex"``), 2 or 4 shared-memory stages (``"spa"``).
+
+    Raises
+    ------
+    ValueError
+        An unknown method, or warps and ahead the kernel is not built for (the message gives
+        the allowed range).
+
+    Examples
+    --------
+    >>> Int4LaunchConfig("ex", 8, 2).kernel_name(torch.bfloat16, 16)
+    'int4_ex_bf16_t16_d2'
+    >>> Int4LaunchConfig("spa", 16, 2).kernel_name(torch.float16, 1), Int4LaunchConfig().shared
+    ('int4_spa_f16_t8_s2', 30720)
+    >>> Int4LaunchConfig("sp", 32, 2).check(1)
+    Traceback (most recent call last):
+    ...
+    ValueError: warps = 32 with ahead = 2 at 8 tokens a tile: expected 1 to 16 warps
+    """
+
+    __slots__ = ("ahead", "method", "warps")
+
+    def __init__(self, method: str = "spa", warps: int = 8, ahead: int = 4) -> None:
+        if method not in METHODS:
+            raise ValueError(f"method = {method!r}; expected one of {METHODS}")
+        allowed = (2, 4) if method == "spa" else (1, 2)
+        if ahead not in allowed:
+            raise ValueError(
+                f"ahead = {ahead!r}; the {method!r} kernels are built for {allowed} chunks ahead"
+            )
+        self.method, self.warps, self.ahead = method, int(warps), int(ahead)
+
+    @property
+    def shared(self) -> int:
+        """Bytes of shared memory a block takes (partial sums, and the stages of ``"spa"``)."""
+        stages = self.warps * self.ahead * _STAGE_BYTES if self.method == "spa" else 0
+        return 512 * self.warps + stages
+
+    def max_warps(self, tiles: int) -> int:
+        """Most warps per block for ``tiles`` token tiles (launch bound and shared memory)."""
+        top = _MAX_THREADS[(self.method == "spa", tiles, self.ahead)] // 32
+        if self.method == "spa":
+            top = min(top, _SHARED_LIMIT // (512 + self.ahead * _STAGE_BYTES))
+        return top
+
+    def check(self, tiles: int) -> None:
+        """Raise unless the kernel for ``tiles`` token tiles takes this many warps."""
+        top = self.max_warps(tiles)
+        if not 1 <= self.warps <= top:
+            raise ValueError(
+                f"warps = {self.warps} with ahead = {self.ahead} at {8 * tiles} tokens a tile: "
+                f"expected 1 to {top} warps"
+            )
+
+    def kernel_name(self, dtype: torch.dtype, tokens: int) -> str:
+        """The kernel's name in ``decode24_int4.cu`` for ``tokens`` rows of ``dtype``."""
+        kind = "bf16" if dtype == torch.bfloat16 else "f16"
+        step = "s" if self.method == "spa" else "d"
+        return f"int4_{self.method}_{kind}_t{8 * token_tiles(tokens)}_{step}{self.ahead}"
+
+    def __repr__(self) -> str:
+        return f"Int4LaunchConfig({self.method!r}, warps={self.warps}, ahead={self.ahead})"
+
+
+def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
+    """The launch used unless one is given, from the sweep of ``benchmarks/int4_decode.py`` on
+    an H100 (LLaMA-3-8B layer shapes, 1, 4 and 16 tokens).
+
+    Up to 8 tokens the staged sparse kernel: 16 warps with 2 stages each (every chunk of a
+    4096-column layer in flight at once), or 4 warps with 4 stages when the grid has 4 or more
+    blocks per SM. Above 8 tokens the expansion kernel, whose activation loads are wider, with
+    about 16 warps per SM over the grid (a block covers 16 rows and its warps split K, so
+    layers with few rows take more warps per block).
+
+    Examples
+    --------
+    >>> default_int4_config(4096, 4096, 1, 132)
+    Int4LaunchConfig('spa', warps=16, ahead=2)
+    >>> default_int4_config(14336, 4096, 1, 132)
+    Int4LaunchConfig('spa', warps=4, ahead=4)
+    >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
+    (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=2, ahead=2))
+    """
+    tiles = token_tiles(tokens)
+    blocks = math.ceil(rows / 16)
+    chunks = max(1, k // CHUNK)
+    if tiles == 1:
+        config = (
+            Int4LaunchConfig("spa", 4, 4) if blocks >= 4 * sms else Int4LaunchConfig("spa", 16, 2)
+        )
+        config.warps = max(1, min(config.warps, chunks))
+        return config
+    config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
+    want = sms * _TARGET_WARPS_PER_SM / max(blocks, 1)
+    warps = 1 << max(0, round(math.log2(max(want, 1))))
+    top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))
+    config.warps = int(max(1, min(warps, top)))
+    return config
+
+
+def _check_layout(weight: Int4Weight) -> None:
+    """Raise unless the kernel can read ``weight``: K and G multiples of 128, ordered nibbles."""
+    k = weight.shape[1]
+    g = weight.group_size
+    if k % CHUNK or g % CHUNK or k % g:
+        raise ValueError(
+            f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK} "
+            f"with the group size dividing K; got K = {k}, group_size = {g}. Hint: "
+            f"compress_int4(weight, group_size=128) (K a multiple of 128), or keep this layer "
+            "on another route."
+        )
+    meta = weight.metadata
+    if meta.numel():
+        ordered = torch.tensor(_ORDERED_NIBBLES, dtype=torch.uint8, device=meta.device)
+        bad = ~(torch.isin(meta & 0xF, ordered) & torch.isin(meta >> 4, ordered))
+        if bool(bad.any()):
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"metadata byte {first} = {int(meta[first])} holds a position nibble that is not "
+                "an ordered pair i0 | i1 << 2 with i0 < i1, which the sparse tensor cores need. "
+                "Hint: build the weight with explorer.lowbit.compress_int4."
+            )
+
+
+def pack_int4(
+    weight: Int4Weight | torch.Tensor,
+    device: torch.device | str | None = None,
+    group_size: int = 128,
+) -> Int4Weight:
+    """The int4 decode kernel's weight: an :class:`~explorer.lowbit.Int4Weight` on ``device``.
+
+    The kernel reads the lowbit layout as it is, so this checks what the kernel needs and
+    moves the parts (contiguous) to the device; a dense 2:4 tensor is compressed first.
+    (:func:`explorer.lowbit.pack_int4` is another thing: it packs integer codes two per byte.)
+
+    Parameters
+    ----------
+    weight : Int4Weight or torch.Tensor
+        An int4 2:4 weight, or a dense ``[N, K]`` 2:4 tensor to compress with
+        :func:`explorer.lowbit.compress_int4` (round to nearest, ``group_size``).
+    device : torch.device or str, optional
+        Where the kernel runs; the weight's own device by default.
+    group_size : int
+        Columns per scale when ``weight`` is a dense tensor (a multiple of 128 dividing K).
+
+    Returns
+    -------
+    Int4Weight
+
+    Raises
+    ------
+    ValueError
+        K or the group size not multiples of 128, a group size that does not divide K, or
+        position nibbles that are not ordered pairs (the message says which).
+    TypeError
+        ``weight`` is neither an ``Int4Weight`` nor a tensor.
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = torch.randn(16, 256)
+    >>> p = pack_int4(w * make_mask(w, "2:4"))
+    >>> p.codes.shape, p.scales.shape
+    (torch.Size([16, 64]), torch.Size([16, 2]))
+    >>> pack_int4(torch.zeros(16, 96))
+    Traceback (most recent call last):
+    ...
+    ValueError: the int4 decode kernel needs K and the group size to be multiples of 128 with the group size dividing K; got K = 96, group_size = 128. Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
+    """
+    if isinstance(weight, torch.Tensor):
+        k = weight.shape[-1] if weight.dim() == 2 else CHUNK
+        if k % CHUNK or group_size % CHUNK or k % group_size:
+            raise ValueError(
+                f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK} "
+                f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
+                "group_size=128 for K a multiple of 128; keep other layers on another route."
+            )
+        weight = compress_int4(weight, group_size=group_size)
+    if not isinstance(weight, Int4Weight):
+        raise TypeError(
+            f"weight must be an explorer.lowbit.Int4Weight or a 2:4 tensor, got "
+            f"{type(weight).__name__}. Hint: compress_int4(weight) builds one."
+        )
+    _check_layout(weight)
+    dev = weight.codes.device if device is None else torch.device(device)
+    parts = [t.to(dev).contiguous() for t in (weight.codes, weight.metadata, weight.scales)]
+    return Int4Weight(*parts, weight.shape, weight.group_size)
+
+
+def decode_int4_reference(
+    x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """What :func:`decode_int4_matmul` computes, in float32: ``x @ W_deq^T + b``.
+
+    Built on :func:`explorer.lowbit.int4_reference` (the dense masked product of the
+    dequantized weight), on ``x``'s device, rounded once to ``x``'s dtype.
+
+    Examples
+    --------
+    >>> from explorer.lowbit import compress_int4
+    >>> w = compress_int4(torch.tensor([[0.0, 1.0, 0.0, 7.0] * 32]))
+    >>> decode_int4_reference(torch.ones(2, 128), w, torch.tensor([0.5])).tolist()
+    [[256.5], [256.5]]
+    """
+    parts = (weight.codes, weight.metadata, weight.scales)
+    if weight.codes.device != x.device:
+        weight = Int4Weight(*(t.to(x.device) for t in parts), weight.shape, weight.group_size)
+    lead = x.shape[:-1]
+    y = int4_reference(x.reshape(-1, x.shape[-1]).float(), weight, bias)
+    return y.reshape(*lead, weight.shape[0]).to(x.dtype)
+
+
+def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> None:
+    if not isinstance(weight, Int4Weight):
+        raise TypeError(
+            f"weight must be an Int4Weight (explorer.gpu.decode_int4.pack_int4), got "
+            f"{type(weight).__name__}"
+        )
+    n, k = weight.shape
+    if x.device.type != "cuda" or weight.codes.device != x.device:
+        raise ValueError(
+            f"x is on {x.device} and the weight on {weight.codes.device}; the int4 decode kernel "
+            "needs both on one CUDA device. Hint: pack_int4(weight, x.device), or "
+            "decode_int4_reference on the CPU."
+        )
+    if x.dtype not in _SIXTEEN:
+        raise TypeError(
+            f"x is {x.dtype}; the int4 decode kernel takes float16 or bfloat16 activations. "
+            "Hint: x.to(torch.bfloat16)."
+        )
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
+    if k % CHUNK or weight.group_size % CHUNK or k % weight.group_size:
+        _check_layout(weight)
+    if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != x.dtype):
+        raise ValueError(
+            f"bias must be [{n}] of {x.dtype}, got {tuple(bias.shape)} of {bias.dtype}"
+        )
+    if bias is not None and bias.device != x.device:
+        raise ValueError(f"bias is on {bias.device}, x on {x.device}; move it with bias.to(x)")
+
+
+def _aligned(x2: torch.Tensor) -> torch.Tensor:
+    """``x2`` itself when its rows are 16-byte aligned with a unit last stride, else a copy."""
+    if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
+        return x2.contiguous()
+    return x2
+
+
+def chunk_group_multiplier(group_size: int) -> int:
+    """``ceil(2^32 / (G / 128))``: the kernel finds the scale group of 128-column chunk ``i`` as
+    ``(i * multiplier) >> 32``, which equals ``i // (G / 128)`` for every chunk index below
+    ``2^16`` (K up to 8M columns), without a division.
+
+    Examples
+    --------
+    >>> m = chunk_group_multiplier(384)
+    >>> [(i * m) >> 32 for i in range(7)]
+    [0, 0, 0, 1, 1, 1, 2]
+    """
+    per_group = group_size // CHUNK
+    return -(-(1 << 32) // per_group)
+
+
+def _arguments(weight: Int4Weight, bias, x2, y) -> tuple:
+    n, k = weight.shape
+    return (
+        weight.codes.data_ptr(),
+        weight.metadata.data_ptr(),
+        weight.scales.data_ptr(),
+        x2.data_ptr(),
+        0 if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        n,
+        k,
+        x2.shape[0],
+        k // weight.group_size,
+        chunk_group_multiplier(weight.group_size),
+        x2.stride(0),
+        y.stride(0),
+    )
+
+
+_NUMPY = {"u64": np.uint64, "i32": np.int32, "i64": np.int64}
+
+
+def decode_int4_matmul(
+    x: torch.Tensor,
+    weight: Int4Weight,
+    bias: torch.Tensor | None = None,
+    config: Int4LaunchConfig | None = None,
+) -> torch.Tensor:
+    """``x @ W^T (+ bias)`` on the GPU for ``x[..., K]`` with at most 64 rows.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        CUDA, float16 or bfloat16, any leading dims holding at most :data:`MAX_TOKENS` rows in
+        all. Rows that are not 16-byte aligned with a unit last stride are copied first.
+    weight : Int4Weight
+        From :func:`pack_int4`, on ``x``'s device (K and the group size multiples of 128).
+    bias : torch.Tensor, optional
+        ``[N]`` of ``x``'s dtype.
+    config : Int4LaunchConfig, optional
+        How to launch; :func:`default_int4_config` by default.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., N]`` row-major, ``x``'s dtype.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Devices, dtypes or shapes off, more than 64 rows, or a launch the kernel is not built
+        for (the message says which).
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = torch.randn(64, 256, device="cuda")  # doctest: +GPU
+    >>> p = pack_int4(w * make_mask(w, "2:4"))  # doctest: +GPU
+    >>> decode_int4_matmul(torch.randn(3, 256, device="cuda").half(), p).shape  # doctest: +GPU
+    torch.Size([3, 64])
+    """
+    _check(x, weight, bias)
+    n, k = weight.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    t = x2.shape[0]
+    if t > MAX_TOKENS:
+        raise ValueError(
+            f"{t} rows is more than the int4 decode kernel's {MAX_TOKENS}. Hint: split the "
+            "rows into calls of at most 64, or use a dense route for prefill."
+        )
+    y = torch.empty(t, n, dtype=x.dtype, device=x.device)
+    if t == 0 or n == 0:
+        return y.reshape(*lead, n)
+    x2 = _aligned(x2)
+    dev = x2.device.index or 0
+    if config is None:
+        config = default_int4_config(n, k, t, multiprocessor_count(dev))
+    config.check(token_tiles(t))
+    from explorer.gpu.kernels import launch
+
+    args = tuple(
+        _NUMPY[kind](value)
+        for kind, value in zip(_ARG_KINDS, _arguments(weight, bias, x2, y), strict=True)
+    )
+    launch(
+        "decode24_int4",
+        config.kernel_name(x.dtype, t),
+        x2,
+        (math.ceil(n / 16),),
+        args,
+        block=(32 * config.warps,),
+        shared=config.shared,
+    )
+    return y.reshape(*lead, n)
+
+
+class Int4DecodeCall:
+    """:func:`decode_int4_matmul` for one weight, bias and row count, set up once: a call costs
+    about the host time of ``F.linear`` (an output allocation and one driver launch).
+
+    Kernel, launch shape and the weight's and bias's pointers are decided here once; a call
+    writes the input's and output's pointers and launches on torch's current stream, so it
+    can be captured in a CUDA graph. Under ``torch.compile`` a call goes through the opaque op
+    ``torch.ops.explorer.sparse_forward`` (:mod:`explorer.gpu.ops`), which runs the same
+    launch. Build it again after the weight moves.
+
+    Parameters
+    ----------
+    weight : Int4Weight
+        From :func:`pack_int4`, on a CUDA device.
+    bias : torch.Tensor, optional
+        ``[N]`` of the activations' dtype, on the weight's device.
+    tokens : int
+        Rows of every input (1 to :data:`MAX_TOKENS`).
+    dtype : torch.dtype
+        The activations' dtype (float16 or bfloat16).
+    config : Int4LaunchConfig, optional
+        How to launch; :func:`default_int4_config` by default.
+    module : cupy.RawModule, optional
+        Another build of ``decode24_int4.cu`` to take the kernel from (benchmarks of its
+        variants); the package's own build by default.
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = torch.randn(64, 256, device="cuda")  # doctest: +GPU
+    >>> call = Int4DecodeCall(pack_int4(w * make_mask(w, "2:4")), None, 3, torch.half)  # doctest: +GPU
+    >>> call(torch.randn(3, 256, device="cuda").half()).shape  # doctest: +GPU
+    torch.Size([3, 64])
+    """
+
+    def __init__(
+        self,
+        weight: Int4Weight,
+        bias: torch.Tensor | None,
+        tokens: int,
+        dtype: torch.dtype,
+        config: Int4LaunchConfig | None = None,
+        module=None,
+    ) -> None:
+        from explorer.gpu.kernels import compiled_function
+
+        if not 1 <= tokens <= MAX_TOKENS:
+            raise ValueError(
+                f"tokens = {tokens}; the int4 decode kernel takes 1 to {MAX_TOKENS} rows"
+            )
+        if dtype not in _SIXTEEN:
+            raise TypeError(
+                f"activations are {dtype}; the int4 decode kernel takes float16 or bfloat16"
+            )
+        n, k = weight.shape
+        _check(torch.empty(0, k, dtype=dtype, device=weight.codes.device), weight, bias)
+        self.device = weight.codes.device
+        dev = self.device.index or 0
+        if config is None:
+            config = default_int4_config(n, k, tokens, multiprocessor_count(dev))
+        config.check(token_tiles(tokens))
+        self.config = config
+        # codes, metadata, scales, x, bias, y, n, k, tokens, scales per row, group magic,
+        # x row stride, y row stride: all but x, y and x's row stride are fixed for this call
+        fixed = {
+            0: weight.codes.data_ptr(),
+            1: weight.metadata.data_ptr(),
+            2: weight.scales.data_ptr(),
+            4: 0 if bias is None else bias.data_ptr(),
+            6: n,
+            7: k,
+            8: tokens,
+            9: k // weight.group_size,
+            10: chunk_group_multiplier(weight.group_size),
+            12: n,
+        }
+        name = config.kernel_name(dtype, tokens)
+        if module is None:
+            function = compiled_function("decode24_int4", name, dev)
+        else:
+            function = module.get_function(name)
+        self._launcher = Launcher(function, _ARG_KINDS, fixed)
+        self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * config.warps, 1, 1)
+        self._shared, self._dev = config.shared, dev
+        self._shape, self._dtype, self._k = (tokens, n), dtype, k
+        # the tensors whose pointers are kept: alive as long as this call
+        self._keep = (weight, bias)
+        self._op_id = ops.register(self)
+
+    def __call__(self, x2: torch.Tensor) -> torch.Tensor:
+        """``x2 @ W^T (+ b)`` for ``x2`` of ``[tokens, K]`` (any strides)."""
+        if torch.compiler.is_compiling():  # one opaque op for the compiler (explorer.gpu.ops)
+            return ops.forward(x2, self._op_id)
+        if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
+            x2 = x2.contiguous()
+        y = torch.empty(self._shape, dtype=self._dtype, device=self.device)
+        self._launcher.launch_changed(
+            self._grid,
+            self._block,
+            self._shared,
+            current_stream(self._dev),
+            (x2.data_ptr(), y.data_ptr(), x2.stride(0)),
+        )
+        return y
+
+    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        """The launch the compiled op runs (``x`` of ``[tokens, K]`` or with leading dims)."""
+        return self(x.reshape(-1, self._k)).reshape(*x.shape[:-1], self._shape[1])
+
+    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
+        return x.new_empty((*x.shape[:-1], self._shape[1]), dtype=self._dtype)
+
+    def __repr__(self) -> str:
+        (t, n), k = self._shape, self._k
+        dt = str(self._dtype).removeprefix("torch.")
+        return f"Int4DecodeCall({n}x{k}, {t} rows, {dt}, {self.config!r})"

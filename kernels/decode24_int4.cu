@@ -1,0 +1,538 @@
+// Y = X W^T (+ bias) for a 2:4 weight W[N, K] whose kept values are group-wise int4 codes, and a
+// few activation rows X[T, K] (T <= 64, bfloat16 or float16): the decode step of generation,
+// where the time is the time to read the weight.
+//
+// Storage (explorer.lowbit.Int4Weight, read as it is; G = the group size, G % 128 == 0):
+//   codes    [N, K/4]  uint8: byte j of a row holds the two kept values of 2:4 group j (columns
+//                      4j..4j+3), the first in the low nibble; a nibble is a code in [-7, 7] in
+//                      two's complement
+//   metadata [N, K/8]  uint8: one nibble per 2:4 group, i0 | i1 << 2 (i0 < i1), even group low
+//   scales   [N, K/G]  float32: weight = code * scales[row, column / G]
+// so a weight moves 3 + 32 / G bits (3.25 for G = 128), about a fifth of a 16-bit dense one.
+//
+// Codes to 16-bit floats, exactly. A nibble n placed in the mantissa of a "magic" float gives
+// an exact integer: bf16 0x4300 | (n ^ 8) = 136 + code, f16 0x6400 | (n ^ 8) = 1032 + code, so
+// one AND/XOR (lop3) and one packed FMA (x * 1 - 136, or - 1032) turn two nibbles into a pair
+// of 16-bit values that equal the codes. Products of codes and activations are then exact in
+// the tensor cores' fp32 accumulation; the group scale is applied in fp32 (below).
+//
+// Method. A block covers 16 rows of W; its warps split K into 128-column chunks (chunk i to
+// warp i % warps, D chunks in flight per warp). Each warp multiplies its chunk's 16 x 128
+// piece of W with all T tokens on the tensor cores into a per-chunk fp32 accumulator, then adds
+// that into the running one times the row's scale of that chunk (G % 128 == 0: one scale per
+// row and chunk), so scales are applied in fp32, once per chunk. The warps add their partial
+// tiles through shared memory and one pass writes Y (bias added in fp32, rounded once).
+//
+// Three ways to feed the tensor cores with a chunk, chosen by the kernel's name:
+//
+// * "sp": the sparse tensor-core instruction mma.sp (m16n8k32, ordered metadata),
+//   which takes the kept pairs and the 2-bit positions as they are stored: no expansion to
+//   four slots, and half the instructions of a dense product. Mma m of a chunk covers its
+//   columns 32m..32m+31 (groups 8m..8m+7) in natural order, so the metadata operand of lane
+//   (g, c) is one 16-bit half of a metadata word of rows g and g + 8 (lane c = 0 for groups
+//   8m..8m+3, c = 1 for 8m+4..8m+7), and lane c's kept pairs are byte c of each code word
+//   (groups 8m + c and 8m + c + 4). Each lane loads the 32 code bytes and 16 metadata bytes
+//   of its two rows per chunk (16-byte loads; the four lanes of a row read the same bytes, so
+//   memory moves them once) and 4 bytes of X per mma, token and k-step.
+//   A chunk in flight holds 26 registers a lane, which caps the bytes in flight per SM.
+// * "spa" (the default up to 8 tokens): "sp" with the weight staged through shared memory.
+//   Each warp keeps D chunks in flight in its own stages (832 bytes: codes, metadata, scales
+//   of 16 rows), filled by cp.async (16-byte copies that skip L1 and hold no registers) and
+//   refilled as soon as the warp has read a stage, so D * warps chunks a block are in flight
+//   while the warp converts and multiplies the current one.
+// * "ex" (the expansion of decode24.cu; the default above 8 tokens): dense mma.m16n8k16 after
+//   placing each kept pair into its group's four slots with a byte permutation (prmt); lane c
+//   owns groups 8c..8c+7 of a chunk, so per row and chunk it loads 8 code bytes, 4 metadata
+//   bytes and 32 contiguous X values per token (16-byte loads, where "sp" needs 4-byte ones:
+//   above 8 tokens the X loads, not the conversion, bound the sparse kernels).
+//
+// Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0, G % 128 == 0,
+// K % G == 0; X rows 16-byte aligned with a row stride that is a multiple of 8 elements; every
+// metadata nibble one of the six ordered pairs (0x4, 0x8, 0x9, 0xC, 0xD, 0xE); sm_80 or newer.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// PTX qualifiers of the weight loads: the weight is read once, so it skips L1 (the benchmark
+// builds variants of this line).
+#define INT4_WEIGHT_LOAD "ld.global.nc.L1::no_allocate.v4.u32"
+
+__device__ __forceinline__ uint4 load_weight(const void* p) {
+    uint4 v;
+    asm volatile(INT4_WEIGHT_LOAD " {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// (a & b) ^ c in one instruction (the compiler otherwise splits it into two with immediates).
+__device__ __forceinline__ u32 and_xor(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// d = a * b + c on packed pairs of 16-bit floats (exact for the small integers used here).
+template <bool BF16>
+__device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c) {
+    u32 d;
+    if (BF16) {
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    } else {
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    }
+    return d;
+}
+
+// Magic constants: half = MAGIC | (n ^ 8) equals OFFSET + code; ONE is 1.0 in both halves.
+template <bool BF16> struct Magic;
+template <> struct Magic<true> {
+    static constexpr u32 XOR = 0x43084308u, ONE = 0x3F803F80u, NEG_OFFSET = 0xC308C308u;  // 136
+};
+template <> struct Magic<false> {
+    static constexpr u32 XOR = 0x64086408u, ONE = 0x3C003C00u, NEG_OFFSET = 0xE408E408u;  // 1032
+};
+
+// The kept pair of one group as two 16-bit floats, from byte `c` of a code word. `sel` is
+// c | c << 4 | (c + 4) << 8 | (c + 4) << 12 (bf16) or c * 0x1111 (f16), made once per lane.
+template <bool BF16>
+__device__ __forceinline__ u32 pair_of_byte(u32 word, u32 sel) {
+    if (BF16) {
+        // bytes: [b, b, (w >> 4).b, ...]: low nibbles of halves 0 and 1 are b's two nibbles
+        const u32 p = prmt(word, word >> 4, sel);
+        return fma2<true>(and_xor(p, 0x000F000Fu, Magic<true>::XOR), Magic<true>::ONE,
+                          Magic<true>::NEG_OFFSET);
+    } else {
+        // f16 has room for the high nibble in place (bits 4-7 of half 1): 1024 + 16 (n ^ 8),
+        // scaled by 1/16 in the same FMA: half 0 is x * 1 - 1032, half 1 is x / 16 - 72.
+        const u32 p = prmt(word, 0u, sel);
+        return fma2<false>(and_xor(p, 0x00F0000Fu, 0x64806408u), 0x2C003C00u, 0xD480E408u);
+    }
+}
+
+// The four kept pairs of a code word (bytes 0..3 = groups 0..3), for the expansion kernel.
+template <bool BF16>
+__device__ __forceinline__ void pairs_of_word(u32 w, u32* out) {
+    const u32 m = 0x000F000Fu, x = Magic<BF16>::XOR, one = Magic<BF16>::ONE,
+              off = Magic<BF16>::NEG_OFFSET;
+    const u32 e0 = fma2<BF16>(and_xor(w, m, x), one, off);        // low nibbles of bytes 0, 2
+    const u32 e1 = fma2<BF16>(and_xor(w >> 4, m, x), one, off);   // high nibbles of bytes 0, 2
+    const u32 e2 = fma2<BF16>(and_xor(w >> 8, m, x), one, off);   // low nibbles of bytes 1, 3
+    const u32 e3 = fma2<BF16>(and_xor(w >> 12, m, x), one, off);  // high nibbles of bytes 1, 3
+    out[0] = prmt(e0, e1, 0x5410u);
+    out[1] = prmt(e2, e3, 0x5410u);
+    out[2] = prmt(e0, e1, 0x7632u);
+    out[3] = prmt(e2, e3, 0x7632u);
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_sp(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1,
+                                       u32 b2, u32 b3, u32 e) {
+    if (BF16) {
+        asm volatile(
+            "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(b2), "r"(b3), "r"(e));
+    } else {
+        asm volatile(
+            "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(b2), "r"(b3), "r"(e));
+    }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_dense(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                          u32 b1) {
+    if (BF16) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+// Byte selectors placing a kept pair (v0 in bytes 0-1, v1 in bytes 2-3) into the four slots of
+// its group (low word = slots 0, 1; high word = slots 2, 3; byte 4 of prmt's pair is zero), as
+// in decode24.cu.
+__device__ __forceinline__ u32 slot_selector(u32 nib) {
+    const u32 i0 = nib & 3u, i1 = nib >> 2;
+    return 0x44444444u ^ (0x54u << (8 * i0)) ^ (0x76u << (8 * i1));
+}
+
+__device__ __forceinline__ float to_f32(u16 h, bool bf16) {
+    if (bf16) return __uint_as_float(((u32)h) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 from_f32(float f, bool bf16) {
+    u16 h;
+    if (bf16) {
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    } else {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    }
+    return h;
+}
+
+// What a lane reads of one chunk of its two rows: 32 code bytes (sp) or 8 (ex) and 16 or 4
+// metadata bytes per row, and the rows' scales of that chunk.
+struct Chunk {
+    uint4 code[4];  // sp: row g words 0-3, 4-7, row g + 8 words 0-3, 4-7; ex: .x .y of [0], [2]
+    uint4 meta[2];  // sp: rows g, g + 8; ex: .x of each
+    float scale[2];
+};
+
+struct Args {
+    const unsigned char* codes;
+    const unsigned char* meta;
+    const float* scales;
+    const u16* x;
+    const u16* bias;
+    u16* y;
+    int n_rows, k, tokens, scales_per_row;
+    unsigned long long group_magic;  // ceil(2^32 / (G / 128)): chunk / (G / 128) by a multiply
+    long long ldx, ldy;
+};
+
+// Where a lane's two rows start (rows past N read row N - 1 again, with scale 0).
+struct Rows {
+    const unsigned char* code[2];
+    const unsigned char* meta[2];
+    const float* scale[2];
+    bool ok[2];
+};
+
+__device__ __forceinline__ Rows lane_rows(const Args& a, int r0, int c, bool sp) {
+    Rows w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 8 * i;
+        w.ok[i] = r < a.n_rows;
+        const long long rc = min(r, a.n_rows - 1);
+        w.code[i] = a.codes + rc * (a.k >> 2) + (sp ? 0 : c * 8);
+        w.meta[i] = a.meta + rc * (a.k >> 3) + (sp ? 0 : c * 4);
+        w.scale[i] = a.scales + rc * a.scales_per_row;
+    }
+    return w;
+}
+
+// Chunk ch of the lane's rows; `live` false (a chunk past K) gives scale 0.
+template <bool SP>
+__device__ __forceinline__ void load_chunk(Chunk& f, const Rows& w, const Args& a, int ch,
+                                           bool live) {
+    const int group = (int)(((unsigned long long)ch * a.group_magic) >> 32);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (SP) {
+            f.code[2 * i] = load_weight(w.code[i] + ch * 32);
+            f.code[2 * i + 1] = load_weight(w.code[i] + ch * 32 + 16);
+            f.meta[i] = load_weight(w.meta[i] + ch * 16);
+        } else {
+            const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.code[i] + ch * 32));
+            f.code[2 * i] = make_uint4(q.x, q.y, 0, 0);
+            f.meta[i].x = __ldg(reinterpret_cast<const u32*>(w.meta[i] + ch * 16));
+        }
+        const float s = __ldg(w.scale[i] + group);
+        f.scale[i] = (live && w.ok[i]) ? s : 0.0f;
+    }
+}
+
+__device__ __forceinline__ u32 word_of(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // i is a compile-time constant
+}
+
+// The chunk's contribution, times its scales, into acc (sp: mma.sp on the stored pairs).
+template <bool BF16, int NT>
+__device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const u32* const* xr,
+                                         int ch, u32 pair_sel, u32 meta_sel) {
+    float part[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
+    const u32* xc[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xc[j] = xr[j] + ch * 64;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {  // mma m: columns 32m..32m+31 of the chunk
+        // code words 2m, 2m + 1 of each row: byte c is group 8m + c, resp. 8m + c + 4
+        const u32 w00 = word_of(f.code[(2 * m) / 4], (2 * m) % 4);
+        const u32 w01 = word_of(f.code[(2 * m + 1) / 4], (2 * m + 1) % 4);
+        const u32 w10 = word_of(f.code[2 + (2 * m) / 4], (2 * m) % 4);
+        const u32 w11 = word_of(f.code[2 + (2 * m + 1) / 4], (2 * m + 1) % 4);
+        const u32 a0 = pair_of_byte<BF16>(w00, pair_sel);
+        const u32 a1 = pair_of_byte<BF16>(w10, pair_sel);
+        const u32 a2 = pair_of_byte<BF16>(w01, pair_sel);
+        const u32 a3 = pair_of_byte<BF16>(w11, pair_sel);
+        // metadata: row g in bits 0-15, row g + 8 in bits 16-31 (half c & 1 of word m)
+        const u32 e = prmt(word_of(f.meta[0], m), word_of(f.meta[1], m), meta_sel);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {  // X[token, chunk + 32m + 8r + 2c .. + 1] for r = 0..3
+            const u32* xp = xc[j] + m * 16;
+            mma_sp<BF16>(part[j], a0, a1, a2, a3, __ldg(xp), __ldg(xp + 4), __ldg(xp + 8),
+                         __ldg(xp + 12), e);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {  // rows g (d0, d1) and g + 8 (d2, d3)
+        acc[j][0] = fmaf(f.scale[0], part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(f.scale[0], part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(f.scale[1], part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(f.scale[1], part[j][3], acc[j][3]);
+    }
+}
+
+// The same with dense mma after expanding each pair to four slots (ex).
+template <bool BF16, int NT>
+__device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const u32* const* xr,
+                                         int ch) {
+    float part[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
+    u32 p0[8], p1[8];  // kept pairs of groups 8c..8c+7 of rows g, g + 8
+    pairs_of_word<BF16>(f.code[0].x, p0);
+    pairs_of_word<BF16>(f.code[0].y, p0 + 4);
+    pairs_of_word<BF16>(f.code[2].x, p1);
+    pairs_of_word<BF16>(f.code[2].y, p1 + 4);
+    uint4 xb[NT][4];  // token g + 8j, columns 32c..32c+31 of the chunk
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xr[j] + ch * 64);
+        xb[j][0] = __ldg(xp);
+        xb[j][1] = __ldg(xp + 1);
+        xb[j][2] = __ldg(xp + 2);
+        xb[j][3] = __ldg(xp + 3);
+    }
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {  // one mma per group slot s: group 8c + s of each lane
+        const u32 sel0 = slot_selector((f.meta[0].x >> (4 * s)) & 15u);
+        const u32 sel1 = slot_selector((f.meta[1].x >> (4 * s)) & 15u);
+        const u32 a0 = prmt(p0[s], 0u, sel0 & 0xFFFFu), a2 = prmt(p0[s], 0u, sel0 >> 16);
+        const u32 a1 = prmt(p1[s], 0u, sel1 & 0xFFFFu), a3 = prmt(p1[s], 0u, sel1 >> 16);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const u32 b0 = word_of(xb[j][s / 2], 2 * (s % 2));
+            const u32 b1 = word_of(xb[j][s / 2], 2 * (s % 2) + 1);
+            mma_dense<BF16>(part[j], a0, a1, a2, a3, b0, b1);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        acc[j][0] = fmaf(f.scale[0], part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(f.scale[0], part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(f.scale[1], part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(f.scale[1], part[j][3], acc[j][3]);
+    }
+}
+
+// cp.async: global -> shared without passing through registers (16 bytes L2 only, or 4 bytes).
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    unsigned s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+}
+__device__ __forceinline__ void copy16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void copy4(void* smem, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// One staged chunk in shared memory: codes [16 rows][32 B], metadata [16][16 B], scales [16].
+constexpr int STAGE_BYTES = 512 + 256 + 64;
+
+enum Feed { EX = 0, SP = 1, SPA = 2 };
+
+template <bool BF16, int FEED, int NT, int D>
+__device__ __forceinline__ void decode24_int4(const Args& a) {
+    extern __shared__ float partial[];  // [warps][16][8] per token tile, then SPA's stages
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const int r0 = row0 + g;
+    const bool sp = FEED != EX;
+    const u32 pair_sel = BF16 ? (u32)(c | c << 4 | (c + 4) << 8 | (c + 4) << 12)
+                              : (u32)(c * 0x1111);
+    const u32 meta_sel = (c & 1) ? 0x7632u : 0x5410u;
+
+    // the lane's X row of each token tile (token g + 8j; past T the last row is read again: its
+    // products land in output columns that are never written), at the lane's first word
+    const u32* xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int t = min(g + 8 * j, a.tokens - 1);
+        xr[j] = reinterpret_cast<const u32*>(a.x + t * a.ldx) + (sp ? c : c * 16);
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+    const int chunks = a.k >> 7;
+    if (FEED == SPA) {
+        // 1. main loop, staged: each warp keeps D chunks in flight in its own shared-memory
+        // stages (cp.async, no registers held), chunk i to warp i % warps
+        unsigned char* stages =
+            reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * STAGE_BYTES;
+        const long long n_last = a.n_rows - 1;
+        // what this lane copies: half a code row (rows lane / 2), a metadata row (lanes 0-15)
+        // or a scale (lanes 16-31)
+        const unsigned char* code_src =
+            a.codes + min((long long)(row0 + (lane >> 1)), n_last) * (a.k >> 2) + (lane & 1) * 16;
+        const int code_dst = (lane >> 1) * 32 + (lane & 1) * 16;
+        const unsigned char* meta_src =
+            a.meta + min((long long)(row0 + (lane & 15)), n_last) * (a.k >> 3);
+        const float* scale_src =
+            a.scales + min((long long)(row0 + (lane & 15)), n_last) * a.scales_per_row;
+        const int side_dst = lane < 16 ? 512 + lane * 16 : 768 + (lane - 16) * 4;
+        const int mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;
+        const bool ok0 = r0 < a.n_rows, ok1 = r0 + 8 < a.n_rows;
+        // chunks are issued in order j = 0, 1, ...: the sources advance by `warps` chunks
+        const unsigned char* code_next = code_src + warp * 32;
+        const unsigned char* meta_next = meta_src + warp * 16;
+        int ch_next = warp;
+        auto issue = [&](int j) {
+            unsigned char* st = stages + (j % D) * STAGE_BYTES;
+            copy16(st + code_dst, code_next);
+            if (lane < 16) {
+                copy16(st + side_dst, meta_next);
+            } else {
+                const int group = (int)(((unsigned long long)ch_next * a.group_magic) >> 32);
+                copy4(st + side_dst, scale_src + group);
+            }
+            code_next += warps * 32;
+            meta_next += warps * 16;
+            ch_next += warps;
+        };
+#pragma unroll
+        for (int j = 0; j < D; ++j) {
+            if (j < mine) issue(j);
+            copy_commit();
+        }
+        for (int j = 0; j < mine; ++j) {
+            copy_wait<D - 1>();
+            __syncwarp();
+            const unsigned char* st = stages + (j % D) * STAGE_BYTES;
+            Chunk f;
+            f.code[0] = *reinterpret_cast<const uint4*>(st + g * 32);
+            f.code[1] = *reinterpret_cast<const uint4*>(st + g * 32 + 16);
+            f.code[2] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32);
+            f.code[3] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32 + 16);
+            f.meta[0] = *reinterpret_cast<const uint4*>(st + 512 + g * 16);
+            f.meta[1] = *reinterpret_cast<const uint4*>(st + 512 + (g + 8) * 16);
+            const float s0 = *reinterpret_cast<const float*>(st + 768 + g * 4);
+            const float s1 = *reinterpret_cast<const float*>(st + 768 + (g + 8) * 4);
+            f.scale[0] = ok0 ? s0 : 0.0f;
+            f.scale[1] = ok1 ? s1 : 0.0f;
+            __syncwarp();  // every lane has its copy of the stage: it may be refilled
+            if (j + D < mine) issue(j + D);
+            copy_commit();
+            chunk_sp<BF16, NT>(acc, f, xr, warp + j * warps, pair_sel, meta_sel);
+        }
+        copy_wait<0>();
+    } else {
+        // 1. main loop: D chunks of 128 columns loaded ahead per step, chunk i to warp i % warps
+        const Rows rows = lane_rows(a, r0, c, sp);
+        for (int base = warp; base < chunks; base += warps * D) {
+            Chunk f[D];
+#pragma unroll
+            for (int d = 0; d < D; ++d) {  // a chunk past K reads chunk `base` again, scaled by 0
+                const int ch = base + d * warps;
+                load_chunk<FEED == SP>(f[d], rows, a, ch < chunks ? ch : base, ch < chunks);
+            }
+#pragma unroll
+            for (int d = 0; d < D; ++d) {  // 2. products
+                const int ch = base + d * warps < chunks ? base + d * warps : base;
+                if (FEED == SP) {
+                    chunk_sp<BF16, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
+                } else {
+                    chunk_ex<BF16, NT>(acc, f[d], xr, ch);
+                }
+            }
+        }
+    }
+    // 3. add the warps' partial tiles, one token tile at a time, and write Y[token, row]
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        float* mine = partial + warp * 128;  // [16 rows][8 tokens]
+        mine[g * 8 + 2 * c] = acc[j][0];
+        mine[g * 8 + 2 * c + 1] = acc[j][1];
+        mine[(g + 8) * 8 + 2 * c] = acc[j][2];
+        mine[(g + 8) * 8 + 2 * c + 1] = acc[j][3];
+        __syncthreads();
+        for (int o = threadIdx.x; o < 128; o += blockDim.x) {
+            const int r = o & 15, tk = o >> 4;  // consecutive threads: consecutive rows
+            const int row = row0 + r, token = 8 * j + tk;
+            if (row < a.n_rows && token < a.tokens) {
+                float sum = 0.0f;
+                for (int w = 0; w < warps; ++w) sum += partial[w * 128 + r * 8 + tk];
+                if (a.bias) sum += to_f32(a.bias[row], BF16);
+                a.y[token * a.ldy + row] = from_f32(sum, BF16);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// One kernel per activation dtype, feeding (ex / sp / spa), token tiles of 8 (NT) and chunks
+// loaded ahead (D: in registers for ex and sp, in shared-memory stages for spa); THREADS bounds
+// the block so that the registers fit.
+#define INT4_KERNEL(NAME, BF16, FEED, NT, D, THREADS)                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                      \
+        NAME(const unsigned char* codes, const unsigned char* meta, const float* scales,       \
+             const u16* x, const u16* bias, u16* y, int n_rows, int k, int tokens,             \
+             int scales_per_row, unsigned long long group_magic, long long ldx,                \
+             long long ldy) {                                                                   \
+        const Args a{codes, meta, scales, x, bias, y, n_rows, k, tokens, scales_per_row,      \
+                     group_magic, ldx, ldy};                                                    \
+        decode24_int4<BF16, FEED, NT, D>(a);                                                    \
+    }
+
+#define INT4_FAMILY(PREFIX, BF16, FEED)                   \
+    INT4_KERNEL(PREFIX##_t8_d1, BF16, FEED, 1, 1, 1024)   \
+    INT4_KERNEL(PREFIX##_t8_d2, BF16, FEED, 1, 2, 512)    \
+    INT4_KERNEL(PREFIX##_t16_d1, BF16, FEED, 2, 1, 1024)  \
+    INT4_KERNEL(PREFIX##_t16_d2, BF16, FEED, 2, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t32_d1, BF16, FEED, 4, 1, 512)   \
+    INT4_KERNEL(PREFIX##_t32_d2, BF16, FEED, 4, 2, 256)   \
+    INT4_KERNEL(PREFIX##_t64_d1, BF16, FEED, 8, 1, 256)   \
+    INT4_KERNEL(PREFIX##_t64_d2, BF16, FEED, 8, 2, 256)
+
+#define INT4_STAGED_FAMILY(PREFIX, BF16)                 \
+    INT4_KERNEL(PREFIX##_t8_s2, BF16, SPA, 1, 2, 1024)   \
+    INT4_KERNEL(PREFIX##_t8_s4, BF16, SPA, 1, 4, 1024)   \
+    INT4_KERNEL(PREFIX##_t16_s2, BF16, SPA, 2, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t16_s4, BF16, SPA, 2, 4, 512)   \
+    INT4_KERNEL(PREFIX##_t32_s2, BF16, SPA, 4, 2, 512)   \
+    INT4_KERNEL(PREFIX##_t32_s4, BF16, SPA, 4, 4, 512)   \
+    INT4_KERNEL(PREFIX##_t64_s2, BF16, SPA, 8, 2, 256)   \
+    INT4_KERNEL(PREFIX##_t64_s4, BF16, SPA, 8, 4, 256)
+
+INT4_FAMILY(int4_sp_bf16, true, SP)
+INT4_FAMILY(int4_sp_f16, false, SP)
+INT4_FAMILY(int4_ex_bf16, true, EX)
+INT4_FAMILY(int4_ex_f16, false, EX)
+INT4_STAGED_FAMILY(int4_spa_bf16, true)
+INT4_STAGED_FAMILY(int4_spa_f16, false)

@@ -1,0 +1,209 @@
+"""The 2:4 + int4 decode kernel against its reference on fresh random inputs (GPU).
+
+The kernel's products of codes and activations are exact in its fp32 accumulation and the
+scales are applied in fp32, so what separates it from a float64 product of the same operands
+is fp32 summation and the one rounding of the output to the activations' dtype: relative
+errors (``|y - ref| / |ref|``, ``ref`` in float64) stay under 4e-3 for bfloat16 (8-bit
+mantissa; the rounding alone is about 1e-3) and under 1e-3 for float16 (11-bit mantissa).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_helpers import mask24, relerr
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}
+DTYPES = [torch.bfloat16, torch.float16]
+SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
+
+
+def _int4():
+    from explorer.gpu import decode_int4
+
+    return decode_int4
+
+
+def _packed(n, k, group=128):
+    return _int4().pack_int4(mask24(torch.randn(n, k, device=DEV)), group_size=group)
+
+
+def _exact(x, packed, bias=None):
+    """float64 ``x @ W_deq^T (+ b)`` of the operands the kernel reads."""
+    ref = x.double() @ packed.decompress().double().t()
+    return ref if bias is None else ref + bias.double()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 64])
+def test_matches_reference(dtype, tokens):
+    D = _int4()
+    p = _packed(4096, 4096)
+    x = torch.randn(tokens, 4096, device=DEV).to(dtype)
+    y = D.decode_int4_matmul(x, p)
+    assert y.shape == (tokens, 4096) and y.dtype == dtype and y.is_contiguous()
+    assert relerr(y, _exact(x, p)) < TOL[dtype]
+
+
+@pytest.mark.parametrize(("n", "k"), SHAPES_8B)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_llama_8b_layer_shapes(n, k, dtype):
+    D = _int4()
+    p = _packed(n, k)
+    for t in (1, 4, 16, 33, 64):
+        x = torch.randn(t, k, device=DEV).to(dtype)
+        assert relerr(D.decode_int4_matmul(x, p), _exact(x, p)) < TOL[dtype], (n, k, t)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "group"),
+    [
+        (16, 128, 128),
+        (17, 256, 128),
+        (8, 384, 384),
+        (40, 512, 256),
+        (1000, 4224, 128),
+        (1023, 4608, 1536),
+    ],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype):
+    D = _int4()
+    p = _packed(n, k, group)
+    b = torch.randn(n, device=DEV).to(dtype)
+    for t in (1, 5, 16):
+        x = torch.randn(t, k, device=DEV).to(dtype)
+        y = D.decode_int4_matmul(x, p, b)
+        assert relerr(y, _exact(x, p, b)) < TOL[dtype], (n, k, t)
+        cpu = D.decode_int4_reference(x.cpu(), p, b.cpu())
+        assert relerr(y.cpu(), cpu.double()) < TOL[dtype]
+
+
+def test_every_output_written():
+    """Poisoned outputs would show as NaN: the kernel writes each element exactly once."""
+    D = _int4()
+    p = _packed(1000, 4224)
+    x = torch.randn(33, 4224, device=DEV, dtype=torch.bfloat16)
+    torch.cuda.empty_cache()
+    junk = torch.full((33 * 1000 * 4,), float("nan"), device=DEV)  # poison the allocator's blocks
+    del junk
+    y = D.decode_int4_matmul(x, p)
+    assert bool(torch.isfinite(y).all())
+
+
+def test_noncontiguous_inputs_and_leading_dims():
+    D = _int4()
+    p = _packed(512, 1024)
+    wide = torch.randn(6, 1024 + 64, device=DEV, dtype=torch.float16)
+    rows = wide[:, 32 : 32 + 1024]  # a row stride of 1088 elements, used in place
+    assert relerr(D.decode_int4_matmul(rows, p), _exact(rows, p)) < TOL[torch.float16]
+    every_other = torch.randn(4, 3, 2048, device=DEV, dtype=torch.float16)[..., ::2]
+    y = D.decode_int4_matmul(every_other, p)  # stride 2 in the last dim: copied first
+    assert y.shape == (4, 3, 512)
+    assert relerr(y, _exact(every_other, p)) < TOL[torch.float16]
+    xt = torch.randn(1024, 6, device=DEV, dtype=torch.float16).t()  # a transposed view
+    assert relerr(D.decode_int4_matmul(xt, p), _exact(xt, p)) < TOL[torch.float16]
+    call = D.Int4DecodeCall(p, None, 6, torch.float16)
+    assert relerr(call(rows), _exact(rows, p)) < TOL[torch.float16]
+    assert relerr(call(xt), _exact(xt, p)) < TOL[torch.float16]
+
+
+@pytest.mark.parametrize(
+    ("method", "ahead"), [("spa", 2), ("spa", 4), ("sp", 1), ("sp", 2), ("ex", 1), ("ex", 2)]
+)
+@pytest.mark.parametrize("tokens", [3, 20, 50])
+def test_every_launch_configuration(method, ahead, tokens):
+    D = _int4()
+    p = _packed(256, 4224)
+    x = torch.randn(tokens, 4224, device=DEV, dtype=torch.bfloat16)
+    ref = _exact(x, p)
+    tiles = D.token_tiles(tokens)
+    for warps in (1, 2, 4, 8, 16, 32):
+        config = D.Int4LaunchConfig(method, warps, ahead)
+        if warps > config.max_warps(tiles):
+            continue
+        y = D.decode_int4_matmul(x, p, config=config)
+        assert relerr(y, ref) < TOL[torch.bfloat16], config
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_call_matches_the_function_and_has_bias(dtype):
+    D = _int4()
+    p = _packed(2048, 4096)
+    b = torch.randn(2048, device=DEV).to(dtype)
+    for t in (1, 16, 64):
+        x = torch.randn(t, 4096, device=DEV).to(dtype)
+        call = D.Int4DecodeCall(p, b, t, dtype)
+        assert torch.equal(call(x), D.decode_int4_matmul(x, p, b))
+        assert relerr(call(x), _exact(x, p, b)) < TOL[dtype]
+
+
+def test_in_cuda_graph():
+    D = _int4()
+    p = _packed(2048, 2048)
+    x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
+    call = D.Int4DecodeCall(p, None, 4, torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(x)
+        D.decode_int4_matmul(x, p)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_call = call(x)
+        y_fn = D.decode_int4_matmul(x, p)
+    for _ in range(2):  # fresh inputs each replay
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert relerr(y_call, _exact(x, p)) < TOL[torch.bfloat16]
+        assert torch.equal(y_call, y_fn)
+
+
+class _Layer(torch.nn.Module):
+    """A layer whose product is an Int4DecodeCall, with work around it for the compiler."""
+
+    def __init__(self, call) -> None:
+        super().__init__()
+        self.call = call
+
+    def forward(self, x):
+        return torch.relu(self.call(x * 2.0)) + 1.0
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_under_torch_compile(mode):
+    D = _int4()
+    p = _packed(1024, 3072)
+    x = torch.randn(16, 3072, device=DEV, dtype=torch.bfloat16)
+    layer = _Layer(D.Int4DecodeCall(p, None, 16, torch.bfloat16))
+    eager = layer(x)
+    torch._dynamo.reset()
+    try:
+        fn = torch.compile(layer, mode=mode, dynamic=False, fullgraph=True)
+        for _ in range(3):
+            out = fn(x)
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+        x2 = torch.randn_like(x)
+        out2 = fn(x2).clone()
+        assert torch.equal(out2, layer(x2))
+    finally:
+        torch._dynamo.reset()
+
+
+def test_refuses_bad_input():
+    D = _int4()
+    p = _packed(64, 256)
+    with pytest.raises(ValueError, match="65 rows"):
+        D.decode_int4_matmul(torch.randn(65, 256, device=DEV, dtype=torch.float16), p)
+    with pytest.raises(ValueError, match="expected K = 256"):
+        D.decode_int4_matmul(torch.randn(1, 128, device=DEV, dtype=torch.float16), p)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        D.decode_int4_matmul(torch.randn(1, 256, device=DEV), p)
+    with pytest.raises(ValueError, match="bias must be"):
+        b = torch.zeros(64, device=DEV)
+        D.decode_int4_matmul(torch.randn(1, 256, device=DEV, dtype=torch.float16), p, b)

@@ -1,0 +1,159 @@
+"""The int4 decode kernel's CPU side: packing checks, launch configurations, argument checks,
+and the float32 reference against hand-computed and dense dequantized products (no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorer.gpu.decode_int4 import (
+    CHUNK,
+    Int4DecodeCall,
+    Int4LaunchConfig,
+    chunk_group_multiplier,
+    decode_int4_matmul,
+    decode_int4_reference,
+    default_int4_config,
+    pack_int4,
+    token_tiles,
+)
+from explorer.lowbit import Int4Weight, compress_int4
+from explorer.masks import make_mask
+
+
+def _pruned(rows: int, k: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(rows, k, generator=gen)
+    return w.masked_fill(~make_mask(w, "2:4"), 0)
+
+
+# -- the reference --------------------------------------------------------------------------------
+def test_reference_hand_computed_two_groups():
+    # group 1 (columns 0-127): kept 2 and -7 in every 2:4 group, scale 7 / 7 = 1
+    # group 2 (columns 128-255): kept 3.5 and 0.5, scale 3.5 / 7 = 0.5, codes 7 and 1
+    w = torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32 + [3.5, 0.0, 0.0, 0.5] * 32])
+    packed = pack_int4(w)
+    assert packed.scales.tolist() == [[1.0, 0.5]]
+    x = torch.ones(1, 256)
+    # 32 * (2 - 7) + 32 * (3.5 + 0.5) = -160 + 128
+    assert decode_int4_reference(x, packed).tolist() == [[-32.0]]
+    x2 = torch.zeros(2, 256)
+    x2[0, 1] = 1.0  # picks the kept 2 at column 1
+    x2[1, 128] = 2.0  # 2 * 3.5
+    bias = torch.tensor([0.25])
+    assert decode_int4_reference(x2, packed, bias).tolist() == [[2.25], [7.25]]
+
+
+def test_reference_equals_dense_dequantized_product():
+    w = _pruned(48, 512, seed=1)
+    packed = pack_int4(w, group_size=256)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(2))
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(3))
+    ref = x.double() @ packed.decompress().double().t() + bias.double()
+    y = decode_int4_reference(x, packed, bias)
+    assert y.dtype == torch.float32 and y.shape == (5, 48)
+    assert float((y.double() - ref).abs().max()) < 1e-4 * float(ref.abs().max())
+
+
+def test_reference_rounds_once_to_the_input_dtype_and_keeps_leading_dims():
+    w = _pruned(16, 256, seed=4)
+    packed = pack_int4(w)
+    x = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    y = decode_int4_reference(x, packed)
+    exact = (x.float().reshape(6, 256) @ packed.decompress().t()).reshape(2, 3, 16)
+    assert y.dtype == torch.bfloat16 and y.shape == (2, 3, 16)
+    assert torch.equal(y, exact.to(torch.bfloat16))
+
+
+# -- packing --------------------------------------------------------------------------------------
+def test_pack_keeps_the_lowbit_layout():
+    w = _pruned(32, 384, seed=6)
+    direct = compress_int4(w, group_size=128)
+    packed = pack_int4(direct)
+    for a, b in ((packed.codes, direct.codes), (packed.metadata, direct.metadata)):
+        assert a.is_contiguous() and torch.equal(a, b)
+    assert torch.equal(packed.scales, direct.scales) and packed.group_size == 128
+    assert torch.equal(pack_int4(w).codes, direct.codes)  # a dense tensor is compressed first
+
+
+@pytest.mark.parametrize(("k", "group"), [(96, 128), (192, 128), (256, 64), (384, 256)])
+def test_pack_refuses_what_the_kernel_cannot_read(k, group):
+    with pytest.raises(ValueError, match="multiples of 128") as info:
+        pack_int4(torch.zeros(16, k), group_size=group)
+    assert str(k) in str(info.value) and "Hint" in str(info.value)
+
+
+def test_pack_refuses_int4_weights_with_other_group_sizes():
+    w = compress_int4(_pruned(16, 256), group_size=64)
+    with pytest.raises(ValueError, match="group_size = 64"):
+        pack_int4(w)
+
+
+@pytest.mark.parametrize("nibble", [0x0, 0x5, 0x1, 0x6])  # i0 == i1, or i0 > i1
+def test_pack_refuses_unordered_positions(nibble):
+    good = compress_int4(_pruned(16, 128))
+    meta = good.metadata.clone()
+    meta[3, 5] = (meta[3, 5] & 0xF0) | nibble
+    bad = Int4Weight(good.codes, meta, good.scales, good.shape, good.group_size)
+    with pytest.raises(ValueError, match=r"metadata byte \(3, 5\)"):
+        pack_int4(bad)
+
+
+def test_pack_refuses_other_types():
+    with pytest.raises(TypeError, match="Int4Weight"):
+        pack_int4([[1.0, 0.0, 0.0, 0.0]])
+
+
+# -- launch configurations ------------------------------------------------------------------------
+def test_token_tiles():
+    assert [token_tiles(t) for t in range(1, 65)] == ([1] * 8 + [2] * 8 + [4] * 16 + [8] * 32)
+
+
+def test_chunk_group_multiplier_divides_exactly():
+    for group in (128, 256, 384, 512, 1024, 4096):
+        per = group // CHUNK
+        m = chunk_group_multiplier(group)
+        assert all((i * m) >> 32 == i // per for i in range(0, 1 << 16, 7))
+
+
+@pytest.mark.parametrize(("rows", "k"), [(4096, 4096), (1024, 4096), (14336, 4096), (16, 128)])
+@pytest.mark.parametrize("tokens", [1, 4, 16, 32, 64])
+def test_default_config_is_one_the_kernel_takes(rows, k, tokens):
+    config = default_int4_config(rows, k, tokens, 132)
+    config.check(token_tiles(tokens))
+    assert config.method == ("spa" if tokens <= 8 else "ex")
+    assert config.shared <= 48 * 1024 and config.warps <= max(1, k // CHUNK)
+    name = config.kernel_name(torch.float16, tokens)
+    assert name.startswith(f"int4_{config.method}_f16_t{8 * token_tiles(tokens)}_")
+
+
+def test_config_refuses_unknown_settings():
+    with pytest.raises(ValueError, match="method"):
+        Int4LaunchConfig("dense")
+    with pytest.raises(ValueError, match="ahead"):
+        Int4LaunchConfig("sp", 4, 3)
+    with pytest.raises(ValueError, match=r"built for \(2, 4\)"):
+        Int4LaunchConfig("spa", 4, 1)
+    with pytest.raises(ValueError, match="expected 1 to 12 warps"):  # shared memory
+        Int4LaunchConfig("spa", 16, 4).check(1)
+    with pytest.raises(ValueError, match="expected 1 to 8 warps"):
+        Int4LaunchConfig("ex", 16, 1).check(8)
+
+
+# -- argument checks (they run before anything needs a GPU) ---------------------------------------
+def test_matmul_needs_a_cuda_device():
+    packed = pack_int4(_pruned(16, 128))
+    with pytest.raises(ValueError, match="one CUDA device"):
+        decode_int4_matmul(torch.randn(1, 128), packed)
+    with pytest.raises(TypeError, match="Int4Weight"):
+        decode_int4_matmul(torch.randn(1, 128), _pruned(16, 128))
+
+
+def test_call_checks_its_arguments():
+    packed = pack_int4(_pruned(16, 128))
+    with pytest.raises(ValueError, match="1 to 64 rows"):
+        Int4DecodeCall(packed, None, 65, torch.bfloat16)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        Int4DecodeCall(packed, None, 1, torch.float32)
+    with pytest.raises(ValueError, match="one CUDA device"):
+        Int4DecodeCall(packed, None, 1, torch.bfloat16)
