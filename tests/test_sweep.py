@@ -270,6 +270,10 @@ def test_speed_cell_pivots_benchmark_rows(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(explorer.bench, "run_bench", _fake_bench)
     monkeypatch.setattr(cells, "provenance", lambda: {"gpu": "fake"})
+    searched = []
+    monkeypatch.setattr(
+        speed, "_search_together", lambda problems, dtype: searched.append(problems)
+    )
     real_find_spec = speed.importlib.util.find_spec
     monkeypatch.setattr(speed.importlib.util, "find_spec", lambda name: None)
     config = {
@@ -289,6 +293,7 @@ def test_speed_cell_pivots_benchmark_rows(monkeypatch):
     rows = cells.run_cell(config)
     by_shape = {tuple(r["config"]["shape"]): r for r in rows}
     assert set(by_shape) == {(256, 64), (256, 256)}  # the classifier 10x256 is left out
+    assert [sorted(p) for p in searched] == [[(256, 512, 64), (256, 512, 256)]]  # one search
     big = by_shape[256, 256]
     assert big["status"] == "ok" and big["config"]["layer_names"] == ["2"]
     assert big["metrics"]["speedup"] == pytest.approx(1.25)

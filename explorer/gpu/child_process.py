@@ -9,7 +9,10 @@ was in.
 
 from __future__ import annotations
 
-__all__ = ["CHILD_SILENCE_S", "CHILD_START_S", "child_lines"]
+import time
+from collections.abc import Callable
+
+__all__ = ["CHILD_SILENCE_S", "CHILD_START_S", "SEARCH_BUDGET_S", "child_lines"]
 
 #: Seconds a search child may take to start (import torch, set up CUDA) before its first line.
 CHILD_START_S = 180.0
@@ -18,12 +21,26 @@ CHILD_START_S = 180.0
 CHILD_SILENCE_S = 20.0
 
 
-def child_lines(proc, start_s: float = CHILD_START_S, silence_s: float = CHILD_SILENCE_S):
+#: Seconds one search problem (a shape, dtype, layout and token count) may take, child start
+#: excluded: when spent, the search keeps the best config found so far. A search on a large
+#: shape tries every config in a few seconds; crashing configs on small shapes, each costing a
+#: child restart, could otherwise hold a model's ``sparsify`` for minutes.
+SEARCH_BUDGET_S = 15.0
+
+
+def child_lines(
+    proc,
+    start_s: float = CHILD_START_S,
+    silence_s: float = CHILD_SILENCE_S,
+    deadline: Callable[[], float] | None = None,
+):
     """The lines a child process writes, ending it if it stays silent too long.
 
     A reader thread hands the lines over, so a child hung inside a library call can never
     block the caller: after ``start_s`` seconds without a first line, or ``silence_s`` without
     a next one, the child is killed and the lines stop (its exit code says it did not finish).
+    ``deadline()``, where given, is read before each wait: a :func:`time.monotonic` time past
+    which the child is killed too (the caller can move it, e.g. per problem).
 
     Examples
     --------
@@ -47,6 +64,12 @@ def child_lines(proc, start_s: float = CHILD_START_S, silence_s: float = CHILD_S
     threading.Thread(target=read, daemon=True, name="search-child-reader").start()
     wait = start_s
     while True:
+        if deadline is not None:
+            left = deadline() - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                return
+            wait = min(wait, left)
         try:
             line = lines.get(timeout=wait)
         except queue.Empty:

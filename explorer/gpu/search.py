@@ -8,10 +8,12 @@ crashed and the search resumes after it.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.child_process import child_lines
+from explorer.gpu.child_process import SEARCH_BUDGET_S, child_lines
 from explorer.gpu.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
@@ -38,6 +40,7 @@ def search_algorithm(
     isolate: bool = True,
     timeout: float = 600.0,
     layout: str = "cc",
+    budget_s: float = SEARCH_BUDGET_S,
 ) -> dict:
     """Choose an algorithm config id, keeping only configs whose output matches dense.
 
@@ -59,12 +62,16 @@ def search_algorithm(
         Try the configs in a child process (default) rather than in this one.
     layout : {"cc", "rr", "rc", "cr"}
         Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
+    budget_s : float
+        Seconds the isolated search may spend trying configs once its child has started;
+        when spent, the best config tried so far is kept (``"complete": False``).
 
     Returns
     -------
     dict
-        ``{"alg": id, "ms": time, "tried": [(id, ms or None, status)], "method": method}``;
-        status is ``"ok"``, ``"wrong"``, ``"refused"`` or ``"crashed"``.
+        ``{"alg": id, "ms": time, "tried": [(id, ms or None, status)], "method": method,
+        "complete": bool}``; status is ``"ok"``, ``"wrong"``, ``"refused"`` or ``"crashed"`` (a config
+        that killed the child or left it silent for ``CHILD_SILENCE_S``).
 
     Examples
     --------
@@ -83,11 +90,11 @@ def search_algorithm(
         )
         return _pick(tried, method, cw.shape)
     return _search_isolated(
-        weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout, layout
+        weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout, layout, budget_s
     )
 
 
-def _pick(tried: list, method: str, shape) -> dict:
+def _pick(tried: list, method: str, shape, complete: bool = True) -> dict:
     good = [(ms, alg) for alg, ms, st in tried if st == "ok" and ms is not None]
     if not good:
         raise RuntimeError(
@@ -95,11 +102,20 @@ def _pick(tried: list, method: str, shape) -> dict:
             "keep this layer dense."
         )
     ms, alg = min(good)
-    return {"alg": alg, "ms": ms, "tried": tried, "method": method}
+    return {"alg": alg, "ms": ms, "tried": tried, "method": method, "complete": complete}
 
 
 def _search_isolated(
-    weight, tokens, epilogue, method, out_dtype, rtol, iters, timeout, layout="cc"
+    weight,
+    tokens,
+    epilogue,
+    method,
+    out_dtype,
+    rtol,
+    iters,
+    timeout,
+    layout="cc",
+    budget_s=SEARCH_BUDGET_S,
 ) -> dict:
     import json
     import subprocess
@@ -112,6 +128,8 @@ def _search_isolated(
         path = Path(tmp) / "w.pt"
         torch.save(weight.detach().cpu(), path)
         start, max_id = 0, None
+        deadline = {"at": float("inf")}  # set when the first child starts trying configs
+        complete = True
         while max_id is None or start < max_id:
             args = [
                 sys.executable,
@@ -131,12 +149,15 @@ def _search_isolated(
             with errors.open("w") as err:
                 proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
                 last_try = None
-                for line in child_lines(proc):  # a child silent inside a config is ended
+                # a child silent inside a config, or past the budget, is ended
+                for line in child_lines(proc, deadline=lambda: deadline["at"]):
                     if not line.startswith("{"):
                         continue
                     rec = json.loads(line)
                     if "max" in rec:
                         max_id = rec["max"]
+                        if deadline["at"] == float("inf"):
+                            deadline["at"] = time.monotonic() + budget_s
                     elif "try" in rec:
                         last_try = rec["try"]
                     elif "alg" in rec:
@@ -146,6 +167,9 @@ def _search_isolated(
             stderr = errors.read_text(errors="replace")
             if proc.returncode == 0:
                 break
+            if time.monotonic() >= deadline["at"]:
+                complete = False  # the budget is spent: keep the best config tried so far
+                break
             if last_try is None:
                 raise RuntimeError(
                     f"the algorithm search failed before trying a config:\n{stderr[-800:]}"
@@ -153,7 +177,7 @@ def _search_isolated(
             tried.append((last_try, None, "crashed"))
             start = last_try + 1
             method = "time"
-    return _pick(tried, method, tuple(weight.shape))
+    return _pick(tried, method, tuple(weight.shape), complete)
 
 
 def search_in_process(

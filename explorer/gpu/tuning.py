@@ -25,7 +25,7 @@ import torch
 
 from explorer.dtypes import dtype_name, parse_dtype
 from explorer.gpu import cusparselt as C
-from explorer.gpu.child_process import child_lines
+from explorer.gpu.child_process import SEARCH_BUDGET_S, child_lines
 
 __all__ = [
     "TUNED_LAYOUTS",
@@ -406,6 +406,7 @@ def tune_problems(
         spec = Path(tmp) / "jobs.json"
         spec.write_text(json.dumps([asdict(p) for p, _ in jobs]))
         job, alg = 0, 0
+        ends: dict[int, float] = {}  # job -> time.monotonic() its search budget ends
         while job < len(jobs):
             cmd = [
                 sys.executable,
@@ -418,11 +419,15 @@ def tune_problems(
             ]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
             current, tried = job, None
-            for line in child_lines(proc):
+            state = {"job": job}
+            for line in child_lines(proc, deadline=lambda s=state: ends.get(s["job"], math.inf)):
                 if not line.startswith("{"):
                     continue
                 rec = json.loads(line)
                 if "job" in rec:
+                    # a problem gets SEARCH_BUDGET_S from its first line on, restarts included
+                    ends.setdefault(rec["job"], time.monotonic() + SEARCH_BUDGET_S)
+                    state["job"] = rec["job"]
                     if rec["job"] != current:
                         bar.update(rec["job"] - current)
                         for j in range(current, rec["job"]):
@@ -437,6 +442,10 @@ def tune_problems(
             if code == 0:
                 bar.update(len(jobs) - current)
                 break
+            if time.monotonic() >= ends.get(current, math.inf):  # budget spent: the next
+                job, alg = current + 1, 0
+                bar.update(1)
+                continue
             # the child died inside config `tried` of job `current`: skip that config
             job, alg = current, (tried + 1 if tried is not None and tried >= 0 else 0)
             if tried is None:

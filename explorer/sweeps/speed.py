@@ -60,6 +60,8 @@ def speed_cell(config: dict) -> list[dict]:
             f"covers {', '.join(_BENCH_DTYPES)}"
         )
     problems = [(out, config["tokens"], inp) for out, inp in shapes]
+    if config["dtype"] != "int8":
+        _search_together(problems, config["dtype"])
     rows = run_bench(shapes=problems, dtypes=[config["dtype"]], suites=["matmul"], progress=False)
     # 4. One layer-speed row per shape, labelled with the layers that have it.
     return [
@@ -69,6 +71,24 @@ def speed_cell(config: dict) -> list[dict]:
 
 
 _BENCH_DTYPES = ("float16", "bfloat16", "int8")
+
+
+def _search_together(problems: list[tuple[int, int, int]], dtype: str) -> None:
+    """Search the algorithm of every shape the benchmark will time, in one child process
+    (each problem within the search budget), so that the benchmark finds them all in this
+    GPU's table instead of starting a child per shape and layout."""
+    from explorer.gpu.cusparselt import padded_tokens
+    from explorer.gpu.tuning import Problem, tune_problems
+
+    torch_dtype = getattr(torch, dtype)
+    tune_problems(
+        [
+            Problem(out, padded_tokens(tokens, torch_dtype), inp, dtype, layout)
+            for out, tokens, inp in problems
+            for layout in ("cc", "cr")
+        ],
+        progress=False,
+    )
 
 
 def _layer_row(config: dict, shape: tuple[int, int], names: list[str], rows: list[dict]) -> dict:

@@ -28,3 +28,11 @@ def test_a_child_that_hangs_between_lines_is_ended_after_its_last_line():
     proc = _child("import time; print('try 7', flush=True); time.sleep(60)")
     assert [line.strip() for line in child_lines(proc, 30.0, 0.5)] == ["try 7"]
     assert proc.wait(timeout=30) != 0
+
+
+def test_a_deadline_ends_a_child_that_keeps_talking():
+    proc = _child("import time\nwhile True:\n    print('config', flush=True)\n    time.sleep(0.05)")
+    began = time.monotonic()
+    lines = list(child_lines(proc, 30.0, 30.0, deadline=lambda: began + 1.0))
+    assert lines and time.monotonic() - began < 10
+    assert proc.wait(timeout=30) != 0
