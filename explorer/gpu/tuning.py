@@ -262,6 +262,23 @@ def search_stats() -> tuple[int, float]:
         return int(_SEARCHES[0]), float(_SEARCHES[1])
 
 
+#: Weights with fewer entries than this are never searched: their product takes a few
+#: microseconds, which launch costs dominate whatever the algorithm, and cuSPARSELt's configs
+#: crash most often on such small shapes (each crash costs the search a child restart).
+SEARCH_MIN_WEIGHTS = 1 << 18
+
+
+def worth_searching(m: int, k: int) -> bool:
+    """Whether an ``m x k`` weight is large enough to search its algorithm for.
+
+    Examples
+    --------
+    >>> worth_searching(4096, 4096), worth_searching(1024, 512), worth_searching(512, 256)
+    (True, True, False)
+    """
+    return m * k >= SEARCH_MIN_WEIGHTS
+
+
 def tune_weight(
     weight: torch.Tensor,
     tokens: Iterable[int],
@@ -300,6 +317,7 @@ def tune_weight(
     dev = weight.device.index or 0
     m, k = weight.shape
     found: dict[tuple[int, str], int] = {}
+    searching = worth_searching(m, k)  # else: the tables or the library's default algorithm
     for t in tokens:
         n = C.padded_tokens(int(t), dtype)
         for lay in layouts:
@@ -309,6 +327,8 @@ def tune_weight(
                 pending = _PENDING[-1] if _PENDING else None
             if known is not None:
                 found[(n, lay)] = known
+                continue
+            if not searching:
                 continue
             if pending is not None and out_dtype == dtype and dev == 0:
                 # searched with the rest of the model when the deferred_search block ends
@@ -386,6 +406,8 @@ def tune_problems(
 
     jobs = []
     for p in dict.fromkeys(problems):
+        if not worth_searching(p.m, p.k):
+            continue
         key = _key(
             device,
             p.m,

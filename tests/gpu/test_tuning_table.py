@@ -111,6 +111,7 @@ def test_deferred_search_collects_unknown_problems_once(table, monkeypatch):
     ran = []
     monkeypatch.setattr(tuning, "tune_problems", lambda problems, **kw: ran.append(problems))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tuning, "SEARCH_MIN_WEIGHTS", 0)  # a small weight stands for any
     w = torch.zeros(64, 32, dtype=torch.bfloat16)
     known = tuning._key(0, 64, 1024, 32, torch.bfloat16, torch.bfloat16, "cc", "none")
     tuning._remember({known: 4})
@@ -126,6 +127,22 @@ def test_deferred_search_collects_unknown_problems_once(table, monkeypatch):
     ]
     assert [p.n for p in outer] == [4096, 256]
     assert tuning.search_stats()[0] == before[0] + 2
+
+
+def test_small_weights_are_answered_from_the_table_but_never_searched(table, monkeypatch):
+    import torch
+
+    ran = []
+    monkeypatch.setattr(tuning, "tune_problems", lambda problems, **kw: ran.append(problems))
+    monkeypatch.setattr(tuning, "search_algorithm", lambda *a, **kw: ran.append(a), raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    w = torch.zeros(64, 32, dtype=torch.bfloat16)
+    known = tuning._key(0, 64, 1024, 32, torch.bfloat16, torch.bfloat16, "cc", "none")
+    tuning._remember({known: 4})
+    with tuning.deferred_search() as pending:
+        found = tuning.tune_weight(w, [1024, 4096], layouts=["cc"])
+    assert found == {(1024, "cc"): 4} and not pending and not ran
+    assert not tuning.worth_searching(64, 32) and tuning.worth_searching(4096, 4096)
 
 
 @pytest.mark.gpu
