@@ -42,7 +42,7 @@ from explorer.gpu.decode_int4 import (
     decode_int4_matmul,
     default_int4_config,
     multiprocessor_count,
-    pack_int4,
+    pack_int4_weight,
     token_tiles,
 )
 from explorer.gpu.timing import graph_ms, host_us
@@ -115,7 +115,7 @@ def check(gen: torch.Generator) -> list[dict]:
     for (n, k), dt, t in itertools.product(
         ((4096, 4096), (1000, 4224), (48, 128)), (torch.bfloat16, torch.float16), (1, 9, 16, 33, 64)
     ):
-        p = pack_int4(_weight(n, k, torch.float32, gen))
+        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
         bias = torch.randn(n, device=DEV, generator=gen).to(dt)
         wide = torch.randn(t, k + 64, device=DEV, generator=gen).to(dt)
         x = wide[:, 32 : 32 + k]
@@ -135,7 +135,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
     """Per-layer time of each launch setting at ``tokens`` (bf16), against the default."""
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, tokens):
-        p = pack_int4(_weight(n, k, torch.float32, gen))
+        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
         tiles = token_tiles(t)
         configs = []
@@ -188,7 +188,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
 def floor_us(gen: torch.Generator, l2: int) -> dict:
     """Graph-replay time of the smallest calls (one block, 16x128): the fixed cost per launch."""
     w = _weight(16, 128, torch.float32, gen)
-    p = pack_int4(w)
+    p = pack_int4_weight(w)
     x = torch.randn(1, 128, device=DEV, generator=gen).to(torch.bfloat16)
     wb = w.to(torch.bfloat16)
 
@@ -229,7 +229,7 @@ def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
         modules[name] = mod
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, (1, 16)):
-        p = pack_int4(_weight(n, k, torch.float32, gen))
+        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
         times = {}
         for name, mod in modules.items():
@@ -254,7 +254,7 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
     rows = []
     for (n, k), dt in itertools.product(DECODE_SHAPES, dtypes):
         w = _weight(n, k, dt, gen)
-        p4 = pack_int4(w.float())
+        p4 = pack_int4_weight(w.float())
         p16 = pack(w)
         tq = torch_int4(n, k, gen) if dt == torch.bfloat16 else None
         for t in tokens:
@@ -325,7 +325,7 @@ def host_cost(gen: torch.Generator, calls: int = 2000) -> dict:
     """Host microseconds per eager call, Int4DecodeCall against F.linear (4096x4096, 1 token)."""
     w = _weight(4096, 4096, torch.bfloat16, gen)
     x = torch.randn(1, 4096, device=DEV, generator=gen).to(torch.bfloat16)
-    call = Int4DecodeCall(pack_int4(w.float()), None, 1, torch.bfloat16)
+    call = Int4DecodeCall(pack_int4_weight(w.float()), None, 1, torch.bfloat16)
     fns = {"Int4DecodeCall": lambda: call(x), "F.linear": lambda: F.linear(x, w)}
     out = {}
     for name, fn in fns.items():

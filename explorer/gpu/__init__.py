@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from explorer.gpu.model_swap import set_mode, sparsify
     from explorer.gpu.model_timing import ModelSpeed
     from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.sparse_options import SparseOptions
     from explorer.gpu.sparsify_report import SparsifyReport
 
 __all__ = [
     "ModelSpeed",
     "SparseGatedMLP",
     "SparseLinear",
+    "SparseOptions",
     "SparseQKV",
     "SparsifyReport",
     "set_mode",
@@ -39,6 +41,7 @@ _HOMES = {
     "set_mode": "explorer.gpu.model_swap",
     "SparseGatedMLP": "explorer.gpu.gated_mlp",
     "SparseLinear": "explorer.gpu.sparse_linear",
+    "SparseOptions": "explorer.gpu.sparse_options",
     "SparseQKV": "explorer.gpu.fused_qkv",
     "SparsifyReport": "explorer.gpu.sparsify_report",
     "sparsify": "explorer.gpu.model_swap",

@@ -13,7 +13,7 @@ method. What it reaches against dense
 bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
 
 The kernel needs ``K % 128 == 0`` and a group size that is a multiple of 128 dividing ``K``
-(:func:`pack_int4` checks); every function has a CPU reference (:func:`decode_int4_reference`),
+(:func:`pack_int4_weight` checks); every function has a CPU reference (:func:`decode_int4_reference`),
 and the GPU tests compare the two on fresh random inputs.
 
 Examples
@@ -49,7 +49,7 @@ __all__ = [
     "decode_int4_reference",
     "default_int4_config",
     "multiprocessor_count",
-    "pack_int4",
+    "pack_int4_weight",
     "token_tiles",
 ]
 
@@ -243,7 +243,7 @@ def _check_layout(weight: Int4Weight) -> None:
             )
 
 
-def pack_int4(
+def pack_int4_weight(
     weight: Int4Weight | torch.Tensor,
     device: torch.device | str | None = None,
     group_size: int = 128,
@@ -252,7 +252,7 @@ def pack_int4(
 
     The kernel reads the lowbit layout as it is, so this checks what the kernel needs and
     moves the parts (contiguous) to the device; a dense 2:4 tensor is compressed first.
-    (:func:`explorer.lowbit.pack_int4` is another thing: it packs integer codes two per byte.)
+    (Not :func:`explorer.lowbit.pack_int4`, which packs integer codes two per byte.)
 
     Parameters
     ----------
@@ -280,10 +280,10 @@ def pack_int4(
     --------
     >>> from explorer import make_mask
     >>> w = torch.randn(16, 256)
-    >>> p = pack_int4(w * make_mask(w, "2:4"))
+    >>> p = pack_int4_weight(w * make_mask(w, "2:4"))
     >>> p.codes.shape, p.scales.shape
     (torch.Size([16, 64]), torch.Size([16, 2]))
-    >>> pack_int4(torch.zeros(16, 96))
+    >>> pack_int4_weight(torch.zeros(16, 96))
     Traceback (most recent call last):
     ...
     ValueError: the int4 decode kernel needs K and the group size to be multiples of 128 with the group size dividing K; got K = 96, group_size = 128. Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
@@ -334,14 +334,14 @@ def decode_int4_reference(
 def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> None:
     if not isinstance(weight, Int4Weight):
         raise TypeError(
-            f"weight must be an Int4Weight (explorer.gpu.decode_int4.pack_int4), got "
+            f"weight must be an Int4Weight (explorer.gpu.decode_int4.pack_int4_weight), got "
             f"{type(weight).__name__}"
         )
     n, k = weight.shape
     if x.device.type != "cuda" or weight.codes.device != x.device:
         raise ValueError(
             f"x is on {x.device} and the weight on {weight.codes.device}; the int4 decode kernel "
-            "needs both on one CUDA device. Hint: pack_int4(weight, x.device), or "
+            "needs both on one CUDA device. Hint: pack_int4_weight(weight, x.device), or "
             "decode_int4_reference on the CPU."
         )
     if x.dtype not in _SIXTEEN:
@@ -419,7 +419,7 @@ def decode_int4_matmul(
         CUDA, float16 or bfloat16, any leading dims holding at most :data:`MAX_TOKENS` rows in
         all. Rows that are not 16-byte aligned with a unit last stride are copied first.
     weight : Int4Weight
-        From :func:`pack_int4`, on ``x``'s device (K and the group size multiples of 128).
+        From :func:`pack_int4_weight`, on ``x``'s device (K and the group size multiples of 128).
     bias : torch.Tensor, optional
         ``[N]`` of ``x``'s dtype.
     config : Int4LaunchConfig, optional
@@ -440,7 +440,7 @@ def decode_int4_matmul(
     --------
     >>> from explorer import make_mask
     >>> w = torch.randn(64, 256, device="cuda")  # doctest: +GPU
-    >>> p = pack_int4(w * make_mask(w, "2:4"))  # doctest: +GPU
+    >>> p = pack_int4_weight(w * make_mask(w, "2:4"))  # doctest: +GPU
     >>> decode_int4_matmul(torch.randn(3, 256, device="cuda").half(), p).shape  # doctest: +GPU
     torch.Size([3, 64])
     """
@@ -493,7 +493,7 @@ class Int4DecodeCall:
     Parameters
     ----------
     weight : Int4Weight
-        From :func:`pack_int4`, on a CUDA device.
+        From :func:`pack_int4_weight`, on a CUDA device.
     bias : torch.Tensor, optional
         ``[N]`` of the activations' dtype, on the weight's device.
     tokens : int
@@ -510,7 +510,7 @@ class Int4DecodeCall:
     --------
     >>> from explorer import make_mask
     >>> w = torch.randn(64, 256, device="cuda")  # doctest: +GPU
-    >>> call = Int4DecodeCall(pack_int4(w * make_mask(w, "2:4")), None, 3, torch.half)  # doctest: +GPU
+    >>> call = Int4DecodeCall(pack_int4_weight(w * make_mask(w, "2:4")), None, 3, torch.half)  # doctest: +GPU
     >>> call(torch.randn(3, 256, device="cuda").half()).shape  # doctest: +GPU
     torch.Size([3, 64])
     """

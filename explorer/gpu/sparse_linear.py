@@ -64,7 +64,7 @@ def stack_linears(*parts: nn.Linear) -> nn.Linear:
     --------
     >>> a, b = nn.Linear(4, 2), nn.Linear(4, 3)
     >>> x = torch.randn(5, 4)
-    >>> torch.allclose(stack_linears(a, b)(x), torch.cat([a(x), b(x)], dim=1))
+    >>> torch.allclose(stack_linears(a, b)(x), torch.cat([a(x), b(x)], dim=1), atol=1e-6)
     True
     """
     first = parts[0]

@@ -27,7 +27,7 @@ def _int4():
 
 
 def _packed(n, k, group=128):
-    return _int4().pack_int4(mask24(torch.randn(n, k, device=DEV)), group_size=group)
+    return _int4().pack_int4_weight(mask24(torch.randn(n, k, device=DEV)), group_size=group)
 
 
 def _exact(x, packed, bias=None):

@@ -14,7 +14,7 @@ from explorer.gpu.decode_int4 import (
     decode_int4_matmul,
     decode_int4_reference,
     default_int4_config,
-    pack_int4,
+    pack_int4_weight,
     token_tiles,
 )
 from explorer.lowbit import Int4Weight, compress_int4
@@ -32,7 +32,7 @@ def test_reference_hand_computed_two_groups():
     # group 1 (columns 0-127): kept 2 and -7 in every 2:4 group, scale 7 / 7 = 1
     # group 2 (columns 128-255): kept 3.5 and 0.5, scale 3.5 / 7 = 0.5, codes 7 and 1
     w = torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32 + [3.5, 0.0, 0.0, 0.5] * 32])
-    packed = pack_int4(w)
+    packed = pack_int4_weight(w)
     assert packed.scales.tolist() == [[1.0, 0.5]]
     x = torch.ones(1, 256)
     # 32 * (2 - 7) + 32 * (3.5 + 0.5) = -160 + 128
@@ -46,7 +46,7 @@ def test_reference_hand_computed_two_groups():
 
 def test_reference_equals_dense_dequantized_product():
     w = _pruned(48, 512, seed=1)
-    packed = pack_int4(w, group_size=256)
+    packed = pack_int4_weight(w, group_size=256)
     x = torch.randn(5, 512, generator=torch.Generator().manual_seed(2))
     bias = torch.randn(48, generator=torch.Generator().manual_seed(3))
     ref = x.double() @ packed.decompress().double().t() + bias.double()
@@ -57,7 +57,7 @@ def test_reference_equals_dense_dequantized_product():
 
 def test_reference_rounds_once_to_the_input_dtype_and_keeps_leading_dims():
     w = _pruned(16, 256, seed=4)
-    packed = pack_int4(w)
+    packed = pack_int4_weight(w)
     x = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
     y = decode_int4_reference(x, packed)
     exact = (x.float().reshape(6, 256) @ packed.decompress().t()).reshape(2, 3, 16)
@@ -69,24 +69,26 @@ def test_reference_rounds_once_to_the_input_dtype_and_keeps_leading_dims():
 def test_pack_keeps_the_lowbit_layout():
     w = _pruned(32, 384, seed=6)
     direct = compress_int4(w, group_size=128)
-    packed = pack_int4(direct)
+    packed = pack_int4_weight(direct)
     for a, b in ((packed.codes, direct.codes), (packed.metadata, direct.metadata)):
         assert a.is_contiguous() and torch.equal(a, b)
     assert torch.equal(packed.scales, direct.scales) and packed.group_size == 128
-    assert torch.equal(pack_int4(w).codes, direct.codes)  # a dense tensor is compressed first
+    assert torch.equal(
+        pack_int4_weight(w).codes, direct.codes
+    )  # a dense tensor is compressed first
 
 
 @pytest.mark.parametrize(("k", "group"), [(96, 128), (192, 128), (256, 64), (384, 256)])
 def test_pack_refuses_what_the_kernel_cannot_read(k, group):
     with pytest.raises(ValueError, match="multiples of 128") as info:
-        pack_int4(torch.zeros(16, k), group_size=group)
+        pack_int4_weight(torch.zeros(16, k), group_size=group)
     assert str(k) in str(info.value) and "Hint" in str(info.value)
 
 
 def test_pack_refuses_int4_weights_with_other_group_sizes():
     w = compress_int4(_pruned(16, 256), group_size=64)
     with pytest.raises(ValueError, match="group_size = 64"):
-        pack_int4(w)
+        pack_int4_weight(w)
 
 
 @pytest.mark.parametrize("nibble", [0x0, 0x5, 0x1, 0x6])  # i0 == i1, or i0 > i1
@@ -96,12 +98,12 @@ def test_pack_refuses_unordered_positions(nibble):
     meta[3, 5] = (meta[3, 5] & 0xF0) | nibble
     bad = Int4Weight(good.codes, meta, good.scales, good.shape, good.group_size)
     with pytest.raises(ValueError, match=r"metadata byte \(3, 5\)"):
-        pack_int4(bad)
+        pack_int4_weight(bad)
 
 
 def test_pack_refuses_other_types():
     with pytest.raises(TypeError, match="Int4Weight"):
-        pack_int4([[1.0, 0.0, 0.0, 0.0]])
+        pack_int4_weight([[1.0, 0.0, 0.0, 0.0]])
 
 
 # -- launch configurations ------------------------------------------------------------------------
@@ -142,7 +144,7 @@ def test_config_refuses_unknown_settings():
 
 # -- argument checks (they run before anything needs a GPU) ---------------------------------------
 def test_matmul_needs_a_cuda_device():
-    packed = pack_int4(_pruned(16, 128))
+    packed = pack_int4_weight(_pruned(16, 128))
     with pytest.raises(ValueError, match="one CUDA device"):
         decode_int4_matmul(torch.randn(1, 128), packed)
     with pytest.raises(TypeError, match="Int4Weight"):
@@ -150,7 +152,7 @@ def test_matmul_needs_a_cuda_device():
 
 
 def test_call_checks_its_arguments():
-    packed = pack_int4(_pruned(16, 128))
+    packed = pack_int4_weight(_pruned(16, 128))
     with pytest.raises(ValueError, match="1 to 64 rows"):
         Int4DecodeCall(packed, None, 65, torch.bfloat16)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
