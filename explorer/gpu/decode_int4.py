@@ -44,6 +44,7 @@ __all__ = [
     "METHODS",
     "Int4DecodeCall",
     "Int4LaunchConfig",
+    "check_int4_layout",
     "chunk_group_multiplier",
     "decode_int4_matmul",
     "decode_int4_reference",
@@ -219,8 +220,9 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
     return config
 
 
-def _check_layout(weight: Int4Weight) -> None:
-    """Raise unless the kernel can read ``weight``: K and G multiples of 128, ordered nibbles."""
+def check_int4_layout(weight: Int4Weight) -> None:
+    """Raise ``ValueError`` unless the kernel can read ``weight``: K and G multiples of 128, G
+    dividing K, position nibbles that are ordered pairs (the message names what is off)."""
     k = weight.shape[1]
     g = weight.group_size
     if k % CHUNK or g % CHUNK or k % g:
@@ -302,7 +304,7 @@ def pack_int4_weight(
             f"weight must be an explorer.lowbit.Int4Weight or a 2:4 tensor, got "
             f"{type(weight).__name__}. Hint: compress_int4(weight) builds one."
         )
-    _check_layout(weight)
+    check_int4_layout(weight)
     dev = weight.codes.device if device is None else torch.device(device)
     parts = [t.to(dev).contiguous() for t in (weight.codes, weight.metadata, weight.scales)]
     return Int4Weight(*parts, weight.shape, weight.group_size)
@@ -352,7 +354,7 @@ def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> No
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
     if k % CHUNK or weight.group_size % CHUNK or k % weight.group_size:
-        _check_layout(weight)
+        check_int4_layout(weight)
     if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != x.dtype):
         raise ValueError(
             f"bias must be [{n}] of {x.dtype}, got {tuple(bias.shape)} of {bias.dtype}"

@@ -131,8 +131,11 @@ def sparsify(
     dtype : torch.dtype or str, optional
         float16, bfloat16, int8 (per-channel weight and per-token activation quantization),
         ``"float8_e4m3fn"`` (the same scheme in fp8 e4m3, compute capability 8.9+; see
-        :mod:`explorer.gpu.fp8`) or None to keep each layer's 16-bit dtype (float32 layers run
-        in float16).
+        :mod:`explorer.gpu.fp8`), ``"int4"`` (kept weights group-wise int4, 128 columns a
+        scale; each layer an :class:`~explorer.gpu.int4_linear.Int4Linear` that runs torch's
+        int4 weight-only kernel or, at 1 to 64 tokens where it measures faster, the explorer's
+        2:4 + int4 decode kernel; no fused blocks) or None to keep each layer's 16-bit dtype
+        (float32 layers run in float16).
     inplace : bool
         Change ``model`` itself (default) or a deep copy (then see ``report.model``).
     prune : bool
@@ -223,6 +226,10 @@ def sparsify(
     if backend not in ("cusparselt", "torch"):
         raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
     check_mode(mode)
+    if isinstance(dtype, str) and dtype.strip().lower() == "int4":
+        if backend != "cusparselt":
+            raise ValueError("dtype='int4' runs the explorer's own kernels: leave backend out")
+        return _sparsify_int4(model, filter_fn, inplace, prune, _token_counts(tokens), mode)
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype, allowed=SPARSE_DTYPES)
     if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
@@ -309,6 +316,66 @@ def sparsify(
     return report
 
 
+def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode) -> SparsifyReport:
+    """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``, its routes measured
+    at the decode sizes among ``counts`` (larger counts run torch's int4 kernel)."""
+    from explorer.gpu.dispatch import DECODE
+    from explorer.gpu.int4_linear import Int4Linear
+
+    if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
+        raise TypeError(
+            "this model is already compiled (torch.compile); sparsify the module it wraps, then "
+            "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
+        )
+    if not inplace:
+        model = copy.deepcopy(model)
+    report = SparsifyReport(backend="explorer", dtype="int4", mode=mode)
+    report.model = model
+    targets, places = _targets(model, filter_fn, report)
+    if prune:
+        from explorer.masks import make_mask
+
+        with torch.no_grad():
+            for _, mod in targets:
+                if mod.weight.shape[1] % 4 == 0:
+                    mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+    built = []
+    for fqn, mod in targets:
+        try:
+            new = Int4Linear.from_linear(mod, mode=mode)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.skipped.append((fqn, f"int4 compression failed: {exc}"))
+            continue
+        if new.decode_refusal is not None:
+            report.skipped.append((fqn, f"no 2:4 + int4 kernel: {new.decode_refusal}"))
+            continue
+        for place in places[id(mod)]:
+            _set_module(model, place, new)
+        report.swapped.append((fqn, tuple(mod.weight.shape)))
+        built.append((fqn, new))
+    for fqn, layer in built:
+        for n in (c for c in counts if c <= 64):
+            for clock in ("wall", "gpu"):
+                chosen = layer.route(n, clock)
+                times = layer.route_times(n, clock)
+                report.timings.append(
+                    LayerTiming(
+                        fqn,
+                        (layer.out_features, layer.in_features),
+                        n,
+                        times.get(DENSE),
+                        times.get(DECODE),
+                        "2:4 int4 decode" if chosen == DECODE else "int4 dense (torch)",
+                        clock,
+                    )
+                )
+    report.notes.append(
+        "int4: layers above 64 tokens run torch's int4 weight-only kernel; speed-ups are over "
+        "int4 dense, not over the 16-bit model"
+    )
+    return report
+
+
 def set_mode(model: nn.Module, mode: str) -> None:
     """Choose every sparse layer's routes for execution mode ``mode`` from now on.
 
@@ -327,11 +394,12 @@ def set_mode(model: nn.Module, mode: str) -> None:
     ...
     ValueError: mode 'fast' unknown; expected one of ('auto', 'eager', 'compile', 'graphs'). ...
     """
+    from explorer.gpu.int4_linear import Int4Linear
     from explorer.gpu.sparse_linear import SparseLinear
 
     check_mode(mode)
     for mod in model.modules():
-        if isinstance(mod, SparseLinear):
+        if isinstance(mod, SparseLinear | Int4Linear):
             mod.set_mode(mode)
 
 

@@ -1,0 +1,376 @@
+"""``Int4Linear``: a 2:4 layer whose kept weights are group-wise int4, on the faster of two kernels.
+
+What a user deploying int4 compares with is int4 dense, not bf16. So each token count is timed
+once (per problem, shared like every route decision: :mod:`explorer.gpu.route_timing`) between
+
+* the dense route: torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
+  dequantized weight, the zeros of the 2:4 pattern stored as codes like any other; where that
+  kernel does not take the layer (activations not bfloat16, ``out`` not a multiple of 8, ``K``
+  not a multiple of 128, a group size outside 32-256) the dequantized weight in 16 bits through
+  ``F.linear`` instead; and
+* the decode route, 1 to 64 tokens: the explorer's 2:4 + int4 kernel
+  (:mod:`explorer.gpu.decode_int4`), which reads the kept codes and their positions only;
+
+and the faster one is kept (dense unless the decode kernel is measurably faster, as for every
+sparse layer). Both routes compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``;
+torch's kernel holds the scales in bfloat16, so the two agree to about 1e-2 relative, not bit
+for bit. Above 64 tokens the dense route runs.
+
+Under ``torch.compile`` the dense route is traced (the compiler's own op, no host cost of ours)
+unless the layer runs in ``mode="graphs"``, where the chosen route is one opaque op
+(:mod:`explorer.gpu.ops`) that CUDA graphs capture like any kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from explorer import _html
+from explorer.gpu import ops
+from explorer.gpu.dispatch import DECODE, DENSE, Route, check_mode
+from explorer.gpu.route_timing import BOOK
+from explorer.lowbit import Int4Weight, compress_int4
+
+__all__ = ["TORCH_INT4_GROUPS", "Int4Linear", "torch_int4_parts", "torch_int4_takes"]
+
+#: Group sizes torch's int4 weight-only kernel takes.
+TORCH_INT4_GROUPS = (32, 64, 128, 256)
+#: The packing torch's int4 kernel is given (``inner_k_tiles``): K must be a multiple of 128.
+_INNER_K_TILES = 8
+_DECODE_MAX_TOKENS = 64
+
+
+def torch_int4_takes(rows: int, k: int, group_size: int, dtype: torch.dtype) -> str | None:
+    """Why torch's int4 weight-only kernel cannot run a layer (None: it can).
+
+    Examples
+    --------
+    >>> torch_int4_takes(4096, 4096, 128, torch.bfloat16) is None
+    True
+    >>> torch_int4_takes(4096, 4096, 128, torch.float16)
+    "torch's int4 kernel takes bfloat16 activations, not float16"
+    """
+    if dtype != torch.bfloat16:
+        return f"torch's int4 kernel takes bfloat16 activations, not {str(dtype)[6:]}"
+    if rows % 8:
+        return f"torch's int4 kernel needs out_features a multiple of 8, got {rows}"
+    if k % (16 * _INNER_K_TILES):
+        return f"torch's int4 kernel needs in_features a multiple of 128, got {k}"
+    if group_size not in TORCH_INT4_GROUPS:
+        return f"torch's int4 kernel takes group sizes {TORCH_INT4_GROUPS}, not {group_size}"
+    return None
+
+
+def torch_int4_parts(weight: Int4Weight) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same dequantized weight in the layout torch's int4 kernel is built from.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``uint8 [N, K/2]``, two unsigned codes ``q + 8`` per byte with the even column in the
+        high nibble (what ``aten._convert_weight_to_int4pack`` takes), and the ``bfloat16
+        [K/G, N, 2]`` scales and zero points (zero points 0), so that torch computes
+        ``(u - 8) * s = q * s``: the 2:4 zeros are the code 0.
+
+    Examples
+    --------
+    >>> w = compress_int4(torch.tensor([[0.0, 3.0, 0.0, -7.0]]), group_size=4)
+    >>> packed, scales = torch_int4_parts(w)
+    >>> packed.tolist(), scales.shape
+    ([[139, 129]], torch.Size([1, 1, 2]))
+    """
+    g = weight.group_size
+    scales = weight.scales.float()
+    dequantized = weight.decompress().float()
+    codes = torch.round(dequantized / scales.repeat_interleave(g, dim=1)).to(torch.int32)
+    unsigned = (codes + 8).to(torch.uint8)
+    packed = (unsigned[:, 0::2] << 4) | unsigned[:, 1::2]
+    zeros = torch.zeros_like(scales)
+    scales_and_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).to(torch.bfloat16)
+    return packed.contiguous(), scales_and_zeros.contiguous()
+
+
+class Int4Linear(nn.Module):
+    """``y = x @ W^T + b`` for a 2:4 ``W`` with group-wise int4 kept values (see the module).
+
+    Build it with :meth:`from_linear`; it holds the compressed weight (about 3.25 bits a
+    weight for ``G = 128``) and, for the dense route, torch's packed int4 form of the same
+    weight (4 bits a weight and bf16 scales), or a 16-bit copy where torch's kernel does not
+    take the layer.
+
+    Parameters
+    ----------
+    weight : Int4Weight
+        On a CUDA device.
+    bias : torch.Tensor, optional
+    dtype : torch.dtype
+        The activations' dtype (bfloat16 or float16); outputs come back in it.
+    mode : {"auto", "eager", "compile", "graphs"}
+        The clock routes are chosen by, as for :class:`~explorer.gpu.SparseLinear`.
+    """
+
+    def __init__(
+        self,
+        weight: Int4Weight,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype = torch.bfloat16,
+        mode: str = "auto",
+    ) -> None:
+        super().__init__()
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"Int4Linear takes bfloat16 or float16 activations, got {dtype}")
+        self.out_features, self.in_features = weight.shape
+        self.group_size = weight.group_size
+        self.dtype = dtype
+        self.mode = check_mode(mode)
+        self.register_buffer("codes", weight.codes)
+        self.register_buffer("metadata", weight.metadata)
+        self.register_buffer("scales", weight.scales)
+        self.register_buffer("bias", None if bias is None else bias.to(dtype).contiguous())
+        self.torch_kernel_refusal = torch_int4_takes(
+            self.out_features, self.in_features, self.group_size, dtype
+        )
+        if self.torch_kernel_refusal is None:
+            packed, scales_and_zeros = torch_int4_parts(weight)
+            packed = torch.ops.aten._convert_weight_to_int4pack(packed, _INNER_K_TILES)
+            self.register_buffer("_int4pack", packed, persistent=False)
+            self.register_buffer("_int4scales", scales_and_zeros, persistent=False)
+            self.register_buffer("_dense16", None, persistent=False)
+        else:
+            self.register_buffer("_int4pack", None, persistent=False)
+            self.register_buffer("_int4scales", None, persistent=False)
+            self.register_buffer("_dense16", weight.decompress().to(dtype), persistent=False)
+        self.decode_refusal = _decode_refusal(weight)
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        self._routes: dict = {}  # (tokens, clock) -> Route
+        self._calls: dict = {}  # tokens -> Int4DecodeCall
+        self._op_id = ops.register(self)
+
+    def __getstate__(self) -> dict:
+        """A copy keeps the weights, not this process's launches or op id."""
+        state = self.__dict__.copy()
+        state.pop("_routes", None)
+        state.pop("_calls", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._reset_runtime()
+
+    def _apply(self, fn, recurse: bool = True):
+        """``.to(device)``: the buffers move; launches are set up again. A dtype change is
+        refused (the codes are int4 whatever the model's dtype)."""
+        probe = torch.empty(0, dtype=self.dtype, device=self.codes.device)
+        new = fn(probe)
+        if isinstance(new, torch.Tensor) and new.dtype != probe.dtype:
+            raise TypeError(
+                f"{self.out_features}x{self.in_features} Int4Linear runs {self.dtype} "
+                f"activations and cannot become {new.dtype}. Hint: convert the dense model "
+                "first, then sparsify it with dtype='int4'."
+            )
+        out = super()._apply(fn, recurse)
+        self._reset_runtime()
+        return out
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        group_size: int = 128,
+        scales: torch.Tensor | None = None,
+        mode: str = "auto",
+    ) -> Int4Linear:
+        """Quantize a CUDA ``nn.Linear`` whose weight is 2:4 to group-wise int4.
+
+        Parameters
+        ----------
+        linear : nn.Linear
+            On a CUDA device, weight pruned 2:4 along ``in_features``.
+        group_size : int
+            Input columns per scale.
+        scales : torch.Tensor, optional
+            ``[out, in / group_size]`` scales the pruning recorded (``prune(...,
+            quantize="int4").scales``), so that weights already on their grid are kept
+            exactly; round to nearest with ``max|kept| / 7`` otherwise.
+        mode : {"auto", "eager", "compile", "graphs"}
+
+        Raises
+        ------
+        ValueError
+            CPU weight, weight not 2:4, group size not dividing ``in_features``.
+        """
+        w = linear.weight.detach()
+        if w.device.type != "cuda":
+            raise ValueError(
+                f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
+            )
+        dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        weight = compress_int4(w.float(), group_size, scales=scales)
+        return cls(weight, linear.bias, dtype, mode)
+
+    def int4_weight(self) -> Int4Weight:
+        """The compressed weight (codes, positions, scales)."""
+        return Int4Weight(
+            self.codes,
+            self.metadata,
+            self.scales,
+            (self.out_features, self.in_features),
+            self.group_size,
+        )
+
+    # -- routes ------------------------------------------------------------------------------
+    def set_mode(self, mode: str) -> None:
+        """Choose routes by the clock of ``mode`` from now on."""
+        self.mode = check_mode(mode)
+        self._routes.clear()
+
+    def route(self, tokens: int, clock: str) -> Route:
+        """The route ``tokens`` rows take by ``clock``, measured on first use (both routes
+        timed by both clocks once per problem; inside a CUDA-graph capture the nearest
+        measured count decides, dense if none)."""
+        if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
+            return DENSE
+        key = (tokens, clock)
+        found = self._routes.get(key)
+        if found is None:
+            problem = self._problem()
+            decision = BOOK.decided(problem, tokens)
+            if decision is None:
+                if torch.cuda.is_current_stream_capturing():
+                    return BOOK.nearest(problem, tokens, clock) or DENSE
+                x = torch.randn(
+                    tokens, self.in_features, device=self.codes.device, dtype=self.dtype
+                )
+                calls = {DENSE: lambda: self._dense(x), DECODE: lambda: self._decode(x)}
+                decision = BOOK.decide(problem, tokens, calls)
+            found = self._routes[key] = decision.route(clock)
+        return found
+
+    def decisions(self) -> dict:
+        """``{(tokens, clock): Route}`` chosen so far."""
+        return dict(self._routes)
+
+    def route_times(self, tokens: int, clock: str) -> dict:
+        """``{Route: ms}`` measured at ``tokens`` rows by ``clock`` (empty if not measured)."""
+        decision = BOOK.decided(self._problem(), tokens)
+        return {} if decision is None else decision.times(clock)
+
+    def _problem(self) -> tuple:
+        dev = self.codes.device.index or 0
+        return (
+            "int4",
+            self.out_features,
+            self.in_features,
+            self.group_size,
+            self.dtype,
+            self.bias is not None,
+            dev,
+            self.torch_kernel_refusal is None,
+            True,  # the dense route is always open
+        )
+
+    def _clock(self) -> str:
+        if self.mode == "graphs":
+            return "gpu"
+        if self.mode == "auto" and torch.cuda.is_current_stream_capturing():
+            return "gpu"
+        return "wall"
+
+    # -- forward -----------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the layer to ``x[..., in_features]``."""
+        if torch.compiler.is_compiling():
+            if self.mode == "graphs":
+                return ops.forward(x, self._op_id)  # the chosen route, captured whole
+            return self._dense(x)  # traced: the compiler's own int4 op
+        return self.run(x)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """The eager forward: the route chosen for this row count."""
+        if x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"input has {x.shape[-1]} features in its last dimension, expected "
+                f"{self.in_features}"
+            )
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if x2.dtype != self.dtype:
+            x2 = x2.to(self.dtype)
+        t = x2.shape[0]
+        if t == 0:
+            return x.new_empty(*lead, self.out_features, dtype=self.dtype)
+        if self.route(t, self._clock()) == DECODE:
+            y = self._decode(x2)
+        else:
+            y = self._dense(x2)
+        return y.reshape(*lead, self.out_features)
+
+    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        """What the compiled op runs (``mode="graphs"``)."""
+        return self.run(x)
+
+    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty tensor shaped like the output for ``x``."""
+        return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.dtype)
+
+    def _dense(self, x: torch.Tensor) -> torch.Tensor:
+        """The dense route: torch's int4 kernel, or the 16-bit dequantized weight."""
+        if self._int4pack is None:
+            return nn.functional.linear(x, self._dense16, self.bias)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        y = torch.ops.aten._weight_int4pack_mm(
+            x2.contiguous(), self._int4pack, self.group_size, self._int4scales
+        )
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+    def _decode(self, x2: torch.Tensor) -> torch.Tensor:
+        """The decode route: the 2:4 + int4 kernel on ``x2`` (at most 64 rows)."""
+        from explorer.gpu.decode_int4 import Int4DecodeCall
+
+        t = x2.shape[0]
+        call = self._calls.get(t)
+        if call is None:
+            call = self._calls[t] = Int4DecodeCall(self.int4_weight(), self.bias, t, self.dtype)
+        return call(x2)
+
+    # -- introspection -----------------------------------------------------------------------
+    @property
+    def bits_per_weight(self) -> float:
+        """Bits a weight of the compressed form takes (codes, positions and scales)."""
+        return self.int4_weight().bits_per_weight
+
+    def extra_repr(self) -> str:
+        dense = "torch int4" if self.torch_kernel_refusal is None else "16-bit dequantized"
+        decode = "2:4 int4 kernel" if self.decode_refusal is None else "none"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, dtype={str(self.dtype)[6:]}, dense={dense}, "
+            f"decode={decode}"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("shape", f"{self.out_features} x {self.in_features}"),
+            ("group size", self.group_size),
+            ("bits per weight", f"{self.bits_per_weight:.2f}"),
+            ("dense route", self.torch_kernel_refusal or "torch's int4 kernel"),
+            ("decode route", self.decode_refusal or "2:4 + int4 kernel, 1-64 tokens"),
+        ]
+        return _html.table(["Int4Linear", ""], rows)
+
+
+def _decode_refusal(weight: Int4Weight) -> str | None:
+    """Why the 2:4 + int4 kernel cannot take ``weight`` (None: it can)."""
+    from explorer.gpu.decode_int4 import check_int4_layout
+
+    try:
+        check_int4_layout(weight)
+    except ValueError as exc:
+        return str(exc)
+    return None

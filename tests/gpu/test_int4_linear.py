@@ -1,0 +1,138 @@
+"""Int4Linear and sparsify(dtype="int4") on the GPU, against the dequantized product.
+
+Both routes compute ``x @ (q * s)^T`` for the same codes; torch's int4 kernel holds the scales
+in bfloat16 and rounds its output to bfloat16, so a route is checked against the float64
+product of the dequantized weight within 1e-2 relative (the bf16 scale rounding alone is up to
+4e-3 per weight).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from gpu_helpers import mask24, relerr
+from torch import nn
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+TOL = 1e-2
+
+
+def _layer(out=1024, k=1024, bias=True, mode="auto"):
+    from explorer.gpu.int4_linear import Int4Linear
+
+    lin = nn.Linear(k, out, bias=bias).to(DEV, torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight))
+    return Int4Linear.from_linear(lin, mode=mode)
+
+
+def _reference(layer, x):
+    ref = x.double() @ layer.int4_weight().decompress().double().t()
+    return ref if layer.bias is None else ref + layer.bias.double()
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 16, 64, 65, 300])
+@pytest.mark.parametrize("bias", [True, False])
+def test_each_token_count_matches_the_dequantized_product(tokens, bias):
+    layer = _layer(bias=bias)
+    x = torch.randn(tokens, 1024, device=DEV, dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (tokens, 1024) and y.dtype == torch.bfloat16
+    assert relerr(y, _reference(layer, x)) < TOL
+    if tokens <= 64:
+        assert (tokens, "wall") in layer.decisions()
+        times = layer.route_times(tokens, "wall")
+        assert set(map(str, times)) == {"Route(dense)", "Route(decode)"}
+
+
+def test_leading_dims_and_strided_input():
+    layer = _layer()
+    x = torch.randn(2, 3, 2048, device=DEV, dtype=torch.bfloat16)[..., ::2]
+    y = layer(x)
+    assert y.shape == (2, 3, 1024)
+    assert relerr(y, _reference(layer, x.reshape(-1, 1024)).reshape(2, 3, 1024)) < TOL
+
+
+def test_float16_activations_run_the_dequantized_dense_route():
+    from explorer.gpu.int4_linear import Int4Linear
+
+    lin = nn.Linear(512, 256).to(DEV, torch.float16)
+    with torch.no_grad():
+        lin.weight.copy_(mask24(lin.weight))
+    layer = Int4Linear.from_linear(lin)
+    assert "bfloat16" in layer.torch_kernel_refusal
+    x = torch.randn(16, 512, device=DEV, dtype=torch.float16)
+    assert relerr(layer(x), _reference(layer, x)) < TOL
+
+
+def test_cuda_graph_replays_the_chosen_route():
+    layer = _layer()
+    x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
+    layer(x)  # choose outside the capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        layer(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = layer(x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    assert relerr(y, _reference(layer, x)) < TOL
+
+
+@pytest.mark.parametrize(
+    ("compile_mode", "layer_mode"), [(None, "auto"), ("reduce-overhead", "graphs")]
+)
+def test_compiled_layer_matches_eager(compile_mode, layer_mode):
+    layer = _layer(mode=layer_mode)
+    x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, mode=compile_mode)
+    for _ in range(3):
+        got = compiled(x)
+    got = compiled(x).clone()
+    assert relerr(got, _reference(layer, x)) < TOL
+    torch._dynamo.reset()
+
+
+def test_copies_are_independent_and_dtype_changes_are_refused():
+    layer = _layer()
+    x = torch.randn(4, 1024, device=DEV, dtype=torch.bfloat16)
+    twin = copy.deepcopy(layer)
+    assert twin.codes.data_ptr() != layer.codes.data_ptr()
+    assert torch.equal(twin(x), layer(x))  # same codes, same route choice: the same kernel
+    with pytest.raises(TypeError, match="cannot become"):
+        layer.half()
+
+
+def test_sparsify_int4_swaps_and_matches_the_dequantized_model():
+    from explorer.gpu import sparsify
+    from explorer.gpu.int4_linear import Int4Linear
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 1024), nn.Linear(1024, 10)
+    )
+    model = model.to(DEV, torch.bfloat16)
+    with torch.no_grad():
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.weight.copy_(mask24(layer.weight))
+    x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
+    report = sparsify(model, dtype="int4", tokens=(16, 1))
+    assert [fqn for fqn, _ in report.swapped] == ["0", "2", "3"]
+    assert all(isinstance(model[i], Int4Linear) for i in (0, 2, 3))
+    assert "multiple of 8, got 10" in model[3].torch_kernel_refusal  # dense route: 16-bit
+    assert {t.tokens for t in report.timings} == {16, 1}
+    ref = x.double()
+    for layer in model:
+        if isinstance(layer, Int4Linear):
+            ref = _reference(layer, ref)
+        else:
+            ref = layer(ref)
+    assert relerr(model(x), ref) < 2 * TOL
