@@ -108,6 +108,9 @@ class Int4Linear(nn.Module):
         The activations' dtype (bfloat16 or float16); outputs come back in it.
     mode : {"auto", "eager", "compile", "graphs"}
         The clock routes are chosen by, as for :class:`~explorer.gpu.SparseLinear`.
+    decode : bool
+        Offer the 2:4 + int4 decode route (default); ``False`` keeps the layer on the dense
+        route at every token count: int4 dense, the baseline 2:4 is measured against.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class Int4Linear(nn.Module):
         bias: torch.Tensor | None,
         dtype: torch.dtype = torch.bfloat16,
         mode: str = "auto",
+        decode: bool = True,
     ) -> None:
         super().__init__()
         if dtype not in (torch.bfloat16, torch.float16):
@@ -141,7 +145,7 @@ class Int4Linear(nn.Module):
             self.register_buffer("_int4pack", None, persistent=False)
             self.register_buffer("_int4scales", None, persistent=False)
             self.register_buffer("_dense16", weight.decompress().to(dtype), persistent=False)
-        self.decode_refusal = _decode_refusal(weight)
+        self.decode_refusal = _decode_refusal(weight) if decode else "the decode route is off"
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -182,6 +186,7 @@ class Int4Linear(nn.Module):
         group_size: int = 128,
         scales: torch.Tensor | None = None,
         mode: str = "auto",
+        decode: bool = True,
     ) -> Int4Linear:
         """Quantize a CUDA ``nn.Linear`` whose weight is 2:4 to group-wise int4.
 
@@ -196,6 +201,8 @@ class Int4Linear(nn.Module):
             quantize="int4").scales``), so that weights already on their grid are kept
             exactly; round to nearest with ``max|kept| / 7`` otherwise.
         mode : {"auto", "eager", "compile", "graphs"}
+        decode : bool
+            Offer the 2:4 + int4 decode route (see the class).
 
         Raises
         ------
@@ -209,7 +216,7 @@ class Int4Linear(nn.Module):
             )
         dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
         weight = compress_int4(w.float(), group_size, scales=scales)
-        return cls(weight, linear.bias, dtype, mode)
+        return cls(weight, linear.bias, dtype, mode, decode)
 
     def int4_weight(self) -> Int4Weight:
         """The compressed weight (codes, positions, scales)."""
