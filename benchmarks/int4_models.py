@@ -80,7 +80,7 @@ def main() -> None:
                     set_mode(model, "graphs")
                 run = torch.compile(model, mode="reduce-overhead") if how == "graphs" else model
 
-                def call(run=run):
+                def call(run=run, ids=ids):
                     with torch.no_grad():
                         return run(input_ids=ids)
 
