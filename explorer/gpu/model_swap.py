@@ -232,11 +232,7 @@ def sparsify(
         return _sparsify_int4(model, filter_fn, inplace, prune, _token_counts(tokens), mode)
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype, allowed=SPARSE_DTYPES)
-    if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
-        raise TypeError(
-            "this model is already compiled (torch.compile); sparsify the module it wraps, then "
-            "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
-        )
+    _refuse_compiled(model)
     counts = _token_counts(tokens)
     measure = measure and bool(counts) and backend == "cusparselt"
     examples = _examples(example_inputs)
@@ -247,12 +243,7 @@ def sparsify(
     explain = None
     targets, places = _targets(model, filter_fn, report)
     if prune:
-        from explorer.masks import make_mask
-
-        with torch.no_grad():
-            for _, mod in targets:
-                if mod.weight.shape[1] % 4 == 0:
-                    mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+        _prune_24(targets)
     if tune and measure and not tune_tokens:
         # shapes the tables know are not searched again; at most a few counts per shape
         tune_tokens = search_counts(counts)
@@ -316,29 +307,39 @@ def sparsify(
     return report
 
 
+def _refuse_compiled(model: nn.Module) -> None:
+    """Raise ``TypeError`` for a ``torch.compile`` wrapper, naming the fix."""
+    if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
+        raise TypeError(
+            "this model is already compiled (torch.compile); sparsify the module it wraps, then "
+            "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
+        )
+
+
+def _prune_24(targets) -> None:
+    """Magnitude-prune each target's weight to 2:4 in place (where its width allows)."""
+    from explorer.masks import make_mask
+
+    with torch.no_grad():
+        for _, mod in targets:
+            if mod.weight.shape[1] % 4 == 0:
+                mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+
+
 def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode) -> SparsifyReport:
     """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``, its routes measured
     at the decode sizes among ``counts`` (larger counts run torch's int4 kernel)."""
     from explorer.gpu.dispatch import DECODE
     from explorer.gpu.int4_linear import Int4Linear
 
-    if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
-        raise TypeError(
-            "this model is already compiled (torch.compile); sparsify the module it wraps, then "
-            "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
-        )
+    _refuse_compiled(model)
     if not inplace:
         model = copy.deepcopy(model)
     report = SparsifyReport(backend="explorer", dtype="int4", mode=mode)
     report.model = model
     targets, places = _targets(model, filter_fn, report)
     if prune:
-        from explorer.masks import make_mask
-
-        with torch.no_grad():
-            for _, mod in targets:
-                if mod.weight.shape[1] % 4 == 0:
-                    mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
+        _prune_24(targets)
     built = []
     for fqn, mod in targets:
         try:
