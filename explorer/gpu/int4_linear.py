@@ -131,7 +131,7 @@ class Int4Linear(nn.Module):
         self.register_buffer("codes", weight.codes)
         self.register_buffer("metadata", weight.metadata)
         self.register_buffer("scales", weight.scales)
-        self.register_buffer("bias", None if bias is None else bias.to(dtype).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().to(dtype).contiguous())
         self.torch_kernel_refusal = torch_int4_takes(
             self.out_features, self.in_features, self.group_size, dtype
         )
