@@ -33,7 +33,13 @@ from .export import (
     sparse_layers,
     verify_pretrained,
 )
-from .load import load_sparse, read_checkpoint, read_manifest, verify_checkpoint
+from .load import (
+    load_sparse,
+    read_checkpoint,
+    read_int4_weights,
+    read_manifest,
+    verify_checkpoint,
+)
 from .manifest import CheckpointCancelled, CheckpointError
 from .onnx_check import OnnxReport, OnnxWeight, check_onnx
 from .report import CheckpointReport, LayerRecord
@@ -53,6 +59,7 @@ __all__ = [
     "export_pretrained",
     "load_sparse",
     "read_checkpoint",
+    "read_int4_weights",
     "read_manifest",
     "save_sparse",
     "sparse_layers",

@@ -112,6 +112,55 @@ def read_checkpoint(
     return manifest, state
 
 
+def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
+    """The 2:4 + int4 layers of a checkpoint as stored: ``{layer: Int4Weight}`` on the CPU.
+
+    What :func:`load_sparse` hands the GPU's int4 layers (``sparse_linear=True``): the codes,
+    positions and scales exactly as saved, so that scales chosen while pruning (which round to
+    nearest would not find again) are kept. Every tensor read is checked against the manifest's
+    checksum and the parts against each other, as :func:`read_checkpoint` does.
+
+    Raises
+    ------
+    CheckpointError
+        A part missing, altered or inconsistent.
+
+    Examples
+    --------
+    >>> import os, tempfile, explorer
+    >>> from torch import nn
+    >>> path = os.path.join(tempfile.mkdtemp(), "dense.safetensors")
+    >>> _ = explorer.save_sparse(nn.Linear(8, 4), path, progress=False)
+    >>> read_int4_weights(path)
+    {}
+    """
+    path = Path(path)
+    where = str(path)
+    found: dict[str, Int4Weight] = {}
+    with _open(path) as f:
+        manifest, described = _described(f, where)
+        for fqn, layer in manifest["layers"].items():
+            if layer.get("stored") != "2:4" or layer.get("quantize") != "int4":
+                continue
+            raw = {}
+            for suffix in (CODES, POSITIONS, SCALES):
+                name = layer["param"] + suffix
+                entry = described.get(name)
+                if entry is None:
+                    continue  # _rebuild_int4 names what is missing
+                tensor = _get(f, name, where)
+                if tensor_sha256(tensor) != entry["sha256"]:
+                    raise CheckpointError(
+                        f"tensor {name!r} in {where} does not match its checksum: its bytes "
+                        "changed after saving (corruption or an edit). Use a good copy of the file"
+                    )
+                raw[name] = tensor
+            _rebuild_int4(fqn, layer, raw, where)  # every check of a full read
+            parts = [raw[layer["param"] + suffix] for suffix in (CODES, POSITIONS, SCALES)]
+            found[fqn] = Int4Weight.from_parts(*parts, tuple(layer["shape"]), layer["group_size"])
+    return found
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     """Read and check a checkpoint's manifest against its header, without reading any tensor.
 
@@ -341,8 +390,9 @@ def load_sparse(
     device : str or torch.device, optional
         Where to put the model afterwards (default: where it is; the CPU for a rebuilt one).
     sparse_linear : bool
-        Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt);
-        needs a CUDA ``device``.
+        Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt), or
+        a 2:4 + int4 layer by :class:`~explorer.gpu.int4_linear.Int4Linear` on its stored codes
+        and scales; needs a CUDA ``device``.
     dtype : torch.dtype, optional
         ``SparseLinear``'s dtype (default: the weight's if 16-bit, else float16).
     progress : bool
@@ -408,7 +458,7 @@ def load_sparse(
     if device is not None:
         model.to(device)
     if sparse_linear:
-        _to_sparse_linear(model, manifest, dtype)
+        _to_sparse_linear(model, manifest, dtype, read_int4_weights(path))
     return model
 
 
@@ -454,16 +504,25 @@ def _check_on_meta(manifest: dict[str, Any], path: Path) -> None:
     check_ties(meta, manifest["aliases"], expected, str(path))
 
 
-def _to_sparse_linear(model: nn.Module, manifest: dict[str, Any], dtype) -> None:
+def _to_sparse_linear(
+    model: nn.Module, manifest: dict[str, Any], dtype, int4: dict[str, Int4Weight]
+) -> None:
+    """Swap the 2:4 layers for the GPU's: ``SparseLinear``, or ``Int4Linear`` on the stored
+    int4 parts; built first, swapped only once every layer is built."""
+    from explorer.gpu.int4_linear import Int4Linear
     from explorer.gpu.sparse_linear import SparseLinear
 
     built: dict[str, nn.Module] = {}
     kept: dict[str, str] = {}
     for fqn, layer in manifest["layers"].items():
         if layer.get("stored") == "2:4" and fqn:
+            linear = model.get_submodule(fqn)
             try:
-                built[fqn] = SparseLinear.from_linear(model.get_submodule(fqn), dtype=dtype)
-            except (ValueError, TypeError) as exc:  # shapes cuSPARSELt cannot take stay dense
+                if fqn in int4:
+                    built[fqn] = Int4Linear.from_parts(int4[fqn], linear)
+                else:
+                    built[fqn] = SparseLinear.from_linear(linear, dtype=dtype)
+            except (ValueError, TypeError) as exc:  # shapes the kernels cannot take stay dense
                 kept[fqn] = str(exc)
     if kept:
         first = next(iter(kept.items()))

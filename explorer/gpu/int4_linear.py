@@ -218,6 +218,38 @@ class Int4Linear(nn.Module):
         weight = compress_int4(w.float(), group_size, scales=scales)
         return cls(weight, linear.bias, dtype, mode, decode)
 
+    @classmethod
+    def from_parts(cls, weight: Int4Weight, linear: nn.Linear, mode: str = "auto") -> Int4Linear:
+        """The layer for ``weight`` as stored (codes and scales kept exactly, e.g. from a
+        checkpoint: :func:`explorer.checkpoint.read_int4_weights`), with ``linear``'s
+        bias, device and activation dtype.
+
+        Raises
+        ------
+        ValueError
+            ``weight``'s shape is not ``linear``'s, or ``linear`` is not on a CUDA device.
+        """
+        w = linear.weight
+        if tuple(weight.shape) != tuple(w.shape):
+            raise ValueError(
+                f"the int4 weight is {weight.shape[0]}x{weight.shape[1]} but {linear} holds "
+                f"{w.shape[0]}x{w.shape[1]}; load it into the architecture it was saved from"
+            )
+        if w.device.type != "cuda":
+            raise ValueError(
+                f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
+            )
+        dev = w.device
+        on_device = Int4Weight(
+            weight.codes.to(dev).contiguous(),
+            weight.metadata.to(dev).contiguous(),
+            weight.scales.to(dev).contiguous(),
+            tuple(weight.shape),
+            weight.group_size,
+        )
+        dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        return cls(on_device, linear.bias, dtype, mode)
+
     def int4_weight(self) -> Int4Weight:
         """The compressed weight (codes, positions, scales)."""
         return Int4Weight(

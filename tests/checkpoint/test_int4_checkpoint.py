@@ -72,3 +72,36 @@ def test_bad_group_size_in_manifest_is_refused(tmp_path, quantized):
     manifest["layers"]["0"]["quantize"] = "int3"
     with pytest.raises(CheckpointError, match="quantize"):
         validate_checkpoint_manifest(manifest, "m")
+
+
+def test_int4_parts_are_read_as_stored(tmp_path, quantized):
+    from explorer.checkpoint import read_int4_weights
+
+    net, result = quantized
+    path = tmp_path / "q.safetensors"
+    save_sparse(net, path, result, progress=False)
+    weights = read_int4_weights(path)
+    assert sorted(weights) == ["0", "2"]
+    for fqn, weight in weights.items():
+        layer = net[int(fqn)]
+        assert weight.group_size == 32 and tuple(weight.shape) == tuple(layer.weight.shape)
+        assert torch.equal(weight.decompress().to(layer.weight.dtype), layer.weight.detach())
+        assert torch.equal(weight.scales, result.scales[fqn].float())
+
+
+def test_int4_parts_with_changed_bytes_are_refused(tmp_path, quantized):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from explorer.checkpoint import read_int4_weights
+
+    net, result = quantized
+    path = tmp_path / "q.safetensors"
+    save_sparse(net, path, result, progress=False)
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    tensors["0.weight::scales"] = tensors["0.weight::scales"] * 2
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(CheckpointError, match="checksum"):
+        read_int4_weights(path)

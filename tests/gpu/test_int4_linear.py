@@ -136,3 +136,33 @@ def test_sparsify_int4_swaps_and_matches_the_dequantized_model():
         else:
             ref = layer(ref)
     assert relerr(model(x), ref) < 2 * TOL
+
+
+def test_an_int4_checkpoint_loads_onto_int4_layers_with_its_scales(tmp_path):
+    from explorer.checkpoint import load_sparse, read_int4_weights, save_sparse
+    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.pruning import prune
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
+    result = prune(
+        net,
+        "sparsegpt",
+        "2:4",
+        calibration=[torch.randn(512, 256)],
+        quantize="int4",
+        group_size=128,
+        progress=False,
+    )
+    path = tmp_path / "q.safetensors"
+    save_sparse(net, path, result, progress=False)
+    fresh = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
+    loaded = load_sparse(path, fresh, device=DEV, sparse_linear=True, progress=False)
+    stored = read_int4_weights(path)
+    for i in (0, 2):
+        layer = loaded[i]
+        assert isinstance(layer, Int4Linear)
+        assert torch.equal(layer.scales.cpu(), stored[str(i)].scales)  # kept, not re-rounded
+        assert torch.equal(layer.codes.cpu(), stored[str(i)].codes)
+    x = torch.randn(4, 256, device=DEV, dtype=torch.bfloat16)
+    assert relerr(loaded[0](x), _reference(loaded[0], x)) < TOL
