@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -115,6 +115,7 @@ def sparsify(
     mode: str = "auto",
     tune: bool = True,
     example_inputs=None,
+    int4_scales: Mapping[str, torch.Tensor] | None = None,
 ) -> SparsifyReport:
     """Run a model's 2:4 ``nn.Linear`` layers sparse, wherever that is faster.
 
@@ -198,6 +199,12 @@ def sparsify(
         mode, and the report gives the measured whole-model speedup beside the per-layer
         estimate, with the share of time the dense GPU is busy (``report.model_speeds``).
 
+    int4_scales : mapping of str to torch.Tensor, optional
+        ``dtype="int4"`` only: the scales a joint prune-and-quantize recorded
+        (``prune(..., quantize="int4").scales``, ``{layer: [out, in / G]}``), so that weights
+        already on their grid keep their codes exactly (the group size is read from each
+        tensor's shape); layers without one are rounded to nearest with ``max|kept| / 7``.
+
     Returns
     -------
     SparsifyReport
@@ -229,7 +236,13 @@ def sparsify(
     if isinstance(dtype, str) and dtype.strip().lower() == "int4":
         if backend != "cusparselt":
             raise ValueError("dtype='int4' runs the explorer's own kernels: leave backend out")
-        return _sparsify_int4(model, filter_fn, inplace, prune, _token_counts(tokens), mode)
+        counts = _token_counts(tokens)
+        return _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, int4_scales or {})
+    if int4_scales:
+        raise ValueError(
+            f"int4_scales are for dtype='int4', but dtype is {dtype!r}. Hint: "
+            "sparsify(model, dtype='int4', int4_scales=result.scales)"
+        )
     if isinstance(dtype, str):
         dtype = parse_dtype(dtype, allowed=SPARSE_DTYPES)
     _refuse_compiled(model)
@@ -326,7 +339,7 @@ def _prune_24(targets) -> None:
                 mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
 
 
-def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode) -> SparsifyReport:
+def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> SparsifyReport:
     """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``, its routes measured
     at the decode sizes among ``counts`` (larger counts run torch's int4 kernel)."""
     from explorer.gpu.dispatch import DECODE
@@ -343,7 +356,13 @@ def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode) -> SparsifyRe
     built = []
     for fqn, mod in targets:
         try:
-            new = Int4Linear.from_linear(mod, mode=mode)
+            given = scales.get(fqn)
+            if given is None:
+                new = Int4Linear.from_linear(mod, mode=mode)
+            else:
+                group = mod.in_features // max(1, given.shape[-1])
+                given = given.to(mod.weight.device, torch.float32)
+                new = Int4Linear.from_linear(mod, group, scales=given, mode=mode)
         except (ValueError, TypeError, RuntimeError) as exc:
             report.skipped.append((fqn, f"int4 compression failed: {exc}"))
             continue

@@ -166,3 +166,26 @@ def test_an_int4_checkpoint_loads_onto_int4_layers_with_its_scales(tmp_path):
         assert torch.equal(layer.codes.cpu(), stored[str(i)].codes)
     x = torch.randn(4, 256, device=DEV, dtype=torch.bfloat16)
     assert relerr(loaded[0](x), _reference(loaded[0], x)) < TOL
+
+
+def test_sparsify_int4_keeps_joint_pruning_codes_with_their_scales():
+    from explorer.gpu import sparsify
+    from explorer.pruning import prune
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 256))
+    result = prune(
+        net,
+        "sparsegpt",
+        "2:4",
+        calibration=[torch.randn(512, 256)],
+        quantize="int4",
+        group_size=128,
+        progress=False,
+    )
+    before = net[0].weight.detach().clone()
+    net = net.to(DEV)
+    sparsify(net, dtype="int4", tokens=(1,), int4_scales=result.scales)
+    layer = net[0]
+    assert torch.equal(layer.scales.cpu(), result.scales["0"].float())
+    assert torch.equal(layer.int4_weight().decompress().cpu(), before)  # the grid kept exactly

@@ -72,3 +72,9 @@ def test_int4_on_a_cpu_model_keeps_every_layer_with_its_reason():
 def test_int4_with_another_backend_is_refused():
     with pytest.raises(ValueError, match="leave backend out"):
         sparsify(nn.Linear(64, 64), dtype="int4", backend="torch")
+
+
+def test_int4_scales_without_int4_are_refused():
+    model = nn.Sequential(nn.Linear(256, 128))
+    with pytest.raises(ValueError, match="int4_scales are for dtype='int4'"):
+        sparsify(model, int4_scales={"0": torch.ones(128, 2)})
