@@ -83,9 +83,16 @@ def read_checkpoint(
     >>> manifest["format"], torch.equal(state["0.weight"], net[0].weight)
     ('sparsity-explorer.sparse-checkpoint', True)
     """
+    manifest, raw = _read_verified(Path(path), progress, cancel)
+    return manifest, _rebuild(manifest, raw, str(path))
+
+
+def _read_verified(
+    path: Path, progress: bool, cancel: Any
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The manifest and every stored tensor as stored, each checked against the manifest."""
     from tqdm.auto import tqdm
 
-    path = Path(path)
     where = str(path)
     with _open(path) as f:
         manifest, described = _described(f, where)
@@ -108,8 +115,7 @@ def read_checkpoint(
                     "after saving (corruption or an edit). Use a good copy of the file"
                 )
             raw[name] = tensor
-    state = _rebuild(manifest, raw, where)
-    return manifest, state
+    return manifest, raw
 
 
 def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
@@ -118,7 +124,8 @@ def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
     What :func:`load_sparse` hands the GPU's int4 layers (``sparse_linear=True``): the codes,
     positions and scales exactly as saved, so that scales chosen while pruning (which round to
     nearest would not find again) are kept. Every tensor read is checked against the manifest's
-    checksum and the parts against each other, as :func:`read_checkpoint` does.
+    checksum and the parts against each other, as :func:`read_checkpoint` does (the whole
+    file is read and verified).
 
     Raises
     ------
@@ -134,31 +141,20 @@ def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
     >>> read_int4_weights(path)
     {}
     """
-    path = Path(path)
-    where = str(path)
-    found: dict[str, Int4Weight] = {}
-    with _open(path) as f:
-        manifest, described = _described(f, where)
-        for fqn, layer in manifest["layers"].items():
-            if layer.get("stored") != "2:4" or layer.get("quantize") != "int4":
-                continue
-            raw = {}
-            for suffix in (CODES, POSITIONS, SCALES):
-                name = layer["param"] + suffix
-                entry = described.get(name)
-                if entry is None:
-                    continue  # _rebuild_int4 names what is missing
-                tensor = _get(f, name, where)
-                if tensor_sha256(tensor) != entry["sha256"]:
-                    raise CheckpointError(
-                        f"tensor {name!r} in {where} does not match its checksum: its bytes "
-                        "changed after saving (corruption or an edit). Use a good copy of the file"
-                    )
-                raw[name] = tensor
-            _rebuild_int4(fqn, layer, raw, where)  # every check of a full read
-            parts = [raw[layer["param"] + suffix] for suffix in (CODES, POSITIONS, SCALES)]
-            found[fqn] = Int4Weight.from_parts(*parts, tuple(layer["shape"]), layer["group_size"])
-    return found
+    manifest, raw = _read_verified(Path(path), False, None)
+    _rebuild(manifest, raw, str(path))  # every check of a full read
+    return _int4_weights(manifest, raw, str(path))
+
+
+def _int4_weights(
+    manifest: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> dict[str, Int4Weight]:
+    """``{layer: Int4Weight}`` of the stored 2:4 + int4 layers (``raw`` already checked)."""
+    return {
+        fqn: _int4_weight(fqn, layer, raw, where)
+        for fqn, layer in manifest["layers"].items()
+        if layer.get("stored") == "2:4" and layer.get("quantize") == "int4"
+    }
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
@@ -318,6 +314,14 @@ def _check_rebuilt(fqn: str, layer: dict, dense: torch.Tensor, where: str) -> No
 
 def _rebuild_int4(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str) -> torch.Tensor:
     """A 2:4 int4 layer's dense weight from its codes, positions and scales, all checked."""
+    dense = _int4_weight(fqn, layer, raw, where).decompress()
+    dense = dense.to(dtype_from_name(layer["dtype"]))
+    _check_rebuilt(fqn, layer, dense, where)
+    return dense
+
+
+def _int4_weight(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str) -> Int4Weight:
+    """A 2:4 int4 layer's stored parts as an ``Int4Weight``, its parts and positions checked."""
     param = layer["param"]
     parts = [raw.get(param + s) for s in (CODES, POSITIONS, SCALES)]
     if any(p is None for p in parts):
@@ -335,10 +339,7 @@ def _rebuild_int4(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: st
     _check_positions(
         fqn, CompressedWeight(packed.int_codes(), packed.metadata, packed.shape), where
     )
-    dense = packed.decompress()
-    dense = dense.to(dtype_from_name(layer["dtype"]))
-    _check_rebuilt(fqn, layer, dense, where)
-    return dense
+    return packed
 
 
 def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> CheckpointReport:
@@ -436,7 +437,11 @@ def load_sparse(
         # 1. the model the manifest describes, on the meta device: it must fit the file's header
         #    before anything is allocated or read
         _check_on_meta(read_manifest(path), Path(path))
-    manifest, state = read_checkpoint(path, progress=progress, cancel=cancel)
+    manifest, raw = _read_verified(Path(path), progress, cancel)
+    state = _rebuild(manifest, raw, where)
+    # int4 layers go to the GPU on their stored parts: kept, the rest of the file let go
+    int4 = _int4_weights(manifest, raw, where) if sparse_linear else {}
+    del raw
     if model is None:
         model = build_model(manifest, where)
         # a rebuilt model takes the checkpoint's dtypes (non-persistent buffers stay as built)
@@ -458,7 +463,7 @@ def load_sparse(
     if device is not None:
         model.to(device)
     if sparse_linear:
-        _to_sparse_linear(model, manifest, dtype, read_int4_weights(path))
+        _to_sparse_linear(model, manifest, dtype, int4)
     return model
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.compression import CompressedWeight
 from explorer.gpu import ops
 from explorer.gpu.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.route_timing import BOOK
@@ -80,11 +81,10 @@ def torch_int4_parts(weight: Int4Weight) -> tuple[torch.Tensor, torch.Tensor]:
     >>> packed.tolist(), scales.shape
     ([[139, 129]], torch.Size([1, 1, 2]))
     """
-    g = weight.group_size
     scales = weight.scales.float()
-    dequantized = weight.decompress().float()
-    codes = torch.round(dequantized / scales.repeat_interleave(g, dim=1)).to(torch.int32)
-    unsigned = (codes + 8).to(torch.uint8)
+    # the kept codes scattered to their columns, zeros elsewhere: the 2:4 layout's own decoding
+    codes = CompressedWeight(weight.int_codes(), weight.metadata, weight.shape).decompress()
+    unsigned = (codes.to(torch.int16) + 8).to(torch.uint8)
     packed = (unsigned[:, 0::2] << 4) | unsigned[:, 1::2]
     zeros = torch.zeros_like(scales)
     scales_and_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).to(torch.bfloat16)
@@ -214,9 +214,8 @@ class Int4Linear(nn.Module):
             raise ValueError(
                 f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
             )
-        dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
         weight = compress_int4(w.float(), group_size, scales=scales)
-        return cls(weight, linear.bias, dtype, mode, decode)
+        return cls(weight, linear.bias, _activation_dtype(w), mode, decode)
 
     @classmethod
     def from_parts(cls, weight: Int4Weight, linear: nn.Linear, mode: str = "auto") -> Int4Linear:
@@ -247,8 +246,7 @@ class Int4Linear(nn.Module):
             tuple(weight.shape),
             weight.group_size,
         )
-        dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
-        return cls(on_device, linear.bias, dtype, mode)
+        return cls(on_device, linear.bias, _activation_dtype(w), mode)
 
     def int4_weight(self) -> Int4Weight:
         """The compressed weight (codes, positions, scales)."""
@@ -402,6 +400,11 @@ class Int4Linear(nn.Module):
             ("decode route", self.decode_refusal or "2:4 + int4 kernel, 1-64 tokens"),
         ]
         return _html.table(["Int4Linear", ""], rows)
+
+
+def _activation_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The layer's 16-bit activation dtype: the weight's own, bfloat16 for a float32 weight."""
+    return weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
 
 
 def _decode_refusal(weight: Int4Weight) -> str | None:

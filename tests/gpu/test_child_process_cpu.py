@@ -1,5 +1,6 @@
 """child_lines: a silent child never blocks its reader (plain Python children, no GPU)."""
 
+import signal
 import subprocess
 import sys
 import time
@@ -19,20 +20,19 @@ def test_a_child_that_finishes_gives_every_line_and_exits_cleanly():
 
 def test_a_child_silent_from_the_start_is_ended():
     proc = _child("import time; time.sleep(60)")
-    began = time.monotonic()
     assert list(child_lines(proc, 0.5, 30.0)) == []
-    assert proc.wait(timeout=30) != 0 and time.monotonic() - began < 30
+    assert proc.wait(timeout=30) == -signal.SIGKILL  # ended, not finished
 
 
 def test_a_child_that_hangs_between_lines_is_ended_after_its_last_line():
     proc = _child("import time; print('try 7', flush=True); time.sleep(60)")
     assert [line.strip() for line in child_lines(proc, 30.0, 0.5)] == ["try 7"]
-    assert proc.wait(timeout=30) != 0
+    assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
 def test_a_deadline_ends_a_child_that_keeps_talking():
     proc = _child("import time\nwhile True:\n    print('config', flush=True)\n    time.sleep(0.05)")
     began = time.monotonic()
     lines = list(child_lines(proc, 30.0, 30.0, deadline=lambda: began + 1.0))
-    assert lines and time.monotonic() - began < 10
-    assert proc.wait(timeout=30) != 0
+    assert lines and all(line.strip() == "config" for line in lines)
+    assert proc.wait(timeout=30) == -signal.SIGKILL  # a child that never stops, ended

@@ -29,6 +29,21 @@ def _layer(out=1024, k=1024, bias=True, mode="auto"):
     return Int4Linear.from_linear(lin, mode=mode)
 
 
+def _jointly_pruned(net):
+    """SparseGPT 2:4 with int4 quantization in the loop, group 128 (on the CPU)."""
+    from explorer.pruning import prune
+
+    return prune(
+        net,
+        "sparsegpt",
+        "2:4",
+        calibration=[torch.randn(512, 256)],
+        quantize="int4",
+        group_size=128,
+        progress=False,
+    )
+
+
 def _reference(layer, x):
     ref = x.double() @ layer.int4_weight().decompress().double().t()
     return ref if layer.bias is None else ref + layer.bias.double()
@@ -141,19 +156,10 @@ def test_sparsify_int4_swaps_and_matches_the_dequantized_model():
 def test_an_int4_checkpoint_loads_onto_int4_layers_with_its_scales(tmp_path):
     from explorer.checkpoint import load_sparse, read_int4_weights, save_sparse
     from explorer.gpu.int4_linear import Int4Linear
-    from explorer.pruning import prune
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
-    result = prune(
-        net,
-        "sparsegpt",
-        "2:4",
-        calibration=[torch.randn(512, 256)],
-        quantize="int4",
-        group_size=128,
-        progress=False,
-    )
+    result = _jointly_pruned(net)
     path = tmp_path / "q.safetensors"
     save_sparse(net, path, result, progress=False)
     fresh = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
@@ -170,19 +176,10 @@ def test_an_int4_checkpoint_loads_onto_int4_layers_with_its_scales(tmp_path):
 
 def test_sparsify_int4_keeps_joint_pruning_codes_with_their_scales():
     from explorer.gpu import sparsify
-    from explorer.pruning import prune
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(256, 256))
-    result = prune(
-        net,
-        "sparsegpt",
-        "2:4",
-        calibration=[torch.randn(512, 256)],
-        quantize="int4",
-        group_size=128,
-        progress=False,
-    )
+    result = _jointly_pruned(net)
     before = net[0].weight.detach().clone()
     net = net.to(DEV)
     sparsify(net, dtype="int4", tokens=(1,), int4_scales=result.scales)
