@@ -80,13 +80,30 @@ def _save(model: torch.nn.Module, tokenizer, folder: str | os.PathLike) -> Path:
     return path
 
 
-def save_tiny_llama(folder: str | os.PathLike, seed: int = 0) -> Path:
+def save_tiny_llama(folder: str | os.PathLike, seed: int = 0, **sizes: int) -> Path:
     """Write a random 2-layer LLaMA (hidden 256) and its tokenizer into ``folder``.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        Where the ``save_pretrained`` files go (created if missing).
+    seed : int
+        Seed of the random weights.
+    **sizes : int
+        ``LlamaConfig`` sizes to use instead of the tiny ones: ``hidden_size``,
+        ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``,
+        ``num_key_value_heads`` or ``max_position_embeddings`` (a benchmark writes an 8-layer,
+        hidden-2048 checkpoint this way).
 
     Returns
     -------
     pathlib.Path
         The folder, ready for :func:`explorer.models.from_pretrained`.
+
+    Raises
+    ------
+    ValueError
+        A size that is not one of those above, or not a positive int.
 
     Examples
     --------
@@ -95,16 +112,28 @@ def save_tiny_llama(folder: str | os.PathLike, seed: int = 0) -> Path:
     >>> sorted(p.name for p in folder.glob("*.json"))[:2]
     ['config.json', 'generation_config.json']
     """
-    transformers = require("transformers", "models")
-    tokenizer = _tokenizer(sample_text(), bert=False)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
+    shape = dict(
         hidden_size=256,
         intermediate_size=512,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
         max_position_embeddings=512,
+    )
+    for key, value in sizes.items():
+        if key not in shape:
+            raise ValueError(
+                f"size {key}={value!r} is not one save_tiny_llama sets; expected one of "
+                f"{', '.join(shape)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"size {key}={value!r}: expected a positive int")
+    shape.update(sizes)
+    transformers = require("transformers", "models")
+    tokenizer = _tokenizer(sample_text(), bert=False)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        **shape,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
