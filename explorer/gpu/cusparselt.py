@@ -22,6 +22,7 @@ import ctypes
 import threading
 import weakref
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import torch
@@ -180,23 +181,42 @@ def _stream_ptr(device: int) -> int:
 # plans
 # ---------------------------------------------------------------------------------------------
 _WORKSPACE_STREAMS: dict[int, torch.cuda.Stream] = {}
+_WORKSPACE_THREAD: list[ThreadPoolExecutor] = []
+_WORKSPACE_LOCK = threading.Lock()
 
 
 def _workspace(size: int, device: int) -> torch.Tensor | None:
     """A plan's scratch memory (None when it needs none), kept out of CUDA-graph memory pools.
 
-    A plan outlives the call that built it. Built while torch records or warms up a CUDA graph
-    (``torch.compile(mode="reduce-overhead")``), a workspace taken on the current stream would
-    land in the graph's private pool, alive after the capture but no output of it, which torch's
-    CUDA-graph trees refuse. Taken while a side stream is current, it comes from the ordinary
-    pool. Only workspaces are ever allocated on that stream, and every plan runs on the stream
-    of its caller, so a freed workspace is reused only as another plan's scratch.
+    A plan outlives the call that built it. Built while torch warms up or records a CUDA graph
+    (``torch.compile(mode="reduce-overhead")``), a workspace allocated by the calling thread
+    would land in the graph's private pool, alive after the capture but no output of it, which
+    torch's CUDA-graph trees refuse: during their warm-up every allocation of the thread goes
+    to the pool, whatever the stream. So outside a capture the workspace is allocated by a
+    thread of its own, which no pool claims. Inside a capture (a thread may not wait on another
+    there), it is taken on a side stream, which ``torch.cuda.graph`` does not route to its pool.
+    Only workspaces are ever allocated on that stream, and every plan runs on the stream of its
+    caller, so a freed workspace is reused only as another plan's scratch.
     """
     if size <= 0:
         return None
-    stream = _WORKSPACE_STREAMS.get(device)
-    if stream is None:
-        stream = _WORKSPACE_STREAMS[device] = torch.cuda.Stream(device=device)
+    if torch.cuda.is_current_stream_capturing():
+        return _allocate_on_side_stream(size, device)
+    with _WORKSPACE_LOCK:
+        if not _WORKSPACE_THREAD:
+            _WORKSPACE_THREAD.append(
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-workspace")
+            )
+        worker = _WORKSPACE_THREAD[0]
+    return worker.submit(_allocate_on_side_stream, size, device).result()
+
+
+def _allocate_on_side_stream(size: int, device: int) -> torch.Tensor:
+    """``size`` bytes on ``device``, allocated while the workspace stream is current."""
+    with _WORKSPACE_LOCK:
+        stream = _WORKSPACE_STREAMS.get(device)
+        if stream is None:
+            stream = _WORKSPACE_STREAMS[device] = torch.cuda.Stream(device=device)
     with torch.cuda.stream(stream):
         return torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}")
 

@@ -157,3 +157,33 @@ def test_search_keeps_only_correct_algorithms():
     ok_ids = [a for a, _, status in res["tried"] if status == "ok"]
     assert res["alg"] in ok_ids
     assert not any(st == "ok" and ms is None for _, ms, st in res["tried"])
+
+
+def _pool_of(tensor: torch.Tensor) -> tuple[int, int]:
+    """The memory pool of the allocator segment that holds ``tensor``."""
+    ptr = tensor.data_ptr()
+    for seg in torch.cuda.memory_snapshot():
+        if seg["address"] <= ptr < seg["address"] + seg["total_size"]:
+            return tuple(seg["segment_pool_id"])
+    raise AssertionError(f"no allocator segment holds {ptr:#x}")
+
+
+def test_a_workspace_built_while_the_thread_allocates_to_a_graph_pool_stays_out_of_it():
+    """What torch's CUDA-graph trees do during warm-up: every allocation of the thread goes to
+    the graph's private pool; a plan's workspace built then must not (it outlives the graph)."""
+    C = _C()
+    dev = torch.cuda.current_device()
+    pool = torch.cuda.graph_pool_handle()
+    torch._C._cuda_beginAllocateCurrentThreadToPool(dev, pool)
+    try:
+        workspace = C._workspace(3 << 20, dev)
+        inside = torch.empty(3 << 20, dtype=torch.uint8, device=DEV)
+    finally:
+        torch._C._cuda_endAllocateToPool(dev, pool)
+    try:
+        assert _pool_of(inside) == tuple(pool)  # the routing is in force: the check can fail
+        assert _pool_of(workspace) != tuple(pool)
+        assert workspace.numel() == 3 << 20 and workspace.device.index == dev
+    finally:
+        del inside
+        torch._C._cuda_releasePool(dev, pool)
