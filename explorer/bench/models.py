@@ -177,6 +177,7 @@ def bench_whole_model(
     runs: tuple[tuple[int, int], ...] | None = None,
     log=None,
     decode_kernel: bool = True,
+    model_speed_modes: tuple[str, ...] = (),
 ) -> list[dict]:
     """Time one model of :data:`MODEL_SPECS` every way, at each of its runs.
 
@@ -195,6 +196,11 @@ def bench_whole_model(
     decode_kernel : bool
         For decode runs, also time the model after ``sparsify(..., decode=True)``, which offers
         every layer the explorer's decode kernel (``decode_*`` keys of the row).
+    model_speed_modes : tuple of str
+        Also time each run with :func:`explorer.bench.model_speed.measure_model_speed` (the
+        function sweeps and the dashboard call on a user's model) in these modes of
+        :data:`~explorer.results.model_speed.SPEED_MODES`: ``model_speed_<mode>`` keys of the
+        row (a failure: ``model_speed_<mode>_error``).
 
     Returns
     -------
@@ -240,6 +246,7 @@ def bench_whole_model(
         )
     rows = []
     calls = []
+    inputs = []
     # 1. Every eager time first, in a process that has compiled nothing yet: what a notebook
     #    user runs, without the compiler's leftovers (caches, hooks, objects for the garbage
     #    collector to walk) weighing on the host side of each call.
@@ -256,6 +263,7 @@ def bench_whole_model(
             return f
 
         calls.append(call)
+        inputs.append(ids)
         n_tokens = batch * seq
         decode = seq == 1 and spec.kind != "bert"
         row = dict(
@@ -316,6 +324,9 @@ def bench_whole_model(
             f"{row.get('speedup_compiled') or float('nan'):.2f}x, torch "
             f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
         )
+    # 3. The shared whole-model timing, in the modes asked for.
+    for row, ids in zip(rows, inputs, strict=True):
+        _model_speed_columns(row, dense, ids, model_speed_modes, dtype)
     rows[0]["timings"] = rep.timing_table()
     rows[0]["sparsify_s"], rows[0]["search_s"] = sparsify_s, rep.search_s
     if with_decode is not None:
@@ -323,6 +334,32 @@ def bench_whole_model(
     del dense, sparse, torch_model, with_decode
     torch.cuda.empty_cache()
     return rows
+
+
+def _model_speed_columns(
+    row: dict, dense: nn.Module, ids: torch.Tensor, modes: tuple[str, ...], dtype: torch.dtype
+) -> None:
+    """Add ``model_speed_<mode>`` (dense over sparse, from :func:`measure_model_speed` on a
+    sparsified copy of ``dense`` at ``ids``) to ``row`` for each of ``modes``."""
+    from explorer.bench.model_speed import measure_model_speed
+
+    for mode in modes:
+        try:
+            result = measure_model_speed(
+                dense,
+                {"input_ids": ids},
+                tokens=(row["n"],),
+                mode=mode,
+                dtype=dtype,
+                filter_fn=_sparse_candidate,
+            )
+        except (RuntimeError, ValueError) as exc:  # a failure is a result to report
+            row[f"model_speed_{mode}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        if result.measured:
+            row[f"model_speed_{mode}"] = result.speeds[0].speedup
+        else:
+            row[f"model_speed_{mode}_error"] = str(result.reason)
 
 
 def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
