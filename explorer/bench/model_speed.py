@@ -167,6 +167,7 @@ def measure_model_speed(
     timer=None,
     store=None,
     config: Mapping | None = None,
+    sparsify_for: tuple[int, ...] | None = None,
 ) -> ModelSpeedResult:
     """Time a pruned model whole: dense against a sparsified copy, in one execution mode.
 
@@ -194,6 +195,11 @@ def measure_model_speed(
         Also write the result's ``model-speed`` rows there, with ``config``.
     config : mapping, optional
         The configuration the rows record (model, method, pattern, layers, ...).
+    sparsify_for : tuple of int, optional
+        The token counts the sparse copy is sparsified for (default: those timed). A model
+        served at several counts is sparsified for all of them at once, and a layer (with the
+        gate/up and q/k/v fusions) is swapped when any of them gains, so timing one count of
+        such a model needs them all here.
 
     Returns
     -------
@@ -225,23 +231,30 @@ def measure_model_speed(
     counts = counts or (input_tokens(example),)
     if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
         raise ValueError(f"tokens={tokens!r}: expected positive token counts such as (4096, 16)")
+    served = tuple(sparsify_for) if sparsify_for is not None else counts
+    if not served or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in served):
+        raise ValueError(
+            f"sparsify_for={sparsify_for!r}: expected positive token counts such as (4096, 16)"
+        )
     timer = timer if timer is not None else CudaModelTimer()
     # 2. No GPU: a result that says why, never a failure.
     why = timer.unavailable()
     if why is not None:
         result = ModelSpeedResult(mode, name, counts, reason=why)
     else:
-        result = _measure(model, example, counts, mode, getattr(torch, name), filter_fn, timer)
+        result = _measure(
+            model, example, counts, served, mode, getattr(torch, name), filter_fn, timer
+        )
     if store is not None:
         result.record(store, config or {})
     return result
 
 
-def _measure(model, example, counts, mode, dtype, filter_fn, timer) -> ModelSpeedResult:
+def _measure(model, example, counts, served, mode, dtype, filter_fn, timer) -> ModelSpeedResult:
     # 1. The dense model and its sparsified copy, both on the GPU in the dtype timed.
     dense = timer.place(copy.deepcopy(model), dtype)
     sparse = copy.deepcopy(dense)
-    report = timer.sparsify(sparse, mode, tuple(sorted(set(counts), reverse=True)), filter_fn)
+    report = timer.sparsify(sparse, mode, tuple(sorted(set(served), reverse=True)), filter_fn)
     speeds, ceilings = [], []
     for n in counts:
         # 2. The same input for both, dense timed first; its GPU-busy share from eager calls.

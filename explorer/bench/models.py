@@ -326,7 +326,7 @@ def bench_whole_model(
         )
     # 3. The shared whole-model timing, in the modes asked for.
     for row, ids in zip(rows, inputs, strict=True):
-        _model_speed_columns(row, dense, ids, model_speed_modes, dtype)
+        _model_speed_columns(row, dense, ids, model_speed_modes, dtype, counts)
     rows[0]["timings"] = rep.timing_table()
     rows[0]["sparsify_s"], rows[0]["search_s"] = sparsify_s, rep.search_s
     if with_decode is not None:
@@ -337,10 +337,16 @@ def bench_whole_model(
 
 
 def _model_speed_columns(
-    row: dict, dense: nn.Module, ids: torch.Tensor, modes: tuple[str, ...], dtype: torch.dtype
+    row: dict,
+    dense: nn.Module,
+    ids: torch.Tensor,
+    modes: tuple[str, ...],
+    dtype: torch.dtype,
+    served: tuple[int, ...],
 ) -> None:
     """Add ``model_speed_<mode>`` (dense over sparse, from :func:`measure_model_speed` on a
-    sparsified copy of ``dense`` at ``ids``) to ``row`` for each of ``modes``."""
+    copy of ``dense`` sparsified for every count in ``served``, as the benchmark's own sparse
+    model is, timed at ``ids``) to ``row`` for each of ``modes``."""
     from explorer.bench.model_speed import measure_model_speed
 
     for mode in modes:
@@ -352,6 +358,7 @@ def _model_speed_columns(
                 mode=mode,
                 dtype=dtype,
                 filter_fn=_sparse_candidate,
+                sparsify_for=served,
             )
         except (RuntimeError, ValueError) as exc:  # a failure is a result to report
             row[f"model_speed_{mode}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -83,6 +83,15 @@ def test_dense_and_sparse_times_give_the_ratio_busy_share_and_ceiling():
     assert "speedup (measured)" in html and "1.25x" in html and "Fake GPU" in html
 
 
+def test_the_copy_is_sparsified_for_the_counts_it_serves_and_timed_at_those_asked():
+    timer = FakeTimer()
+    result = measure_model_speed(
+        _model(), torch.randn(4, 64), tokens=16, timer=timer, sparsify_for=(16, 4096)
+    )
+    assert ("sparsify", "graphs", (4096, 16)) in timer.calls
+    assert [s.tokens for s in result.speeds] == [16]
+
+
 def test_a_graph_that_cannot_be_captured_is_timed_eager_and_says_so():
     result = measure_model_speed(
         _model(), torch.randn(4, 64), tokens=32, timer=FakeTimer(graphs_fail=True)
@@ -179,6 +188,8 @@ def test_the_default_timer_says_no_cuda_gpu_on_a_cpu():
         ),
         ({"dtype": "float32"}, r"dtype 'float32' .* expected one of float16, bfloat16\. Hint"),
         ({"tokens": (0,)}, r"tokens=\(0,\): expected positive"),
+        ({"sparsify_for": ()}, r"sparsify_for=\(\): expected positive token counts"),
+        ({"sparsify_for": (16, -1)}, r"sparsify_for=\(16, -1\): expected positive"),
     ],
 )
 def test_bad_arguments_name_the_value_the_choices_and_a_hint(kwargs, match):

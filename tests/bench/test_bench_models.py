@@ -18,7 +18,9 @@ def _row():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without a GPU")
 def test_without_a_gpu_the_column_says_why():
     row = _row()
-    _model_speed_columns(row, nn.Linear(8, 8), torch.zeros(2, 16), ("graphs",), torch.float16)
+    _model_speed_columns(
+        row, nn.Linear(8, 8), torch.zeros(2, 16), ("graphs",), torch.float16, (32,)
+    )
     assert "model_speed_graphs" not in row
     assert "no CUDA GPU" in row["model_speed_graphs_error"]
 
@@ -26,18 +28,19 @@ def test_without_a_gpu_the_column_says_why():
 def test_each_mode_gets_its_speedup_from_the_shared_timing(monkeypatch):
     asked = []
 
-    def fake(model, example, tokens, mode, *, dtype, filter_fn):
-        asked.append((tuple(example["input_ids"].shape), tokens, mode, dtype))
+    def fake(model, example, tokens, mode, *, dtype, filter_fn, sparsify_for):
+        asked.append((tuple(example["input_ids"].shape), tokens, mode, dtype, sparsify_for))
         speed = ModelSpeed(tokens[0], mode, 10.0, 8.0, 0.5)
         return model_speed.ModelSpeedResult(mode, "bfloat16", tokens, speeds=(speed,))
 
     monkeypatch.setattr(model_speed, "measure_model_speed", fake)
     row = _row()
     ids = torch.zeros(2, 16, dtype=torch.long)
-    _model_speed_columns(row, nn.Linear(8, 8), ids, ("eager", "graphs"), torch.bfloat16)
+    _model_speed_columns(row, nn.Linear(8, 8), ids, ("eager", "graphs"), torch.bfloat16, (4096, 32))
     assert row["model_speed_eager"] == pytest.approx(1.25)
     assert row["model_speed_graphs"] == pytest.approx(1.25)
-    assert asked == [((2, 16), (32,), m, torch.bfloat16) for m in ("eager", "graphs")]
+    # the copy is sparsified for every count the benchmark serves, as its own sparse model is
+    assert asked == [((2, 16), (32,), m, torch.bfloat16, (4096, 32)) for m in ("eager", "graphs")]
 
 
 def test_a_failing_mode_is_reported_and_the_others_still_run(monkeypatch):
@@ -49,6 +52,6 @@ def test_a_failing_mode_is_reported_and_the_others_still_run(monkeypatch):
 
     monkeypatch.setattr(model_speed, "measure_model_speed", fake)
     row = _row()
-    _model_speed_columns(row, nn.Linear(8, 8), torch.zeros(2, 16), ("compile", "eager"), "x")
+    _model_speed_columns(row, nn.Linear(8, 8), torch.zeros(2, 16), ("compile", "eager"), "x", (32,))
     assert row["model_speed_compile_error"] == "RuntimeError: compile failed"
     assert row["model_speed_eager"] == pytest.approx(1.0)
