@@ -59,6 +59,7 @@ def run_bench(
     log=None,
     models: Iterable[str] | None = None,
     compiled: bool = True,
+    model_speed_modes: Iterable[str] = (),
 ) -> list[dict]:
     """Run the benchmark and return its rows.
 
@@ -91,6 +92,11 @@ def run_bench(
         The whole models to time (default all of :data:`explorer.bench.models.MODEL_SPECS`).
     compiled : bool
         Also time whole models under ``torch.compile``.
+    model_speed_modes : iterable of str
+        Also time each whole-model run with
+        :func:`~explorer.bench.model_speed.measure_model_speed`, the timing sweeps and the
+        dashboard use on a user's own model, in these modes (``eager``, ``compile``,
+        ``graphs``): the rows' ``model_speed_<mode>`` columns.
 
     Returns
     -------
@@ -108,12 +114,14 @@ def run_bench(
 
     from explorer.bench import runner as R
     from explorer.dtypes import SPARSE_DTYPES, parse_dtype
+    from explorer.results.model_speed import check_speed_mode
 
     if not torch.cuda.is_available():
         raise RuntimeError(
             "the benchmark needs a CUDA GPU with sparse tensor cores; none is visible here"
         )
     dts = [parse_dtype(d, allowed=SPARSE_DTYPES) for d in dtypes]
+    speed_modes = tuple(check_speed_mode(m) for m in model_speed_modes)
     shapes = list(shapes) if shapes is not None else (R.QUICK_SHAPES if quick else R.FULL_SHAPES)
     suites = set(suites)
     jobs = []
@@ -151,7 +159,12 @@ def run_bench(
                     (
                         f"models {name} {dt}",
                         lambda name=name, dt=dt: bench_whole_model(
-                            name, dt, compiled=compiled, torch_path=dt == torch.bfloat16, log=log
+                            name,
+                            dt,
+                            compiled=compiled,
+                            torch_path=dt == torch.bfloat16,
+                            log=log,
+                            model_speed_modes=speed_modes,
                         ),
                     )
                 )
@@ -283,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--models", help="whole models to time, e.g. llama-1b,bert-base (default all)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile of whole models")
+    p.add_argument(
+        "--model-speed-modes",
+        default="",
+        help="also time whole models with the sweeps' and dashboard's timing in these modes, "
+        "e.g. graphs,eager (model_speed_<mode> columns)",
+    )
     p.add_argument("--no-graph", action="store_true", help="skip CUDA-graph replay")
     p.add_argument("--json", type=Path, help="write the rows as JSON here")
     p.add_argument("--markdown", type=Path, help="write the generated Markdown tables here")
@@ -297,6 +316,14 @@ def main(argv: list[str] | None = None) -> int:
         dtypes = [parse_dtype(d.strip(), SPARSE_DTYPES, "--dtypes") for d in args.dtypes.split(",")]
     except (KeyError, ValueError) as exc:
         p.error(str(exc))
+    from explorer.results.model_speed import check_speed_mode
+
+    try:
+        speed_modes = [
+            check_speed_mode(m.strip()) for m in args.model_speed_modes.split(",") if m.strip()
+        ]
+    except ValueError as exc:
+        p.error(f"--model-speed-modes: {exc}")
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     bad = [s for s in suites if s not in _SUITES]
     if bad:
@@ -334,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         models=[m.strip() for m in args.models.split(",")] if args.models else None,
         compiled=not args.no_compile,
         log=sys.stderr,
+        model_speed_modes=speed_modes,
     )
     env = environment()
     if args.json:

@@ -55,3 +55,45 @@ def test_a_failing_mode_is_reported_and_the_others_still_run(monkeypatch):
     _model_speed_columns(row, nn.Linear(8, 8), torch.zeros(2, 16), ("compile", "eager"), "x", (32,))
     assert row["model_speed_compile_error"] == "RuntimeError: compile failed"
     assert row["model_speed_eager"] == pytest.approx(1.0)
+
+
+def test_run_bench_hands_the_modes_to_every_whole_model_job(monkeypatch):
+    import explorer.bench.models as models
+    from explorer.bench import run_bench
+
+    seen = []
+
+    def fake_bench(name, dtype, **kw):
+        seen.append((name, kw["model_speed_modes"]))
+        return [{"suite": "models", "model": name, "status": "ok", "model_speed_graphs": 1.2}]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(models, "bench_whole_model", fake_bench)
+    rows = run_bench(
+        suites=["models"],
+        models=["llama-1b"],
+        dtypes=["bfloat16"],
+        progress=False,
+        model_speed_modes=["graphs"],
+    )
+    assert seen == [("llama-1b", ("graphs",))]
+    assert rows[0]["model_speed_graphs"] == 1.2
+
+
+def test_run_bench_refuses_an_unknown_mode_before_timing(monkeypatch):
+    from explorer.bench import run_bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="speed mode 'fast' unknown; expected one of eager"):
+        run_bench(suites=["models"], progress=False, model_speed_modes=["fast"])
+
+
+def test_the_command_names_a_bad_mode_and_the_choices(capsys):
+    from explorer.bench import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--suites", "models", "--model-speed-modes", "graphs,fast"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--model-speed-modes: speed mode 'fast' unknown" in err
+    assert "expected one of eager, compile, graphs" in err
