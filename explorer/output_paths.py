@@ -176,10 +176,11 @@ def check_output_path(
 
     Examples
     --------
-    >>> check_output_path("/dev/null", overwrite=True)  # doctest: +ELLIPSIS
+    >>> import tempfile
+    >>> check_output_path(tempfile.mkdtemp(), overwrite=True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    explorer.errors.OutputPathError: refusing to write the file /dev/null: it is a character device, ...
+    explorer.errors.OutputPathError: refusing to write the file ...: it is a folder; pass a file path inside it
     """
     text = os.fspath(path)
     if not str(text).strip() or str(text) == ":memory:" or str(text).startswith("file:"):
