@@ -104,6 +104,12 @@ def quantize_weight(
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x[..., in]`` to fp8 e4m3 with one float32 scale per token (row), dynamically.
 
+    On a CUDA tensor this runs as one fused pass (``torch.compile`` of the same steps, made once
+    per process: each row read once, the fp8 values and the scale written, no float32 copy of
+    the input). Elsewhere it runs as plain torch calls: on a CPU, inside a model being compiled
+    (whose compiler fuses them), inside a CUDA-graph capture (where nothing may be compiled) and
+    where compiling failed. Both give the same values.
+
     Returns
     -------
     (torch.Tensor, torch.Tensor)
@@ -115,8 +121,56 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> q.float().tolist(), (s * 448).tolist()
     ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
     """
+    if x.is_cuda and not torch.compiler.is_compiling() and not _capturing():
+        fused = _fused_quantizer()
+        if fused is not None:
+            return fused(x)
+    return _quantize_rows(x)
+
+
+def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`row_scales` and the fp8 values of ``x``: the steps the fused pass compiles."""
     scale = row_scales(x)
     return _to_fp8(x, scale), scale
+
+
+_FUSED: dict[str, object] = {}
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _fused_quantizer():
+    """``torch.compile`` of :func:`_quantize_rows` (dynamic shapes: one kernel for every row
+    count), or None once compiling it has failed in this process (no Triton, an old GPU)."""
+    if "fn" not in _FUSED:
+        compiled = torch.compile(_quantize_rows, dynamic=True, fullgraph=True)
+        _FUSED["fn"] = _checked(compiled)
+    return _FUSED["fn"]
+
+
+def _checked(compiled):
+    """``compiled``, falling back for good to the plain steps the first time it fails."""
+
+    def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            return compiled(x)
+        except Exception as exc:  # a compiler failure: the plain steps give the same values
+            import warnings
+
+            _FUSED["fn"] = None
+            warnings.warn(
+                f"the fused fp8 activation quantization could not be compiled "
+                f"({type(exc).__name__}: {str(exc)[:160]}); using plain torch calls, which "
+                "make several passes over the input. Hint: install Triton (it comes with "
+                "torch's CUDA wheels) for the fused pass.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return _quantize_rows(x)
+
+    return run
 
 
 def fp8_reference(

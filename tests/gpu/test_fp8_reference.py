@@ -167,3 +167,42 @@ def test_fp8_kernel_matches_the_reference(shape, act):
     got = sl(x.to("cuda")).float().cpu()
     # the kernel rounds its raw sum to bfloat16 before the scales, and its output to ``act``
     assert relerr(got, ref) < 1e-2
+
+
+def test_a_fused_pass_that_fails_falls_back_for_good_with_the_same_values(monkeypatch):
+    from explorer.gpu import fp8
+
+    monkeypatch.setattr(fp8, "_FUSED", {})
+
+    def broken(x):
+        raise RuntimeError("no working Triton here")
+
+    run = fp8._checked(broken)
+    x = torch.randn(4, 16) * 30
+    with pytest.warns(RuntimeWarning, match=r"could not be compiled .*no working Triton.*Hint"):
+        q, s = run(x)
+    ref_q, ref_s = quantize_activations(x)  # a CPU tensor: the plain steps
+    assert torch.equal(q.float(), ref_q.float()) and torch.equal(s, ref_s)
+    assert fp8._FUSED["fn"] is None  # never tried again in this process
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4096, 4096), (1, 14336), (7, 1000), (3, 5, 384), "transposed"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_fused_pass_on_the_gpu_gives_the_plain_steps_values(shape, dtype):
+    from explorer.gpu import fp8
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 needs compute capability 8.9+")
+    torch.manual_seed(0)
+    if shape == "transposed":
+        x = (torch.randn(512, 64, device="cuda") * 50).to(dtype).t()  # not contiguous
+    else:
+        x = (torch.randn(*shape, device="cuda") * 50).to(dtype)
+        x[..., 0, :] = 0  # an all-zero row: scale 1
+    q, s = quantize_activations(x)
+    assert fp8._FUSED.get("fn") is not None, "the fused pass fell back on this machine"
+    ref_q, ref_s = fp8._quantize_rows(x)
+    assert q.dtype == FP8 and q.shape == x.shape and s.shape == x.shape[:-1]
+    assert torch.equal(s, ref_s)
+    assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
