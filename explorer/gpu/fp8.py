@@ -106,8 +106,10 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     On a CUDA tensor this runs as one fused pass (``torch.compile`` of the same steps, made once
     per process: each row read once, the fp8 values and the scale written, no float32 copy of
-    the input). Elsewhere it runs as plain torch calls: on a CPU, inside a model being compiled
-    (whose compiler fuses them), inside a CUDA-graph capture (where nothing may be compiled) and
+    the input). Inside a CUDA-graph capture the fused pass runs only for an input like one it
+    has already run on outside a capture (:func:`fused_signature`), since nothing may be
+    compiled during a capture. Elsewhere it runs as plain torch calls: on a CPU, inside a model
+    being compiled (whose compiler fuses them), in a capture of an input never seen before, and
     where compiling failed. Both give the same values.
 
     Returns
@@ -121,11 +123,32 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> q.float().tolist(), (s * 448).tolist()
     ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
     """
-    if x.is_cuda and not torch.compiler.is_compiling() and not _capturing():
-        fused = _fused_quantizer()
-        if fused is not None:
-            return fused(x)
+    if x.is_cuda and not torch.compiler.is_compiling():
+        signature = fused_signature(x)
+        if not _capturing():
+            fused = _fused_quantizer()
+            if fused is not None:
+                out = fused(x)
+                _WARM.add(signature)
+                return out
+        elif signature in _WARM and _FUSED.get("fn") is not None:
+            return _FUSED["fn"](x)  # compiled for inputs like this one: nothing to compile
     return _quantize_rows(x)
+
+
+def fused_signature(x: torch.Tensor) -> tuple:
+    """What the fused pass is compiled for (beyond the row count, which is dynamic): rank,
+    dtype, which sizes are 1 and whether the input is contiguous. An input whose signature has
+    run outside a capture runs fused inside one.
+
+    Examples
+    --------
+    >>> fused_signature(torch.zeros(7, 64)) == fused_signature(torch.zeros(4096, 64))
+    True
+    >>> fused_signature(torch.zeros(1, 64)) == fused_signature(torch.zeros(2, 64))
+    False
+    """
+    return (x.dim(), x.dtype, tuple(n == 1 for n in x.shape), x.is_contiguous())
 
 
 def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,6 +158,7 @@ def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _FUSED: dict[str, object] = {}
+_WARM: set[tuple] = set()  # fused_signature()s the fused pass has run on outside a capture
 
 
 def _capturing() -> bool:

@@ -206,3 +206,49 @@ def test_the_fused_pass_on_the_gpu_gives_the_plain_steps_values(shape, dtype):
     assert q.dtype == FP8 and q.shape == x.shape and s.shape == x.shape[:-1]
     assert torch.equal(s, ref_s)
     assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+
+
+@pytest.mark.gpu
+def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_values(monkeypatch):
+    from explorer.gpu import fp8
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 needs compute capability 8.9+")
+    x = (torch.randn(256, 512, device="cuda") * 40).to(torch.bfloat16)
+    quantize_activations(x)  # outside a capture: compiles and marks the signature warm
+    calls = []
+    fused = fp8._FUSED["fn"]
+    monkeypatch.setitem(fp8._FUSED, "fn", lambda t: calls.append(1) or fused(t))
+    y = (torch.randn(300, 512, device="cuda") * 40).to(torch.bfloat16)  # other rows, same kind
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        q, s = quantize_activations(y)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert calls == [1]
+    ref_q, ref_s = fp8._quantize_rows(y)
+    assert torch.equal(s, ref_s) and torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+
+
+@pytest.mark.gpu
+def test_a_capture_of_a_new_kind_of_input_takes_the_plain_steps(monkeypatch):
+    from explorer.gpu import fp8
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 e4m3 needs compute capability 8.9+")
+    monkeypatch.setattr(fp8, "_WARM", set())
+    calls = []
+    monkeypatch.setitem(fp8._FUSED, "fn", lambda t: calls.append(1))
+    y = (torch.randn(3, 5, 384, device="cuda") * 40).to(torch.float16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        q, s = quantize_activations(y)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert calls == []
+    ref_q, ref_s = fp8._quantize_rows(y)
+    assert torch.equal(s, ref_s) and torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
