@@ -74,7 +74,7 @@ def speed_rows(db: Path) -> dict[tuple, dict]:
             continue
         key = (
             rec["kind"],
-            rec.get("config.of") or rec.get("config.method") or "",
+            rec.get("config.method") or rec.get("config.of") or "",
             str(rec.get("config.shape") or rec.get("config.layers") or ""),
             rec.get("config.dtype"),
             rec.get("config.tokens"),
