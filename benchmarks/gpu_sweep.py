@@ -4,7 +4,8 @@ against the same sweep run in one process.
 For each model (the bundled ``digits-mlp`` and a SmolLM2-135M-shaped ``save_pretrained`` folder
 with random weights: 30 layers, hidden 576, MLP 1536, 9 heads, 3 KV heads, written here because
 no weights may be downloaded), this runs ``sparsity-explorer sweep`` twice as a user would, with
-``--gpus GPUS`` and then in one process, each into its own database, and prints:
+``--gpus GPUS`` and then in one process, each into its own database and with its own empty
+cache (each pays the tuning search of shapes in no shipped table), and prints:
 
 * the wall time of each run;
 * every speed row (layer speed and whole-model speed) with the GPU index and UUID the row
@@ -50,14 +51,17 @@ def gpu_uuids() -> dict[int, str]:
     return found
 
 
-def run_sweep(args: list[str], log: Path) -> float:
-    """Run ``sparsity-explorer sweep ARGS`` as a user would; its wall time in seconds."""
+def run_sweep(args: list[str], log: Path, cache: Path) -> float:
+    """Run ``sparsity-explorer sweep ARGS`` as a user would, with its own empty cache (so the
+    tuning search of shapes in no table is paid by each run alike); its wall time in seconds."""
+    env = {**os.environ, "SPARSITY_EXPLORER_CACHE": str(cache)}
     start = time.perf_counter()
     with open(log, "w") as fh:
         code = subprocess.run(
             [sys.executable, "-m", "explorer", "sweep", *args, "--no-progress"],
             stdout=fh,
             stderr=subprocess.STDOUT,
+            env=env,
         ).returncode
     seconds = time.perf_counter() - start
     print(log.read_text()[-1500:])
@@ -123,9 +127,12 @@ def main() -> None:
             source = ["--model", model]
         walls = {}
         for label, extra in (("gpus", ["--gpus", args.gpus]), ("one process", [])):
-            db = args.out / f"{model}-{label.replace(' ', '-')}.db"
-            log = args.out / f"{model}-{label.replace(' ', '-')}.log"
-            walls[label] = run_sweep([*source, *grid, "--db", str(db), *extra], log)
+            stem = args.out / f"{model}-{label.replace(' ', '-')}"
+            walls[label] = run_sweep(
+                [*source, *grid, "--db", f"{stem}.db", *extra],
+                Path(f"{stem}.log"),
+                Path(f"{stem}-cache"),
+            )
         print(
             f"\n## {model}: wall {walls['gpus']:.1f} s with --gpus {args.gpus}, "
             f"{walls['one process']:.1f} s in one process"

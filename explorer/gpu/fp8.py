@@ -126,23 +126,25 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     >>> q.float().tolist(), (s * 448).tolist()
     ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
     """
-    if x.is_cuda and not torch.compiler.is_compiling():
-        signature = fused_signature(x)
-        if not _capturing():
-            fused = _fused_quantizer()
-            if fused is not None:
-                out = fused(x)
+    if x.is_cuda and not torch.compiler.is_compiling() and x.numel():
+        fused = _FUSED.get("fn") if _capturing() else _fused_quantizer()
+        if fused is not None:
+            # one compiled kernel per signature: any rows, one contiguous 2-D layout
+            x2 = x.reshape(-1, x.shape[-1])
+            x2 = x2 if x2.is_contiguous() else x2.contiguous()
+            signature = fused_signature(x2)
+            if not _capturing() or signature in _WARM:  # nothing may compile in a capture
+                q, scale = fused(x2)
                 _WARM.add(signature)
-                return out
-        elif signature in _WARM and _FUSED.get("fn") is not None:
-            return _FUSED["fn"](x)  # compiled for inputs like this one: nothing to compile
+                return q.view(x.shape), scale.view(x.shape[:-1])
     return _quantize_rows(x)
 
 
-def fused_signature(x: torch.Tensor) -> tuple:
-    """What the fused pass is compiled for (beyond the row count, which is dynamic): rank,
-    dtype, which sizes are 1 and whether the input is contiguous. An input whose signature has
-    run outside a capture runs fused inside one.
+def fused_signature(x2: torch.Tensor) -> tuple:
+    """What the fused pass compiles a kernel for, beyond the sizes (which are dynamic): the
+    dtype of the contiguous 2-D input ``x2`` and which of its sizes are 1. At most six kernels
+    in all (three dtypes, one row or more), below torch.compile's recompile limit of eight. An
+    input whose signature has run outside a CUDA-graph capture runs fused inside one.
 
     Examples
     --------
@@ -151,7 +153,7 @@ def fused_signature(x: torch.Tensor) -> tuple:
     >>> fused_signature(torch.zeros(1, 64)) == fused_signature(torch.zeros(2, 64))
     False
     """
-    return (x.dim(), x.dtype, tuple(n == 1 for n in x.shape), x.is_contiguous())
+    return (x2.dtype, x2.shape[0] == 1, x2.shape[1] == 1)
 
 
 def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +163,7 @@ def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _FUSED: dict[str, object] = {}
-_WARM: set[tuple] = set()  # fused_signature()s the fused pass has run on outside a capture
+_WARM: set[tuple] = set()  # fused_signature()s the fused pass has run on
 
 
 def _capturing() -> bool:
