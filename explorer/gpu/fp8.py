@@ -133,8 +133,9 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             x2 = x.reshape(-1, x.shape[-1])
             x2 = x2 if x2.is_contiguous() else x2.contiguous()
             signature = fused_signature(x2)
-            if not _capturing() or signature in _WARM:  # nothing may compile in a capture
-                q, scale = fused(x2)
+            capturing = _capturing()
+            if not capturing or signature in _WARM:  # nothing may compile in a capture
+                q, scale = fused(x2, capturing)
                 _WARM.add(signature)
                 return q.view(x.shape), scale.view(x.shape[:-1])
     return _quantize_rows(x)
@@ -172,17 +173,27 @@ def _capturing() -> bool:
 
 def _fused_quantizer():
     """``torch.compile`` of :func:`_quantize_rows` (dynamic shapes: one kernel for every row
-    count), or None once compiling it has failed in this process (no Triton, an old GPU)."""
+    count), or None once compiling it has failed in this process (no Triton, an old GPU).
+
+    Not ``fullgraph``: past torch.compile's recompile limit an input of a new kind runs the
+    plain steps (the same values) while the kernels already compiled keep serving theirs."""
     if "fn" not in _FUSED:
-        compiled = torch.compile(_quantize_rows, dynamic=True, fullgraph=True)
-        _FUSED["fn"] = _checked(compiled)
+        _FUSED["fn"] = _checked(torch.compile(_quantize_rows, dynamic=True))
     return _FUSED["fn"]
 
 
 def _checked(compiled):
-    """``compiled``, falling back for good to the plain steps the first time it fails."""
+    """``compiled`` as ``run(x2, capturing)``: inside a CUDA-graph capture it may not compile
+    (an input that would need a new kernel takes the plain steps); elsewhere the first failure
+    falls back for good to the plain steps, with a warning."""
 
-    def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(x: torch.Tensor, capturing: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        if capturing:
+            try:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    return compiled(x)
+            except Exception:  # it would have compiled: nothing ran on the GPU yet
+                return _quantize_rows(x)
         try:
             return compiled(x)
         except Exception as exc:  # a compiler failure: the plain steps give the same values

@@ -209,6 +209,21 @@ def test_the_quantization_check_catches_a_value_two_steps_away():
         assert_same_quantization(torch.tensor([[80.0, 8.0]]).to(FP8), s, q, s)
 
 
+def test_inside_a_capture_a_kernel_that_would_compile_gives_the_plain_steps_and_stays(monkeypatch):
+    from explorer.gpu import fp8
+
+    def would_recompile(x):
+        raise RuntimeError("Detected recompile when torch.compile stance is 'fail_on_recompile'")
+
+    run = fp8._checked(would_recompile)
+    monkeypatch.setattr(fp8, "_FUSED", {"fn": run})
+    x = torch.randn(4, 16) * 30
+    q, s = run(x, True)
+    ref_q, ref_s = quantize_activations(x)
+    assert torch.equal(q.float(), ref_q.float()) and torch.equal(s, ref_s)
+    assert fp8._FUSED["fn"] is run  # used again after the capture
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4096, 4096), (1, 14336), (7, 1000), (3, 5, 384), "transposed"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -240,7 +255,7 @@ def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_val
     quantize_activations(x)  # outside a capture: compiles and marks the signature warm
     calls = []
     fused = fp8._FUSED["fn"]
-    monkeypatch.setitem(fp8._FUSED, "fn", lambda t: calls.append(1) or fused(t))
+    monkeypatch.setitem(fp8._FUSED, "fn", lambda t, cap: calls.append(cap) or fused(t, cap))
     y = (torch.randn(300, 512, device="cuda") * 40).to(torch.bfloat16)  # other rows, same kind
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -249,7 +264,7 @@ def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_val
         q, s = quantize_activations(y)
     graph.replay()
     torch.cuda.synchronize()
-    assert calls == [1]
+    assert calls == [True]
     ref_q, ref_s = fp8._quantize_rows(y)
     assert_same_quantization(q, s, ref_q, ref_s)
 
@@ -262,7 +277,7 @@ def test_a_capture_of_a_new_kind_of_input_takes_the_plain_steps(monkeypatch):
         pytest.skip("fp8 e4m3 needs compute capability 8.9+")
     monkeypatch.setattr(fp8, "_WARM", set())
     calls = []
-    monkeypatch.setitem(fp8._FUSED, "fn", lambda t: calls.append(1))
+    monkeypatch.setitem(fp8._FUSED, "fn", lambda t, cap: calls.append(cap))
     y = (torch.randn(3, 5, 384, device="cuda") * 40).to(torch.float16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
