@@ -22,7 +22,7 @@ from ..masks import make_mask
 from ..patterns import Pattern
 from .calibration import check_finite_inputs
 
-__all__ = ["sparsegpt_prune", "sparsegpt_quantize_prune"]
+__all__ = ["CLIP_FACTORS", "sparsegpt_prune", "sparsegpt_quantize_prune"]
 
 
 def _inverse_cholesky(h: torch.Tensor, percdamp: float) -> torch.Tensor:
@@ -148,6 +148,10 @@ def sparsegpt_quantize_prune(
     return new, mask, scales
 
 
+#: Shrink factors of a group's absmax scale tried by the joint loop's clip search (1 first).
+CLIP_FACTORS = tuple(1.0 - 0.025 * i for i in range(17))  # 1.0 down to 0.6
+
+
 def _group_entry_scales(
     w_group: torch.Tensor, d_group: torch.Tensor, pattern: Pattern, quant: Quantization
 ) -> torch.Tensor:
@@ -157,8 +161,24 @@ def _group_entry_scales(
         score = (w_group.square() / d_group.square()).reshape(-1, pattern.m, w_group.shape[1])
         drop = torch.topk(score, pattern.m - pattern.n, dim=1, largest=False).indices
         keep = keep.reshape(score.shape).scatter_(1, drop, False).reshape(w_group.shape)
-    amax = (w_group.abs() * keep).amax(dim=0)
-    return torch.where(amax > 0, amax / quant.qmax, torch.ones_like(amax))
+    kept = w_group * keep
+    amax = kept.abs().amax(dim=0)
+    base = torch.where(amax > 0, amax / quant.qmax, torch.ones_like(amax))
+    # Clip search: of the scales base * f (f from 1 down to CLIP_FLOOR), each row takes the one
+    # whose rounding costs its kept weights least in the loss the OBS update sees,
+    # sum((w - q)^2 / d^2); f = 1 (no clipping) is among them, so this never does worse.
+    weight = (1.0 / d_group.square()).expand_as(kept) * keep
+    best, best_err = base, None
+    for f in CLIP_FACTORS:
+        s = base * f
+        err = ((round_to_grid(kept, s, quant.qmax) * s - kept).square() * weight).sum(dim=0)
+        if best_err is None:
+            best_err = err
+            continue
+        better = err < best_err
+        best = torch.where(better, s, best)
+        best_err = torch.where(better, err, best_err)
+    return best
 
 
 def _fasterprune(

@@ -137,3 +137,25 @@ def test_unstructured_int8_on_grid():
     full = result.scales["0"].repeat_interleave(32, dim=1)
     assert result.density == 0.5 and int(torch.round(w / full).abs().max()) <= 127
     assert torch.equal(torch.round(w / full) * full, w)
+
+
+def test_the_clip_search_lowers_the_error_int4_adds_to_heavy_tailed_weights(monkeypatch):
+    from explorer.patterns import Pattern
+    from explorer.pruning import sparsegpt
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 256, generator=gen)
+    torch.manual_seed(0)
+    # Student-t weights: a few large values per group stretch an absmax scale's grid
+    w = torch.distributions.StudentT(2.0).sample((64, 256))
+    h, pattern, quant = x.T @ x, Pattern.parse("2:4"), sparsegpt.Quantization("int4", 32)
+    floating = _recon(x, w, sparsegpt.sparsegpt_prune(w, h, pattern)[0])
+    searched, _, scales = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant)
+    monkeypatch.setattr(sparsegpt, "CLIP_FACTORS", (1.0,))  # absmax scales only
+    plain = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant)[0]
+    # what int4 adds to the float 2:4 error shrinks (measured: by 2.2% here)
+    assert _recon(x, w, searched) - floating < 0.99 * (_recon(x, w, plain) - floating)
+    # the codes stay on the int4 grid of their scales, and the 2:4 mask holds
+    codes = searched / scales.repeat_interleave(32, dim=1)
+    assert torch.allclose(codes, codes.round(), atol=1e-4) and codes.abs().max() <= 7 + 1e-4
+    assert bool(check_pattern(searched, "2:4").valid)
