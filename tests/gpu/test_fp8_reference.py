@@ -245,6 +245,18 @@ def test_the_fused_pass_on_the_gpu_gives_the_plain_steps_values(shape, dtype):
     assert_same_quantization(q, s, ref_q, ref_s)
 
 
+def captured_quantization(y):
+    """``quantize_activations(y)`` captured in a CUDA graph, replayed once: its outputs."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        q, s = quantize_activations(y)
+    graph.replay()
+    torch.cuda.synchronize()
+    return q, s
+
+
 @pytest.mark.gpu
 def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_values(monkeypatch):
     from explorer.gpu import fp8
@@ -257,13 +269,7 @@ def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_val
     fused = fp8._FUSED["fn"]
     monkeypatch.setitem(fp8._FUSED, "fn", lambda t, cap: calls.append(cap) or fused(t, cap))
     y = (torch.randn(300, 512, device="cuda") * 40).to(torch.bfloat16)  # other rows, same kind
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        q, s = quantize_activations(y)
-    graph.replay()
-    torch.cuda.synchronize()
+    q, s = captured_quantization(y)
     assert calls == [True]
     ref_q, ref_s = fp8._quantize_rows(y)
     assert_same_quantization(q, s, ref_q, ref_s)
@@ -279,13 +285,7 @@ def test_a_capture_of_a_new_kind_of_input_takes_the_plain_steps(monkeypatch):
     calls = []
     monkeypatch.setitem(fp8._FUSED, "fn", lambda t, cap: calls.append(cap))
     y = (torch.randn(3, 5, 384, device="cuda") * 40).to(torch.float16)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        q, s = quantize_activations(y)
-    graph.replay()
-    torch.cuda.synchronize()
+    q, s = captured_quantization(y)
     assert calls == []
     ref_q, ref_s = fp8._quantize_rows(y)
     assert_same_quantization(q, s, ref_q, ref_s)
