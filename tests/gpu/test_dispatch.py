@@ -6,7 +6,16 @@ import math
 
 import pytest
 
-from explorer.gpu.dispatch import DENSE, SPARSE_MARGIN, Route, nearest_route, pick_route
+from explorer.gpu.dispatch import (
+    DECODE,
+    DENSE,
+    GPU_SLOWER_MARGIN,
+    SPARSE_MARGIN,
+    Decision,
+    Route,
+    nearest_route,
+    pick_route,
+)
 
 CC = Route("sparse", "cc", 17)
 CRT = Route("sparse", "cr", -1, transpose=True)
@@ -59,3 +68,21 @@ def test_decode_route_reads_the_sparse_weight_and_competes():
     assert nearest_route(4, {16: DECODE, 4096: cc}) == DECODE
     with pytest.raises(ValueError, match="'dense', 'sparse' or 'decode'"):
         Route("gemv")
+
+
+def test_by_the_wall_clock_a_gpu_slower_route_needs_a_clear_host_win():
+    sparse = Route("sparse", "cc")
+    gpu = {DENSE: 0.010, sparse: 0.025, DECODE: 0.007}
+    # the cuSPARSELt route wins the wall clock by 5%, the decode kernel by 3%: decode is also
+    # faster on the GPU, so it is the one kept
+    wall = {DENSE: 0.100, sparse: 0.095, DECODE: 0.097}
+    assert Decision(gpu, wall).route("wall") == DECODE
+    assert Decision(gpu, wall).route("gpu") == DECODE
+    # without the decode route: dense, as a 5% wall win of a GPU-slower route is host noise
+    two = {DENSE: 0.100, sparse: 0.095}
+    assert Decision({DENSE: 0.010, sparse: 0.025}, two).route("wall") == DENSE
+    # a clear host win (beyond the margin) is kept
+    clear = {DENSE: 0.100, sparse: 0.100 * GPU_SLOWER_MARGIN}
+    assert Decision({DENSE: 0.010, sparse: 0.025}, clear).route("wall") == sparse
+    # a route with no GPU time (it could not be captured) is judged by the wall clock alone
+    assert Decision({DENSE: 0.010}, two).route("wall") == sparse
