@@ -7,7 +7,12 @@ with one other busy torch process, ``check_pattern`` on an 11008 x 4096 fp16 wei
 1.9-3.4 s on two threads against 0.28-0.37 s with the cap (docs/performance.md). The core's
 CPU paths (checks, masks, pruning scores) therefore run inside :func:`fair_cpu_threads`, which
 caps torch's threads at the cores no other task is using right now and restores the previous
-count afterwards. Results never depend on the thread count.
+count afterwards. Element-wise work, top-k and these reductions give the same bits on any
+thread count; matrix products and factorisations (BLAS) do not: on this project's 2-core VM
+``x.T @ x`` of an 8192 x 576 float32 matrix differs in its last bits between one and two
+threads. Work whose result must not depend on other processes (SparseGPT's inverse Hessian,
+whose last bits can flip a 2:4 choice) therefore runs inside :func:`steady_cpu_threads`, whose
+thread count depends on this machine alone, never on its load.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ __all__ = [
     "fair_cpu_threads",
     "fair_thread_count",
     "one_cpu_thread",
+    "steady_cpu_threads",
 ]
 
 # torch's grain size: element-wise operations on fewer elements run on the calling thread.
@@ -78,6 +84,31 @@ def fair_cpu_threads(
         yield torch.get_num_threads()
         return
     with _capped(device, fair_thread_count) as threads:
+        yield threads
+
+
+@contextlib.contextmanager
+def steady_cpu_threads(device: torch.device | str = "cpu") -> Iterator[int]:
+    """Cap torch's CPU threads at the cores this process may use, whatever else is running.
+
+    For BLAS work (matrix products, factorisations) whose last bits depend on the thread count:
+    inside this block the count is torch's setting capped by :func:`available_cores`, so the
+    same call on the same machine gives the same bits however busy the machine is.
+    :func:`fair_cpu_threads` would make them depend on the load of the moment.
+
+    Yields
+    ------
+    int
+        The thread count in force inside the block.
+
+    Examples
+    --------
+    >>> import torch
+    >>> with steady_cpu_threads() as threads:
+    ...     threads == min(torch.get_num_threads(), available_cores())
+    True
+    """
+    with _capped(device, available_cores) as threads:
         yield threads
 
 

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from explorer import _threads, check_pattern, checks, make_mask, masks
-from explorer._threads import available_cores, fair_cpu_threads, fair_thread_count, one_cpu_thread
+from explorer._threads import (
+    available_cores,
+    fair_cpu_threads,
+    fair_thread_count,
+    one_cpu_thread,
+    steady_cpu_threads,
+)
 
 needs_threads = pytest.mark.skipif(
     torch.get_num_threads() < 2, reason="torch runs one thread here; nothing to cap"
@@ -75,3 +81,14 @@ def test_checks_and_masks_run_capped_under_load_with_the_same_results(monkeypatc
     mask, report = make_mask(weight), check_pattern(weight)
     assert seen == [1, 1]
     assert torch.equal(mask, free_mask) and report == free_report
+
+
+@needs_threads
+def test_steady_threads_read_the_cores_never_the_load(monkeypatch):
+    monkeypatch.setattr(_threads, "available_cores", lambda: 2)
+    before = torch.get_num_threads()
+    for busy in (0, 1, 64):
+        monkeypatch.setattr(_threads, "busy_elsewhere", lambda busy=busy: busy)
+        with steady_cpu_threads() as threads:
+            assert threads == min(before, 2) == torch.get_num_threads()
+    assert torch.get_num_threads() == before

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .._threads import fair_cpu_threads, one_cpu_thread
+from .._threads import one_cpu_thread, steady_cpu_threads
 from .._validate import check_scores
 from ..groupquant import Quantization, round_to_grid
 from ..masks import make_mask
@@ -202,7 +202,8 @@ def _fasterprune(
     dead = torch.diagonal(h) == 0
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
-    with fair_cpu_threads(w.device):
+    # a thread count set by this machine, not its load: the factor's last bits depend on it
+    with steady_cpu_threads(w.device):
         hinv = _inverse_cholesky(h, percdamp)
     del h
     with one_cpu_thread(w.device):

@@ -242,3 +242,26 @@ def test_sparsegpt_matches_reference(pattern):
     new, mask = sparsegpt_prune(w, x.T @ x, p)
     assert torch.equal(mask, expected != 0)
     torch.testing.assert_close(new, expected, rtol=1e-3, atol=1e-4)
+
+
+def test_sparsegpt_gives_the_same_weights_however_busy_the_machine(monkeypatch):
+    from explorer import _threads
+
+    # one thread against two changes the last bits of the inverse Hessian, and they flip 2:4
+    # choices: the factorisation must not take its thread count from the machine's load
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(_threads, "available_cores", lambda: 2)
+        gen = torch.Generator().manual_seed(0)
+        mix = torch.eye(576) + torch.randn(576, 576, generator=gen) / 24
+        x = torch.randn(4096, 576, generator=gen) @ mix
+        w = torch.randn(256, 576, generator=gen)
+        h = x.T @ x
+        runs = []
+        for busy in (0, 1):
+            monkeypatch.setattr(_threads, "busy_elsewhere", lambda busy=busy: busy)
+            runs.append(sparsegpt_prune(w, h, Pattern.parse("2:4"))[0])
+        assert torch.equal(runs[0], runs[1])
+    finally:
+        torch.set_num_threads(threads)
