@@ -96,6 +96,11 @@ def steady_cpu_threads(device: torch.device | str = "cpu") -> Iterator[int]:
     same call on the same machine gives the same bits however busy the machine is.
     :func:`fair_cpu_threads` would make them depend on the load of the moment.
 
+    Parameters
+    ----------
+    device : torch.device or str
+        Where the work runs; work on another device is left alone.
+
     Yields
     ------
     int
