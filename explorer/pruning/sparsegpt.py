@@ -181,6 +181,24 @@ def _group_entry_scales(
     return best
 
 
+def _enter_group(
+    wt: torch.Tensor,
+    scales_t: torch.Tensor,
+    hdiag: torch.Tensor,
+    c: int,
+    pattern: Pattern,
+    quant: Quantization,
+) -> torch.Tensor:
+    """Column ``c``'s scales ``[rows]``; at the first column of a group (3b), first set them from
+    the group's current weights (the columns of this block are up to date; a group starting
+    here never reaches past a stale block)."""
+    g, size = divmod(c, quant.group_size)
+    if size == 0:
+        wg = wt[c : c + quant.group_size]
+        scales_t[g] = _group_entry_scales(wg, hdiag[c : c + quant.group_size, None], pattern, quant)
+    return scales_t[g]
+
+
 def _fasterprune(
     weight: torch.Tensor,
     hessian: torch.Tensor,
@@ -236,6 +254,14 @@ def _fasterprune(
                 # 3. N:M: at the start of each group choose its M-N smallest w^2 / d^2 to prune.
                 if pattern.kind == "nm":
                     tmp = w1[j1:j2].square() / d1[j1:j2].square()
+                    if quant is not None:
+                        # 3q. joint: keeping a weight costs its rounding error instead, so drop
+                        #     the M-N whose pruning costs least beyond what rounding would
+                        #     (a quantization group starts with an N:M group: G is a multiple
+                        #     of M, so its scales are set here first)
+                        s = _enter_group(wt, scales_t, hdiag, i1 + j1, pattern, quant)
+                        rounded = round_to_grid(w1[j1:j2], s, quant.qmax).mul_(s)
+                        tmp -= (rounded - w1[j1:j2]).square_() / d1[j1:j2].square()
                     drop = torch.topk(tmp, pattern.m - pattern.n, dim=0, largest=False).indices
                     mask1[j1:j2].scatter_(0, drop, True)
                 for i in range(j1, j2):
@@ -247,15 +273,8 @@ def _fasterprune(
                         err1[i] = err
                         continue
                     c = i1 + i
-                    if c % quant.group_size == 0:
-                        # 3b. entering a group: its scales from its current weights (the
-                        #     columns of this block are up to date; a group starting here
-                        #     never reaches past a stale block).
-                        g = c // quant.group_size
-                        wg = wt[c : c + quant.group_size]
-                        scales_t[g] = _group_entry_scales(
-                            wg, hdiag[c : c + quant.group_size, None], pattern, quant
-                        )
+                    if pattern.kind != "nm":
+                        _enter_group(wt, scales_t, hdiag, c, pattern, quant)
                     # 4q. prune, round the kept weights to the grid, push the whole error on.
                     s = scales_t[c // quant.group_size]
                     q = round_to_grid(w1[i].masked_fill(mask1[i], 0.0), s, quant.qmax).mul_(s)

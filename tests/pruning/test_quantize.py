@@ -159,3 +159,40 @@ def test_the_clip_search_lowers_the_error_int4_adds_to_heavy_tailed_weights(monk
     codes = searched / scales.repeat_interleave(32, dim=1)
     assert torch.allclose(codes, codes.round(), atol=1e-4) and codes.abs().max() <= 7 + 1e-4
     assert bool(check_pattern(searched, "2:4").valid)
+
+
+def test_with_no_feedback_to_spread_the_joint_mask_keeps_the_pair_of_least_total_error():
+    from itertools import combinations
+
+    from explorer.patterns import Pattern
+    from explorer.pruning import sparsegpt
+
+    # a diagonal Hessian: no column's error reaches another, so each group of four is its mask
+    # and rounding alone, and the loss is sum(h * err^2); the kept pair must cost least,
+    # counting the pruned weights' squares and the kept weights' rounding errors
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(256, 32, generator=gen)
+    h = torch.rand(32, generator=gen) * 10 + 0.1
+    new, mask, scales = sparsegpt.sparsegpt_quantize_prune(
+        w, torch.diag(h), Pattern.parse("2:4"), sparsegpt.Quantization("int4", 32)
+    )
+    h = (h + 0.01 * h.mean()).reshape(8, 4)  # with the default 1% damping
+    w, new, mask = (t.reshape(256, 8, 4) for t in (w, new, mask))
+    s = scales[:, :1, None]
+    q = torch.clamp(torch.round(w / s), -7, 7) * s
+
+    def cost(kept):
+        return (h * torch.where(kept, (w - q).square(), w.square())).sum(dim=-1)
+
+    pairs = []
+    for pair in combinations(range(4), 2):
+        kept = torch.zeros(4, dtype=torch.bool)
+        kept[list(pair)] = True
+        pairs.append(cost(kept.expand_as(w)))
+    best = torch.stack(pairs).min(dim=0).values
+    assert torch.allclose(cost(mask), best, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(new[mask], q[mask])
+    # the rule this replaced (keep the two largest h * w^2) costs more in some groups
+    saliency = (h * w.square()).topk(2).indices
+    largest = torch.zeros_like(w, dtype=torch.bool).scatter_(-1, saliency, True)
+    assert bool((cost(largest) > best * (1 + 1e-4)).any())
