@@ -80,8 +80,13 @@ def estimate_speedup(
     verdicts: Mapping[str, str] | None = None,
     store=None,
     recorded: bool = True,
+    gpu: str | None = None,
 ) -> SpeedEstimate:
     """Amdahl's law over the model's Linear layers.
+
+    Recorded layer speeds come from one GPU kind for the whole model, never a mix: ``gpu``
+    where given, else the kind with recorded rows for the most pruned layers (ties: the first
+    name in sorted order). A layer with no row of that kind counts as if nothing were recorded.
 
     Parameters
     ----------
@@ -96,6 +101,8 @@ def estimate_speedup(
         ones without a recorded measurement, count as 1x.
     recorded : bool
         Look up recorded measurements (False: use the 2x bound for every accelerated layer).
+    gpu : str, optional
+        The GPU kind (provenance ``gpu``, e.g. ``"NVIDIA H100 80GB HBM3"``) whose rows to use.
 
     Examples
     --------
@@ -113,6 +120,14 @@ def estimate_speedup(
     measured = bounded = unaccelerated = 0
     gpus: list[str] = []
     counts: list[int] = []
+    # 1. the recorded rows of every accelerated layer, then the one GPU kind to read them from
+    found: dict[str, list[dict]] = {}
+    if pattern == "2:4" and recorded:
+        for name, (out, inp) in shapes.items():
+            if name in pruned and verdicts.get(name) != "unsupported":
+                found[name] = recorded_speed((out, inp), tokens, dtype, store)
+    kind = gpu if gpu is not None else _most_covered_gpu(found.values())
+    # 2. Amdahl's law, each layer at its recorded speed-up on that kind (or its bound)
     for name, (out, inp) in shapes.items():
         cost = float(out) * float(inp)
         if name not in pruned or pattern != "2:4":
@@ -122,11 +137,7 @@ def estimate_speedup(
             continue
         ideal.append((cost, HARDWARE_BOUND))
         verdict = verdicts.get(name)
-        rows = (
-            []
-            if verdict == "unsupported" or not recorded
-            else recorded_speed((out, inp), tokens, dtype, store)
-        )
+        rows = [r for r in found.get(name, []) if r["gpu"] == kind]
         if verdict in ("unsupported", "slow") and not rows:
             unaccelerated += 1
             actual.append((cost, 1.0))
@@ -142,6 +153,17 @@ def estimate_speedup(
     return SpeedEstimate(
         speedup, measured, bounded, unaccelerated, tuple(gpus), bound, tuple(sorted(counts))
     )
+
+
+def _most_covered_gpu(rows_per_layer: Iterable[list[dict]]) -> str | None:
+    """The GPU kind with rows for the most layers (ties: the first in sorted order)."""
+    layers_per_kind: dict[str, int] = {}
+    for rows in rows_per_layer:
+        for kind in {r["gpu"] for r in rows}:
+            layers_per_kind[kind] = layers_per_kind.get(kind, 0) + 1
+    if not layers_per_kind:
+        return None
+    return min(layers_per_kind, key=lambda k: (-layers_per_kind[k], k))
 
 
 def combine_speedups(layers: Iterable[tuple[float, float]]) -> float:

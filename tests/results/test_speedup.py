@@ -41,3 +41,26 @@ def test_layers_timed_on_different_gpu_kinds_never_share_a_speedup():
     rows[0].provenance, rows[1].provenance = {"gpu": "NVIDIA H100"}, {"gpu": "NVIDIA H200"}
     found = model_speedups(rows)
     assert {k[5]: v[0] for k, v in found.items()} == {"NVIDIA H100": 2.0, "NVIDIA H200": 1.0}
+
+
+def test_the_dashboard_estimate_reads_one_gpu_kind_for_every_layer():
+    from explorer.results.store import ResultStore
+
+    store = ResultStore(":memory:")
+    config = {"tokens": 1024, "dtype": "float16", "pattern": "2:4"}
+    for shape, speedup, gpu in (
+        ([64, 64], 1.4, "H100"),
+        ([64, 64], 1.6, "H200"),
+        ([64, 32], 1.5, "H200"),
+    ):
+        store.record("layer-speed", {**config, "shape": shape}, {"speedup": speedup},
+                     provenance={"gpu": gpu})  # fmt: skip
+    shapes = {"a": (64, 64), "b": (64, 32)}
+    # H200 has rows for both layers: both are read from it, none from the H100
+    est = estimate_speedup(shapes, ["a", "b"], store=store)
+    assert est.gpus == ("H200",) and est.measured == 2
+    assert est.speedup == pytest.approx((4096 + 2048) / (4096 / 1.6 + 2048 / 1.5))
+    # asked for the H100: "b" has nothing recorded there and takes the 2x bound
+    est = estimate_speedup(shapes, ["a", "b"], store=store, gpu="H100")
+    assert est.gpus == ("H100",) and (est.measured, est.bounded) == (1, 1)
+    assert est.speedup == pytest.approx((4096 + 2048) / (4096 / 1.4 + 2048 / 2.0))
