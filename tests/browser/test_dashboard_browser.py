@@ -16,6 +16,7 @@ that configuration draws its point as measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -55,8 +56,6 @@ PANELS = {
     "trade-off plot": ".explorer-tradeoff .main-svg",
     "first sentence": ".explorer-intro",
 }
-#: Far above anything seen on the shared 2-core machine: catches a hang, not a slow start.
-SANITY_BOUND_S = 240.0
 
 
 def _free_port() -> int:
@@ -285,8 +284,10 @@ def _wait_points(page, more_than: int) -> None:
 
 
 def test_cold_start_is_recorded(page, timings):
+    # the figures are reported (timings.json and the printed line), not judged: a hang fails
+    # the page's own waits (their timeouts), and a slow machine is no failure
     for key in ("first_start_to_interactive", "cold_start_to_interactive"):
-        assert 0 < timings[key] < SANITY_BOUND_S, timings
+        assert math.isfinite(timings[key]) and timings[key] > 0, timings
 
 
 def test_first_page_shows_the_three_panels_without_scrolling(page):
