@@ -135,7 +135,7 @@ def _capped(device, count) -> Iterator[int]:
 
 
 def fair_thread_count() -> int:
-    """torch's thread count, capped at the cores free of other runnable tasks (at least 1).
+    """The thread count torch uses, capped at the cores free of other runnable tasks (at least 1).
 
     Examples
     --------

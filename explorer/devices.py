@@ -155,6 +155,7 @@ class DeviceTarget:
 
     @property
     def is_gpu(self) -> bool:
+        """Whether the target is a GPU (a CPU has capability ``(0, 0)``)."""
         return self.capability != (0, 0)
 
     @property
@@ -169,10 +170,12 @@ class DeviceTarget:
 
     @property
     def is_hopper(self) -> bool:
+        """Whether the target is a Hopper GPU (compute capability 9.x)."""
         return self.capability[0] == 9
 
     @property
     def sm(self) -> str:
+        """The compute capability as an architecture name, e.g. ``"sm_90"``."""
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
     def __repr__(self) -> str:

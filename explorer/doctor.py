@@ -1,4 +1,4 @@
-"""The layer doctor: can a 2:4 cuSPARSELt matmul run for each layer, and will it be faster?
+"""The layer doctor: whether a 2:4 cuSPARSELt matmul can run for each layer, and be faster.
 
 Every finding is a plain sentence plus a fix. The doctor needs no GPU: it reasons from the target
 GPU's compute capability, the dtype, the layer shapes, the token count and the weights.
@@ -116,6 +116,22 @@ class DoctorReport:
         return [*self.notes, *(f for d in self.layers for f in d.findings)]
 
     def diagnosis(self, layer: str) -> LayerDiagnosis:
+        """The doctor's verdict and findings for one layer.
+
+        Parameters
+        ----------
+        layer : str
+            The layer's name, as in ``model.get_submodule(layer)``.
+
+        Returns
+        -------
+        LayerDiagnosis
+
+        Raises
+        ------
+        KeyError
+            If the doctor did not look at a layer of that name.
+        """
         if layer not in self._by_name:
             raise KeyError(f"the doctor did not look at a layer named {layer!r}")
         return self._by_name[layer]
@@ -135,6 +151,7 @@ class DoctorReport:
         return {v: counts.get(v, 0) for v in ("fast", "slow", "unsupported")}
 
     def fast_layers(self) -> list[str]:
+        """The names of the layers whose verdict is ``"fast"``, in model order."""
         return [d.name for d in self.layers if d.verdict == "fast"]
 
     def fast_once_24(self) -> list[str]:

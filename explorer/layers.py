@@ -76,10 +76,12 @@ class LayerInfo:
 
     @property
     def out_features(self) -> int:
+        """Rows of the weight as a matrix (``matrix_shape[0]``)."""
         return self.matrix_shape[0]
 
     @property
     def in_features(self) -> int:
+        """Columns of the weight as a matrix (``matrix_shape[1]``)."""
         return self.matrix_shape[1]
 
     def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""The one rule for where the explorer may write a file, and the atomic rename that follows it.
+r"""The one rule for where the explorer may write a file, and the atomic rename that follows it.
 
 Every writer (the report and its exports, ``save``, ``export``, :func:`explorer.save_sparse`,
 :func:`explorer.export_onnx`, :func:`explorer.export_pretrained`, ``store recover``) writes
@@ -9,7 +9,7 @@ into a temporary file beside the target and renames it into place only when:
 2. the target is never a device node, FIFO, socket or folder, forced or not;
 3. the target is never an SQLite database or one of its ``-wal``/``-shm``/``-journal`` side
    files, forced or not: a database is recognised by its content (the 16-byte header
-   ``SQLite format 3\\0``), a side file by the database beside it (or a WAL/journal header);
+   ``SQLite format 3\0``), a side file by the database beside it (or a WAL/journal header);
 4. a symbolic link is refused unless forced; when forced, the rule is applied to the file the
    link points at, and that file is replaced (the link itself stays as it is).
 

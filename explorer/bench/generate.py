@@ -55,7 +55,8 @@ def _interleaved_generate(
 ) -> dict:
     """``{name: (median ms, per-round ms, new tokens)}`` of generate calls, every variant once
     per round in turn (the host's speed drifts between rounds), after one warm-up call each
-    (which compiles the step for a static cache)."""
+    (which compiles the step for a static cache).
+    """
     kw = _generate_kwargs(ids, new_tokens, static)
     runs: dict = {name: [] for name in variants}
     outs: dict = {}

@@ -113,7 +113,8 @@ class ModelSpeedResult:
 
     def record(self, store, config: Mapping) -> list[int]:
         """Write :meth:`rows` to ``store`` (a :class:`~explorer.results.store.ResultStore`),
-        with this process's provenance; returns the new rows' ids."""
+        with this process's provenance; returns the new rows' ids.
+        """
         return store.record_many(self.rows(config))
 
     def __repr__(self) -> str:

@@ -145,7 +145,8 @@ class CudaModelTimer:
 
     def forward_ms(self, model: nn.Module, inputs, mode: str) -> tuple[str, float]:
         """``(mode timed, median ms)`` of one forward; ``"graphs"`` falls back to eager where
-        the forward cannot be captured, ``"compile"`` compiles first (default mode)."""
+        the forward cannot be captured, ``"compile"`` compiles first (default mode).
+        """
         from explorer.gpu.model_timing import call_model, time_forward
 
         if mode == "compile":

@@ -346,7 +346,8 @@ def _model_speed_columns(
 ) -> None:
     """Add ``model_speed_<mode>`` (dense over sparse, from :func:`measure_model_speed` on a
     copy of ``dense`` sparsified for every count in ``served``, as the benchmark's own sparse
-    model is, timed at ``ids``) to ``row`` for each of ``modes``."""
+    model is, timed at ``ids``) to ``row`` for each of ``modes``.
+    """
     from explorer.bench.model_speed import measure_model_speed
 
     for mode in modes:

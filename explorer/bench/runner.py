@@ -162,7 +162,8 @@ class _MLP(nn.Module):
 
 class _FusedDense(nn.Module):
     """The dense block with gate and up stacked into one cuBLAS call: the fair comparison for
-    the explorer's fused sparse block."""
+    the explorer's fused sparse block.
+    """
 
     def __init__(self, mlp: nn.Module) -> None:
         super().__init__()
@@ -175,7 +176,7 @@ class _FusedDense(nn.Module):
 
 
 def llama_mlp(d: int, h: int, dtype: torch.dtype) -> nn.Module:
-    """transformers' ``LlamaMLP`` (what real models run), or an equivalent block without it."""
+    """The ``LlamaMLP`` of transformers (what real models run), or an equivalent block without it."""
     try:
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaMLP

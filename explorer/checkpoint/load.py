@@ -513,7 +513,8 @@ def _to_sparse_linear(
     model: nn.Module, manifest: dict[str, Any], dtype, int4: dict[str, Int4Weight]
 ) -> None:
     """Swap the 2:4 layers for the GPU's: ``SparseLinear``, or ``Int4Linear`` on the stored
-    int4 parts; built first, swapped only once every layer is built."""
+    int4 parts; built first, swapped only once every layer is built.
+    """
     from explorer.gpu.int4_linear import Int4Linear
     from explorer.gpu.sparse_linear import SparseLinear
 

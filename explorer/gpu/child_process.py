@@ -34,7 +34,7 @@ def child_lines(
     silence_s: float = CHILD_SILENCE_S,
     deadline: Callable[[], float] | None = None,
 ):
-    """The lines a child process writes, ending it if it stays silent too long.
+    r"""The lines a child process writes, ending it if it stays silent too long.
 
     A reader thread hands the lines over, so a child hung inside a library call can never
     block the caller: after ``start_s`` seconds without a first line, or ``silence_s`` without
@@ -49,7 +49,7 @@ def child_lines(
     ...     [sys.executable, "-c", "import time; print('a', flush=True); time.sleep(30)"],
     ...     stdout=subprocess.PIPE, text=True)
     >>> list(child_lines(proc, 20.0, 0.5)), proc.wait() != 0
-    (['a\\n'], True)
+    (['a\n'], True)
     """
     import queue
     import threading

@@ -169,7 +169,7 @@ def handle(device: int | None = None) -> int:
 
 
 def library_version() -> int:
-    """cuSPARSELt's version number (e.g. 800 for 0.8.0)."""
+    """The version number of cuSPARSELt (e.g. 800 for 0.8.0)."""
     return int(_bindings().get_version(handle()))
 
 

@@ -228,7 +228,8 @@ def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int) -> str:
 
 def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
     """Launch the kernel for ``x2``'s dtype and row count (``module``: another build of
-    ``decode24.cu``, for benchmarks of its variants)."""
+    ``decode24.cu``, for benchmarks of its variants).
+    """
     n, k = weight.shape
     t = x2.shape[0]
     dev = x2.device.index or 0

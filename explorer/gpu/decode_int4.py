@@ -222,7 +222,8 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
 
 def check_int4_layout(weight: Int4Weight) -> None:
     """Raise ``ValueError`` unless the kernel can read ``weight``: K and G multiples of 128, G
-    dividing K, position nibbles that are ordered pairs (the message names what is off)."""
+    dividing K, position nibbles that are ordered pairs (the message names what is off).
+    """
     k = weight.shape[1]
     g = weight.group_size
     if k % CHUNK or g % CHUNK or k % g:

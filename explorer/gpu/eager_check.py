@@ -147,7 +147,8 @@ def _paired_ms(
 ) -> tuple[float, float]:
     """The dense and the sparse model's eager forward time (ms), interleaved round by round
     (each round swaps its modules in and warms once, untimed): the dense median, and the
-    sparse time that the rounds' median paired ratio gives."""
+    sparse time that the rounds' median paired ratio gives.
+    """
 
     def forward() -> None:
         call_model(model, inputs)

@@ -176,7 +176,8 @@ def _fused_quantizer():
     count), or None once compiling it has failed in this process (no Triton, an old GPU).
 
     Not ``fullgraph``: past torch.compile's recompile limit an input of a new kind runs the
-    plain steps (the same values) while the kernels already compiled keep serving theirs."""
+    plain steps (the same values) while the kernels already compiled keep serving theirs.
+    """
     if "fn" not in _FUSED:
         _FUSED["fn"] = _checked(torch.compile(_quantize_rows, dynamic=True))
     return _FUSED["fn"]
@@ -185,7 +186,8 @@ def _fused_quantizer():
 def _checked(compiled):
     """``compiled`` as ``run(x2, capturing)``: inside a CUDA-graph capture it may not compile
     (an input that would need a new kernel takes the plain steps); elsewhere the first failure
-    falls back for good to the plain steps, with a warning."""
+    falls back for good to the plain steps, with a warning.
+    """
 
     def run(x: torch.Tensor, capturing: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         if capturing:
@@ -291,6 +293,7 @@ class Fp8ReferenceLinear(QuantReferenceLinear):
         super().__init__(linear, *quantize_weight(linear.weight, name))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The emulated FP8 product for ``x[..., in]`` (see :func:`fp8_reference`)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has {x.shape[-1]} features in its last dimension, expected "
@@ -299,6 +302,7 @@ class Fp8ReferenceLinear(QuantReferenceLinear):
         return fp8_reference(x, self.qweight, self.scale, self.bias)
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, fp8 e4m3 reference"

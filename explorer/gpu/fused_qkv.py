@@ -165,10 +165,12 @@ class SparseQKV(nn.Module):
 
     def set_mode(self, mode: str) -> None:
         """Choose the stacked product's routes for execution mode ``mode`` (see
-        ``SparseLinear``)."""
+        ``SparseLinear``).
+        """
         self.proj.set_mode(mode)
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         q, k, v = self.sizes
         return f"q={q}, k={k}, v={v}, in_features={self.proj.in_features}, one 2:4 matmul"
 
@@ -204,8 +206,9 @@ class QKVPart(nn.Module):
         return self.out_features, self.in_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """This projection's output for ``x[..., in]``: a view of the shared row-major product."""
+        """The projection's output for ``x[..., in]``: a view of the shared row-major product."""
         return self.owner.shared(x)[self.index]
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         return f"columns {self.start}:{self.stop} of a fused q/k/v 2:4 matmul"

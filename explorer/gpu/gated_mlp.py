@@ -63,7 +63,8 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
 
 def _silu_call(gu: torch.Tensor, hidden: int):
     """A set-up-once SwiGLU launch for ``gu``'s rows and dtype, or None where there is none
-    (no CuPy, a dtype or hidden size the kernel does not take)."""
+    (no CuPy, a dtype or hidden size the kernel does not take).
+    """
     try:
         from explorer.gpu.kernels import SiluMulCall
 
@@ -203,7 +204,8 @@ class SparseGatedMLP(nn.Module):
 
     def _swiglu(self, gu: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up``: a launch set up once per row count and dtype where ``gu`` is
-        row-major (every decode step), else the general kernel."""
+        row-major (every decode step), else the general kernel.
+        """
         key = (gu.shape[0], gu.dtype)
         call = self._silu_calls.get(key, False)
         if call is False and gu.is_cuda and len(self._silu_calls) < 64:
@@ -213,6 +215,7 @@ class SparseGatedMLP(nn.Module):
         return _silu_mul(gu)
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         return f"hidden={self.hidden}, fused gate+up"
 
     def _repr_html_(self) -> str:

@@ -166,7 +166,8 @@ class Int4Linear(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         """``.to(device)``: the buffers move; launches are set up again. A dtype change is
-        refused (the codes are int4 whatever the model's dtype)."""
+        refused (the codes are int4 whatever the model's dtype).
+        """
         probe = torch.empty(0, dtype=self.dtype, device=self.codes.device)
         new = fn(probe)
         if isinstance(new, torch.Tensor) and new.dtype != probe.dtype:
@@ -267,7 +268,8 @@ class Int4Linear(nn.Module):
     def route(self, tokens: int, clock: str) -> Route:
         """The route ``tokens`` rows take by ``clock``, measured on first use (both routes
         timed by both clocks once per problem; inside a CUDA-graph capture the nearest
-        measured count decides, dense if none)."""
+        measured count decides, dense if none).
+        """
         if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
             return DENSE
         key = (tokens, clock)
@@ -383,6 +385,7 @@ class Int4Linear(nn.Module):
         return self.int4_weight().bits_per_weight
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         dense = "torch int4" if self.torch_kernel_refusal is None else "16-bit dequantized"
         decode = "2:4 int4 kernel" if self.decode_refusal is None else "none"
         return (

@@ -122,7 +122,8 @@ def launch(
     device. Modules, functions and argument slots are made once, and the launch goes to the
     CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which a
     model calling kernels per layer pays on every call. CuPy launches where the driver call
-    cannot (another device than the current one)."""
+    cannot (another device than the current one).
+    """
     dev = tensor.device.index or 0
     if dev == torch.cuda.current_device():
         key = (name, fn, dev)
@@ -156,7 +157,8 @@ _STREAMS: dict[tuple[int, int], object] = {}
 
 def _stream(dev: int):
     """CuPy's handle on torch's current stream of ``dev`` (made once per stream: it is cheap
-    to keep and costs microseconds of host time to make, on every call otherwise)."""
+    to keep and costs microseconds of host time to make, on every call otherwise).
+    """
     raw = torch.cuda.current_stream(dev).cuda_stream
     ext = _STREAMS.get((dev, raw))
     if ext is None:

@@ -341,7 +341,8 @@ def _prune_24(targets) -> None:
 
 def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> SparsifyReport:
     """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``, its routes measured
-    at the decode sizes among ``counts`` (larger counts run torch's int4 kernel)."""
+    at the decode sizes among ``counts`` (larger counts run torch's int4 kernel).
+    """
     from explorer.gpu.dispatch import DECODE
     from explorer.gpu.int4_linear import Int4Linear
 
@@ -426,7 +427,8 @@ def set_mode(model: nn.Module, mode: str) -> None:
 def _check_whole_model(model, units, counts, examples, report) -> None:
     """Time the whole model eagerly against its dense self at each token count it has inputs
     for, and run dense in eager mode where the sparse routes do not pay (see
-    :mod:`explorer.gpu.eager_check`)."""
+    :mod:`explorer.gpu.eager_check`).
+    """
     from explorer.gpu.eager_check import check_eager, synthetic_inputs
     from explorer.gpu.model_timing import input_tokens
     from explorer.gpu.sparse_linear import SparseLinear
@@ -482,7 +484,8 @@ def _examples(example_inputs) -> list:
 
 def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], float | None]]:
     """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model as it
-    is now."""
+    is now.
+    """
     from explorer.gpu.model_timing import gpu_busy, input_tokens
 
     runs = []
@@ -568,7 +571,8 @@ def _measure(model, units, counts, report, mode) -> list:
     weights nobody chose. Returns the units kept sparse.
 
     A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
-    (both clocks for ``"auto"``, which decides per call)."""
+    (both clocks for ``"auto"``, which decides per call).
+    """
     clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
     shown = "wall" if mode == "auto" else clock_for(mode)
     from explorer.gpu.ops import call_overhead_us

@@ -106,7 +106,8 @@ def time_forward(model: torch.nn.Module, inputs, mode: str, iters: int = 5, reps
 
 def gpu_busy(model: torch.nn.Module, inputs, calls: int = 3) -> float | None:
     """Share of the wall time of ``calls`` back-to-back eager forwards that the GPU is busy
-    (kernel time summed by the profiler over CUDA-event wall time); None if unavailable."""
+    (kernel time summed by the profiler over CUDA-event wall time); None if unavailable.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(2):

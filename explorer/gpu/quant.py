@@ -94,6 +94,7 @@ class Int8ReferenceLinear(QuantReferenceLinear):
         super().__init__(linear, *quantize_per_channel(linear.weight))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The emulated int8 product for ``x[..., in]``, in ``x``'s dtype."""
         lead = x.shape[:-1]
         q, token_scale = quantize_per_token(x.reshape(-1, self.in_features))
         acc = torch.zeros(q.shape[0], self.out_features, dtype=torch.float64, device=x.device)
@@ -106,6 +107,7 @@ class Int8ReferenceLinear(QuantReferenceLinear):
         return y.to(x.dtype).reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 reference"
 
 

@@ -102,7 +102,8 @@ class RouteBook:
     def carry_without_dense(self, matches: Callable[[tuple], bool]) -> None:
         """Copy, for every problem ``matches`` accepts whose dense weight was kept, the
         decisions where both clocks chose a sparse-weight route to the same problem without
-        the dense weight (its dense times left out), where none is measured there yet."""
+        the dense weight (its dense times left out), where none is measured there yet.
+        """
         for problem, decided in list(self._problems.items()):
             if not (isinstance(problem, tuple) and problem[-1] and matches(problem)):
                 continue

@@ -183,6 +183,42 @@ def _search_isolated(
 def search_in_process(
     weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, start, report, layout="cc"
 ) -> None:
+    """Try config ids ``start`` onwards in this process, reporting each outcome as it comes.
+
+    Random activations for ``tokens`` (padded as cuSPARSELt needs) are multiplied by the
+    compressed weight under each config id; the product is checked against a float64 dense
+    reference and, when correct, timed. Progress lines go to stdout as JSON (``{"max": n}``
+    once, then ``{"try": id}`` before each config), so that a parent process can resume after
+    a config that kills this one. :func:`search_algorithm` calls it directly when
+    ``isolate=False``, and through the child process otherwise.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The dense masked weight on the GPU (the reference).
+    cw : CompressedTensor
+        ``weight`` compressed for cuSPARSELt.
+    tokens : int
+        Token count to tune for.
+    epilogue : {"none", "relu", "gelu"}
+        The epilogue fused into the plans (applied to the reference too).
+    method : {"time", "search"}
+        With ``"search"`` and ``start == 0``, ``matmul_search``'s own choice is checked first
+        and reported with no time; every config id is then timed either way.
+    out_dtype : torch.dtype
+        Dtype of the product.
+    rtol : float
+        Largest relative error (Frobenius norm) of a correct product.
+    iters : int
+        Timed iterations per config.
+    start : int
+        First config id to try.
+    report : callable
+        Called with ``(id, ms or None, status)`` for each config; status is ``"ok"``,
+        ``"wrong"`` or ``"refused"``.
+    layout : {"cc", "rr", "rc", "cr"}
+        Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
+    """
     import json
 
     dev = weight.device.index or 0

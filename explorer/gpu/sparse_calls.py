@@ -41,7 +41,8 @@ def apply_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
 
 def rows_from_transposed(y: torch.Tensor, tokens: int) -> torch.Tensor:
     """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse product returned
-    (the explorer's tiled transpose kernel; padded tokens dropped in the same pass)."""
+    (the explorer's tiled transpose kernel; padded tokens dropped in the same pass).
+    """
     from explorer.gpu.kernels import transpose_rows
 
     return transpose_rows(y.t(), tokens)

@@ -211,7 +211,8 @@ class SparseLinear(nn.Module):
 
     def _reset_runtime(self) -> None:
         """Forget everything bound to this process, device and memory: plans (ctypes handles),
-        chosen routes, fast paths (closures over pointers) and the op id."""
+        chosen routes, fast paths (closures over pointers) and the op id.
+        """
         self._plans: dict = {}
         self._routes: dict = {}  # (padded tokens, input layout, fused act, clock) -> Route
         # (shape, strides, device, dtype) -> callable: the whole forward for such inputs, one
@@ -224,7 +225,8 @@ class SparseLinear(nn.Module):
 
     def __getstate__(self) -> dict:
         """What a copy or a pickle keeps: the weights and settings, not the plans, fast paths
-        or op id, which belong to this process (a copy builds its own at its first call)."""
+        or op id, which belong to this process (a copy builds its own at its first call).
+        """
         state = self.__dict__.copy()
         for name in ("_plans", "_routes", "_fast", "_fast_graph", "_decode_calls", "_cache"):
             state.pop(name, None)
@@ -238,7 +240,8 @@ class SparseLinear(nn.Module):
     def _apply(self, fn, recurse: bool = True):
         """``module.to(device)``, ``.cuda()``: move the buffers, then rebuild plans and fast
         paths for the new place. A dtype change is refused before anything moves: the
-        compressed weight holds values of one dtype (convert the dense model, then sparsify)."""
+        compressed weight holds values of one dtype (convert the dense model, then sparsify).
+        """
         probe = torch.empty(0, dtype=self.out_dtype, device=self.compressed.device)
         new = fn(probe)
         if isinstance(new, torch.Tensor) and new.dtype != probe.dtype:
@@ -257,7 +260,7 @@ class SparseLinear(nn.Module):
 
     @property
     def op_id(self) -> int:
-        """This module's id for the compiled op ``torch.ops.explorer.sparse_forward``."""
+        """The module's id for the compiled op ``torch.ops.explorer.sparse_forward``."""
         return self._op_id
 
     def set_mode(self, mode: str) -> None:
@@ -274,7 +277,8 @@ class SparseLinear(nn.Module):
 
     def set_activation(self, activation: str) -> None:
         """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product, fused
-        into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``)."""
+        into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``).
+        """
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} unknown; expected one of {ACTIVATIONS}")
         self.activation = activation
@@ -552,7 +556,8 @@ class SparseLinear(nn.Module):
     def _remember_decision(self, key: int, found: Decision) -> None:
         """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense
         (``"compile"``: wall time with the compiled op's own host cost added to every route
-        but dense, which a compiled model runs as a traced matmul)."""
+        but dense, which a compiled model runs as a traced matmul).
+        """
         self._seen[key] = found
         self._dense_at[key] = {
             "gpu": found.route("gpu") == DENSE,
@@ -566,7 +571,8 @@ class SparseLinear(nn.Module):
         GPU time for ``"graphs"``; by :meth:`Decision.compiled_dense` (GPU time with the op's
         host cost) for every other mode. ``"auto"`` traces as for ``torch.compile``'s default
         mode, the common one, where the op's host time is paid: never slower there, while
-        ``mode="graphs"`` opens every GPU-clock gain to ``mode="reduce-overhead"``."""
+        ``mode="graphs"`` opens every GPU-clock gain to ``mode="reduce-overhead"``.
+        """
         wanted = ("gpu",) if self.mode == "graphs" else ("compile",)
         dense = self._dense is not None and self.backend == "cusparselt"
         self._traced_dense = tuple(
@@ -577,7 +583,8 @@ class SparseLinear(nn.Module):
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
     ) -> Decision:
         """Time the one ``fixed`` route against the decode kernel as whole forwards (8-bit
-        types and fixed layouts, whose cuSPARSELt route is not chosen among others)."""
+        types and fixed layouts, whose cuSPARSELt route is not chosen among others).
+        """
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
         x = torch.randn(t, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
@@ -605,7 +612,8 @@ class SparseLinear(nn.Module):
     ) -> dict[Route, Callable[[], torch.Tensor]]:
         """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded), each call
         running on a fixed random input as the fast path will, padding included; searched
-        algorithms that compute something else than the dense product are left out."""
+        algorithms that compute something else than the dense product are left out.
+        """
         alpha = self._alpha_vector
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         full = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
@@ -666,7 +674,8 @@ class SparseLinear(nn.Module):
 
     def measured(self) -> dict[int, Decision]:
         """``{tokens: Decision}``: both clocks' times of every route measured so far (keyed
-        as :meth:`decisions`)."""
+        as :meth:`decisions`).
+        """
         return dict(self._seen)
 
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
@@ -714,7 +723,8 @@ class SparseLinear(nn.Module):
         dense weight at ``tokens`` rows: dense is kept and was measured fastest at this token
         count by the clock of the layer's mode (both clocks for ``"auto"``, which decides at
         each call), counting the compiled op's host cost against sparse routes. Token counts
-        never measured, or not known while tracing (symbolic sizes), go to the op."""
+        never measured, or not known while tracing (symbolic sizes), go to the op.
+        """
         if not self._traced_dense or self._force is not None:
             return False
         if not isinstance(tokens, int) or tokens < 1:
@@ -732,7 +742,8 @@ class SparseLinear(nn.Module):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """The eager forward: an input seen before (same shape, strides, device and dtype)
         goes straight to the call its route makes, so one call costs about the host time of
-        ``F.linear``; any other input takes the full path, which chooses and remembers."""
+        ``F.linear``; any other input takes the full path, which chooses and remembers.
+        """
         fast = self._fast_table(self._clock_now()).get(
             (x.shape, x.stride(), x.get_device(), x.dtype)
         )
@@ -762,7 +773,8 @@ class SparseLinear(nn.Module):
 
     def _warn_if_mode_differs(self, running: str) -> None:
         """Warn once per process when the model runs in a mode its routes were not chosen for
-        (``running``: ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture)."""
+        (``running``: ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture).
+        """
         if torch.cuda.is_current_stream_capturing():
             running = "graphs"
         if self.mode in ("auto", running) or clock_for(self.mode) == clock_for(running):
@@ -968,7 +980,8 @@ class SparseLinear(nn.Module):
 
     def _remember(self, x: torch.Tensor, fn2d, clock: str, any_dims: bool = False) -> None:
         """Keep ``fn2d`` (2-D input to 2-D output, or any leading dims with ``any_dims``) as the
-        whole forward for inputs like ``x`` under ``clock``."""
+        whole forward for inputs like ``x`` under ``clock``.
+        """
         table = self._fast_table(clock)
         if len(table) >= 64:
             return
@@ -1007,6 +1020,7 @@ class SparseLinear(nn.Module):
         return self._dense
 
     def extra_repr(self) -> str:
+        """The text shown inside the module's repr."""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, dtype={_NAMES[self.dtype]}, "

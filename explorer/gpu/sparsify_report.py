@@ -194,7 +194,8 @@ class SparsifyReport:
 
     def timing_table(self) -> str:
         """The per-layer times as a Markdown table, one row per distinct measurement (layers
-        of the same problem share one; the first is named with how many there are)."""
+        of the same problem share one; the first is named with how many there are).
+        """
         lines = [
             "| layer | shape | tokens | time | dense ms | sparse ms | speedup | runs |",
             "|---|---|---|---|---|---|---|---|",

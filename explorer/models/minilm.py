@@ -64,6 +64,22 @@ class SentenceEncoder(nn.Module):
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Unit-length sentence embeddings for a tokenized batch.
+
+        Parameters
+        ----------
+        input_ids, attention_mask : torch.Tensor
+            ``(batch, tokens)``, as the tokenizer returns them; padding (mask 0) is left out
+            of the mean.
+        token_type_ids : torch.Tensor, optional
+            ``(batch, tokens)``, passed on to the encoder.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(batch, hidden)``: the mean of the encoder's last hidden states over the
+            unmasked tokens, L2-normalised.
+        """
         hidden = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state

@@ -356,10 +356,12 @@ class Cell:
 
     @property
     def kind(self) -> str:
+        """The cell's kind, its ``"cell"`` entry (``"dense"``, ``"prune"``, ...)."""
         return self.config["cell"]
 
     @property
     def key(self) -> str:
+        """The configuration's key (:func:`~explorer.results.store.canonical.config_key`)."""
         return config_key(self.config)
 
     def __hash__(self) -> int:

@@ -66,7 +66,7 @@ class SweepResult:
     by_other_writer: int = 0
 
     def rows(self, store: ResultStore | None = None):
-        """This sweep's rows, as a :class:`~explorer.results.store.ResultTable`.
+        """The sweep's rows, as a :class:`~explorer.results.store.ResultTable`.
 
         Reads ``store`` if given (needed for an in-memory store), else reopens :attr:`db`.
         """
@@ -377,7 +377,8 @@ def run_grid(
 
         def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
             """Claim and run each cell here; return the cells other writers hold, and
-            whether the sweep was cancelled on the way."""
+            whether the sweep was cancelled on the way.
+            """
             waiting: list[Cell] = []
             for cell in cells:
                 if stopping():

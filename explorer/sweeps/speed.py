@@ -76,7 +76,8 @@ _BENCH_DTYPES = ("float16", "bfloat16", "int8")
 def _search_together(problems: list[tuple[int, int, int]], dtype: str) -> None:
     """Search the algorithm of every shape the benchmark will time, in one child process
     (each problem within the search budget), so that the benchmark finds them all in this
-    GPU's table instead of starting a child per shape and layout."""
+    GPU's table instead of starting a child per shape and layout.
+    """
     from explorer.gpu.cusparselt import padded_tokens
     from explorer.gpu.tuning import Problem, tune_problems
 

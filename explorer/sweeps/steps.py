@@ -271,6 +271,7 @@ class OnDevice(nn.Module):
         return v
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """``model``'s output for the arguments moved to the device, brought back to the CPU."""
         out = self.model(
             *(self._to(a) for a in args), **{k: self._to(v) for k, v in kwargs.items()}
         )

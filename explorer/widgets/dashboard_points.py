@@ -138,7 +138,8 @@ class Points:
     def update_run(self, run):
         """Give the point of ``run`` (a :class:`~explorer.widgets.dashboard_state.Run`) its
         speed again (:meth:`run_speed`), keeping its score and how the run went; returns the
-        speed. A run without a point only gets the speed back."""
+        speed. A run without a point only gets the speed back.
+        """
         speed = self.run_speed(run.config, run.masks)
         old = next((p for p in self.tradeoff.points if p.label == run.config.label), None)
         if old is not None:

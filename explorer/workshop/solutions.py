@@ -1,4 +1,4 @@
-"""Fill a workshop notebook's exercise cells with the solutions kept beside it.
+r"""Fill a workshop notebook's exercise cells with the solutions kept beside it.
 
 A notebook marks each exercise cell with a tag ``exercise-N.M``; its solutions live in
 ``notebooks/solutions/<notebook name>.py``, one cell per exercise, each opened by a line
@@ -11,7 +11,7 @@ Works on the notebook's JSON with the standard library only.
 
 Examples
 --------
->>> text = "# %% exercise 1.1\\nanswer = 6\\n"
+>>> text = "# %% exercise 1.1\nanswer = 6\n"
 >>> read_solutions(text)
 {'1.1': 'answer = 6'}
 >>> nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["exercise-1.1"]},

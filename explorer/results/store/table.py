@@ -64,18 +64,22 @@ class Row:
 
     @property
     def model(self) -> str | None:
+        """The ``model`` entry of the configuration (None if it has none)."""
         return self.config.get("model")
 
     @property
     def method(self) -> str | None:
+        """The ``method`` entry of the configuration (None if it has none)."""
         return self.config.get("method")
 
     @property
     def pattern(self) -> str | None:
+        """The ``pattern`` entry of the configuration (None if it has none)."""
         return self.config.get("pattern")
 
     @property
     def gpu(self) -> str | None:
+        """The ``gpu`` entry of the provenance (None if it has none)."""
         return self.provenance.get("gpu")
 
     @property
