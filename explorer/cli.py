@@ -1,5 +1,6 @@
-"""The ``sparsity-explorer`` command: dashboard, doctor, bench, tune, sweep, report, store,
-save, export and check.
+"""The ``sparsity-explorer`` command line.
+
+Its verbs: dashboard, doctor, bench, tune, sweep, report, store, save, export and check.
 
 Every verb has ``--help``. Errors print one line on stderr and exit with status 2; an
 interrupted sweep exits with 130 and resumes when the same command is run again.

@@ -221,8 +221,9 @@ def verdict_once_24(findings, notes) -> tuple[str, str]:
 
 
 def resolve_target(device: object = None) -> DeviceTarget:
-    """The doctor's target GPU: :meth:`DeviceTarget.resolve`, which refuses capabilities no
-    NVIDIA GPU has.
+    """The doctor's target GPU, from :meth:`DeviceTarget.resolve`.
+
+    :meth:`DeviceTarget.resolve` refuses capabilities no NVIDIA GPU has.
 
     Raises
     ------

@@ -252,8 +252,10 @@ _CONFIG_KEYS_MODELS = ("model", "batch", "seq")
 
 
 def _recorder(db: str, provenance: dict | None = None):
-    """A sink that records bench rows in the results store ``db`` (``provenance`` defaults to
-    this process's; pass the measuring machine's when recording rows measured elsewhere).
+    """A sink that records bench rows in the results store ``db``.
+
+    ``provenance`` defaults to this process's; pass the measuring machine's when recording rows
+    measured elsewhere.
     """
     from explorer.results.store import ResultStore
 

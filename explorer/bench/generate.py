@@ -53,9 +53,10 @@ def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
 def _interleaved_generate(
     variants: dict, ids, new_tokens: int, static: bool = False, rounds: int = 5
 ) -> dict:
-    """``{name: (median ms, per-round ms, new tokens)}`` of generate calls, every variant once
-    per round in turn (the host's speed drifts between rounds), after one warm-up call each
-    (which compiles the step for a static cache).
+    """``{name: (median ms, per-round ms, new tokens)}`` of generate calls.
+
+    Every variant runs once per round in turn (the host's speed drifts between rounds), after one
+    warm-up call each (which compiles the step for a static cache).
     """
     kw = _generate_kwargs(ids, new_tokens, static)
     runs: dict = {name: [] for name in variants}

@@ -112,8 +112,9 @@ class ModelSpeedResult:
         return out
 
     def record(self, store, config: Mapping) -> list[int]:
-        """Write :meth:`rows` to ``store`` (a :class:`~explorer.results.store.ResultStore`),
-        with this process's provenance; returns the new rows' ids.
+        """Write :meth:`rows` to ``store`` with this process's provenance; return the new ids.
+
+        ``store`` is a :class:`~explorer.results.store.ResultStore`; the ids are the new rows'.
         """
         return store.record_many(self.rows(config))
 

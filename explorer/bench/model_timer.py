@@ -144,8 +144,10 @@ class CudaModelTimer:
             return sparsify(model, filter_fn=filter_fn, tokens=tokens, mode=mode)
 
     def forward_ms(self, model: nn.Module, inputs, mode: str) -> tuple[str, float]:
-        """``(mode timed, median ms)`` of one forward; ``"graphs"`` falls back to eager where
-        the forward cannot be captured, ``"compile"`` compiles first (default mode).
+        """``(mode timed, median ms)`` of one forward.
+
+        ``"graphs"`` falls back to eager where the forward cannot be captured; ``"compile"``
+        compiles first (default mode).
         """
         from explorer.gpu.model_timing import call_model, time_forward
 

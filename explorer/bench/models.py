@@ -344,9 +344,11 @@ def _model_speed_columns(
     dtype: torch.dtype,
     served: tuple[int, ...],
 ) -> None:
-    """Add ``model_speed_<mode>`` (dense over sparse, from :func:`measure_model_speed` on a
-    copy of ``dense`` sparsified for every count in ``served``, as the benchmark's own sparse
-    model is, timed at ``ids``) to ``row`` for each of ``modes``.
+    """Add ``model_speed_<mode>`` to ``row`` for each of ``modes``.
+
+    The column is dense over sparse, from :func:`measure_model_speed` on a copy of ``dense``
+    sparsified for every count in ``served`` (as the benchmark's own sparse model is), timed at
+    ``ids``.
     """
     from explorer.bench.model_speed import measure_model_speed
 
@@ -371,9 +373,11 @@ def _model_speed_columns(
 
 
 def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
-    """Add the ``torch.compile`` columns to ``row``: the default mode with the models as
-    ``sparsify()`` left them, and CUDA graphs (``mode="reduce-overhead"``) with the sparse
-    models set to ``mode="graphs"``, as the docs ask of a model run that way.
+    """Add the ``torch.compile`` columns to ``row``.
+
+    The default mode with the models as ``sparsify()`` left them, and CUDA graphs
+    (``mode="reduce-overhead"``) with the sparse models set to ``mode="graphs"``, as the docs ask of
+    a model run that way.
 
     The variants of one compile mode are compiled together and timed side by side, round
     after round (:func:`~explorer.gpu.timing.interleaved_runs`): a default-mode compiled decode

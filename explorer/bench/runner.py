@@ -161,8 +161,9 @@ class _MLP(nn.Module):
 
 
 class _FusedDense(nn.Module):
-    """The dense block with gate and up stacked into one cuBLAS call: the fair comparison for
-    the explorer's fused sparse block.
+    """The dense block with gate and up stacked into one cuBLAS call.
+
+    The fair comparison for the explorer's fused sparse block.
     """
 
     def __init__(self, mlp: nn.Module) -> None:

@@ -512,8 +512,9 @@ def _check_on_meta(manifest: dict[str, Any], path: Path) -> None:
 def _to_sparse_linear(
     model: nn.Module, manifest: dict[str, Any], dtype, int4: dict[str, Int4Weight]
 ) -> None:
-    """Swap the 2:4 layers for the GPU's: ``SparseLinear``, or ``Int4Linear`` on the stored
-    int4 parts; built first, swapped only once every layer is built.
+    """Swap the 2:4 layers for ``SparseLinear``, or ``Int4Linear`` on the stored int4 parts.
+
+    Every layer is built first, and swapped in only once all are built.
     """
     from explorer.gpu.int4_linear import Int4Linear
     from explorer.gpu.sparse_linear import SparseLinear

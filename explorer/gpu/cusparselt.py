@@ -122,8 +122,10 @@ EXACT_TOKENS_UP_TO = 64
 
 
 def decision_tokens(tokens: int, dtype: torch.dtype) -> int:
-    """The token count a route decision is measured and kept for: ``tokens`` itself up to
-    :data:`EXACT_TOKENS_UP_TO`, else :func:`padded_tokens` (one decision per plan).
+    """The token count a route decision is measured and kept for.
+
+    ``tokens`` itself up to :data:`EXACT_TOKENS_UP_TO`, else :func:`padded_tokens` (one decision per
+    plan).
 
     Examples
     --------
@@ -438,10 +440,11 @@ class Plan:
             raise CusparseltRefused(f"cuSPARSELt refused to run {self}: {exc}") from exc
 
     def bind(self, a_ptr: int, alpha_ptr: int = 0):
-        """``run`` with ``A`` (and ``alpha``) fixed: a function of the ``B`` and ``D`` pointers
-        that launches on the current stream, for a caller that runs the same weight many
-        times (a layer's fast path). It raises :class:`CusparseltRefused` where ``run`` would,
-        and ``RuntimeError`` once the plan is closed.
+        """``run`` with ``A`` (and ``alpha``) fixed: a function of the ``B`` and ``D`` pointers.
+
+        It launches on the current stream, for a caller that runs the same weight many times (a
+        layer's fast path). It raises :class:`CusparseltRefused` where ``run`` would, and
+        ``RuntimeError`` once the plan is closed.
         """
         mm, h, plan, ws = self._matmul, self.h, self._plan_ptr, self._ws_ptr
         alpha, beta = alpha_ptr or self._alpha_ptr, self._beta_ptr

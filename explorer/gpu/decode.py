@@ -227,8 +227,9 @@ def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int) -> str:
 
 
 def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
-    """Launch the kernel for ``x2``'s dtype and row count (``module``: another build of
-    ``decode24.cu``, for benchmarks of its variants).
+    """Launch the kernel for ``x2``'s dtype and row count.
+
+    ``module`` is another build of ``decode24.cu``, for benchmarks of its variants.
     """
     n, k = weight.shape
     t = x2.shape[0]
@@ -265,8 +266,9 @@ def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=Non
 
 
 class DecodeCall:
-    """:func:`decode_matmul` for one weight, bias and row count, set up once: a call costs
-    about the host time of ``F.linear`` (an output allocation and one driver launch).
+    """:func:`decode_matmul` for one weight, bias and row count, set up once.
+
+    A call costs about the host time of ``F.linear`` (an output allocation and one driver launch).
 
     What :func:`decode_matmul` decides per call (kernel variant, warps, grid, the pointers of
     the weight and bias) is decided here once; a call writes the input's and output's pointers

@@ -1,5 +1,7 @@
-"""2:4 on top of int4: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X`` from a 2:4 weight whose kept
-values are group-wise int4 codes (:class:`explorer.lowbit.Int4Weight`, read as it is).
+"""2:4 on top of int4: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X``.
+
+The weight is 2:4 and its kept values are group-wise int4 codes
+(:class:`explorer.lowbit.Int4Weight`, read as it is).
 
 A decode step reads every weight once, so its time is the time to move the weight. An
 :class:`~explorer.lowbit.Int4Weight` holds 3 + 32 / G bits a weight (kept codes, 2-bit
@@ -185,8 +187,10 @@ class Int4LaunchConfig:
 
 
 def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
-    """The launch used unless one is given, from the sweep of ``benchmarks/int4_decode.py`` on
-    an H100 (LLaMA-3-8B layer shapes, 1, 4 and 16 tokens).
+    """The launch used unless one is given.
+
+    From the sweep of ``benchmarks/int4_decode.py`` on an H100 (LLaMA-3-8B layer shapes, 1, 4 and 16
+    tokens).
 
     Up to 8 tokens the staged sparse kernel: 16 warps with 2 stages each (every chunk of a
     4096-column layer in flight at once), or 4 warps with 4 stages when the grid has 4 or more
@@ -221,8 +225,10 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
 
 
 def check_int4_layout(weight: Int4Weight) -> None:
-    """Raise ``ValueError`` unless the kernel can read ``weight``: K and G multiples of 128, G
-    dividing K, position nibbles that are ordered pairs (the message names what is off).
+    """Raise ``ValueError`` unless the kernel can read ``weight``.
+
+    It needs K and G multiples of 128, G dividing K, and position nibbles that are ordered pairs
+    (the message names what is off).
     """
     k = weight.shape[1]
     g = weight.group_size
@@ -372,9 +378,11 @@ def _aligned(x2: torch.Tensor) -> torch.Tensor:
 
 
 def chunk_group_multiplier(group_size: int) -> int:
-    """``ceil(2^32 / (G / 128))``: the kernel finds the scale group of 128-column chunk ``i`` as
-    ``(i * multiplier) >> 32``, which equals ``i // (G / 128)`` for every chunk index below
-    ``2^16`` (K up to 8M columns), without a division.
+    """``ceil(2^32 / (G / 128))``: the multiplier that finds a chunk's scale group.
+
+    The kernel finds the scale group of 128-column chunk ``i`` as ``(i * multiplier) >> 32``, which
+    equals ``i // (G / 128)`` for every chunk index below ``2^16`` (K up to 8M columns), without a
+    division.
 
     Examples
     --------
@@ -484,8 +492,9 @@ def decode_int4_matmul(
 
 
 class Int4DecodeCall:
-    """:func:`decode_int4_matmul` for one weight, bias and row count, set up once: a call costs
-    about the host time of ``F.linear`` (an output allocation and one driver launch).
+    """:func:`decode_int4_matmul` for one weight, bias and row count, set up once.
+
+    A call costs about the host time of ``F.linear`` (an output allocation and one driver launch).
 
     Kernel, launch shape and the weight's and bias's pointers are decided here once; a call
     writes the input's and output's pointers and launches on torch's current stream, so it

@@ -248,9 +248,10 @@ class Decision:
         return pick_route(times)
 
     def gpu_slower(self, route: Route) -> bool:
-        """Whether ``route`` reads the 2:4 weight and took longer than dense on the GPU (False
-        where either GPU time is missing: a route that could not be captured is judged by the
-        wall clock alone).
+        """Whether ``route`` reads the 2:4 weight and took longer than dense on the GPU.
+
+        False where either GPU time is missing: a route that could not be captured is judged by the
+        wall clock alone.
 
         Examples
         --------
@@ -266,8 +267,10 @@ class Decision:
         return gpu > gpu_dense
 
     def compiled_dense(self, op_ms: float, tokens: int | None = None) -> bool:
-        """Whether a model compiled in ``torch.compile``'s default mode should run this
-        problem (at ``tokens`` rows) as a traced dense matmul rather than call the sparse op.
+        """Whether a compiled model should run this problem as a traced dense matmul.
+
+        The model is compiled in ``torch.compile``'s default mode and runs ``tokens`` rows; the
+        alternative is a call to the sparse op.
 
         The compiled model launches its own matmul for about the host time it spends anyway;
         the sparse op costs ``op_ms`` of host time on top. At decode sizes (``tokens`` up to

@@ -88,10 +88,11 @@ class EagerCheck:
 
 
 def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
-    """Whether a layer runs dense in eager mode at ``tokens``, from the whole-model checks'
-    ``{tokens: dense?}``: the count's own verdict, else (at decode sizes, up to
-    ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the
-    smaller on a tie; else False (the layer's own routes).
+    """Whether a layer runs dense in eager mode at ``tokens``, from the whole-model checks.
+
+    The checks' ``{tokens: dense?}`` decide: the count's own verdict, else (at decode sizes, up to
+    ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the smaller on
+    a tie; else False (the layer's own routes).
 
     Examples
     --------
@@ -113,11 +114,11 @@ def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int =
 
 
 def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
-    """Random ``input_ids`` for ``tokens`` tokens if ``model`` is a Hugging Face model with a
-    vocabulary, else None: ``tokens`` sequences of one token at decode sizes (up to 64), else
-    the fewest sequences whose length divides ``tokens`` and fits the model's positions
-    (``max_position_embeddings``: BERT's 512 gives 8 x 512 for 4096 tokens). None too where
-    no such length exists.
+    """Random ``input_ids`` for ``tokens`` tokens, for a Hugging Face model with a vocabulary.
+
+    ``tokens`` sequences of one token at decode sizes (up to 64), else the fewest sequences whose
+    length divides ``tokens`` and fits the model's positions (``max_position_embeddings``: BERT's
+    512 gives 8 x 512 for 4096 tokens). None for any other model, and where no such length exists.
 
     Examples
     --------
@@ -145,8 +146,9 @@ def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
 def _paired_ms(
     model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 9
 ) -> tuple[float, float]:
-    """The dense and the sparse model's eager forward time (ms), interleaved round by round
-    (each round swaps its modules in and warms once, untimed): the dense median, and the
+    """The dense and the sparse model's eager forward time (ms), interleaved round by round.
+
+    Each round swaps its modules in and warms once, untimed. Returns the dense median, and the
     sparse time that the rounds' median paired ratio gives.
     """
 
@@ -175,8 +177,9 @@ def check_eager(
     layers: list,
     time_pair: Callable = _paired_ms,
 ) -> list[EagerCheck]:
-    """Time ``model`` eagerly against its dense self at each token count; keep dense where
-    the sparse routes do not pay.
+    """Time ``model`` eagerly against its dense self at each token count.
+
+    Dense is kept where the sparse routes do not pay.
 
     Parameters
     ----------

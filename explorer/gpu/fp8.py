@@ -142,10 +142,11 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fused_signature(x2: torch.Tensor) -> tuple:
-    """What the fused pass compiles a kernel for, beyond the sizes (which are dynamic): the
-    dtype of the contiguous 2-D input ``x2`` and which of its sizes are 1. At most six kernels
-    in all (three dtypes, one row or more), below torch.compile's recompile limit of eight. An
-    input whose signature has run outside a CUDA-graph capture runs fused inside one.
+    """What the fused pass compiles a kernel for, beyond the sizes (which are dynamic).
+
+    The dtype of the contiguous 2-D input ``x2`` and which of its sizes are 1. At most six kernels
+    in all (three dtypes, one row or more), below torch.compile's recompile limit of eight. An input
+    whose signature has run outside a CUDA-graph capture runs fused inside one.
 
     Examples
     --------
@@ -172,8 +173,10 @@ def _capturing() -> bool:
 
 
 def _fused_quantizer():
-    """``torch.compile`` of :func:`_quantize_rows` (dynamic shapes: one kernel for every row
-    count), or None once compiling it has failed in this process (no Triton, an old GPU).
+    """``torch.compile`` of :func:`_quantize_rows`, or None once compiling it has failed.
+
+    Compiled with dynamic shapes (one kernel for every row count); None once compiling it has failed
+    in this process (no Triton, an old GPU).
 
     Not ``fullgraph``: past torch.compile's recompile limit an input of a new kind runs the
     plain steps (the same values) while the kernels already compiled keep serving theirs.
@@ -184,9 +187,11 @@ def _fused_quantizer():
 
 
 def _checked(compiled):
-    """``compiled`` as ``run(x2, capturing)``: inside a CUDA-graph capture it may not compile
-    (an input that would need a new kernel takes the plain steps); elsewhere the first failure
-    falls back for good to the plain steps, with a warning.
+    """``compiled`` as ``run(x2, capturing)``, falling back to the plain steps.
+
+    Inside a CUDA-graph capture it may not compile (an input that would need a new kernel takes the
+    plain steps); elsewhere the first failure falls back for good to the plain steps, with a
+    warning.
     """
 
     def run(x: torch.Tensor, capturing: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -139,8 +139,9 @@ class SparseQKV(nn.Module):
         return tuple(QKVPart(self, i) for i in range(len(self.sizes)))
 
     def shared(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The q, k and v views of the stacked product for ``x``, computed once for the three
-        parts that ask for it.
+        """The q, k and v views of the stacked product for ``x``.
+
+        Computed once for the three parts that ask for it.
 
         The memory lasts until the three parts have been served (or another input comes), and
         an input changed in place is computed again. Under ``torch.compile`` the same logic is
@@ -164,8 +165,9 @@ class SparseQKV(nn.Module):
         return self.proj(x)
 
     def set_mode(self, mode: str) -> None:
-        """Choose the stacked product's routes for execution mode ``mode`` (see
-        ``SparseLinear``).
+        """Choose the stacked product's routes for execution mode ``mode``.
+
+        See ``SparseLinear``.
         """
         self.proj.set_mode(mode)
 

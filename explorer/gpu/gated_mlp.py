@@ -62,8 +62,9 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
 
 
 def _silu_call(gu: torch.Tensor, hidden: int):
-    """A set-up-once SwiGLU launch for ``gu``'s rows and dtype, or None where there is none
-    (no CuPy, a dtype or hidden size the kernel does not take).
+    """A set-up-once SwiGLU launch for ``gu``'s rows and dtype, or None where there is none.
+
+    There is none without CuPy, or for a dtype or hidden size the kernel does not take.
     """
     try:
         from explorer.gpu.kernels import SiluMulCall
@@ -203,8 +204,10 @@ class SparseGatedMLP(nn.Module):
         return y.reshape(*lead, y.shape[-1])
 
     def _swiglu(self, gu: torch.Tensor) -> torch.Tensor:
-        """``silu(gate) * up``: a launch set up once per row count and dtype where ``gu`` is
-        row-major (every decode step), else the general kernel.
+        """``silu(gate) * up``.
+
+        A launch set up once per row count and dtype where ``gu`` is row-major (every decode step),
+        else the general kernel.
         """
         key = (gu.shape[0], gu.dtype)
         call = self._silu_calls.get(key, False)

@@ -165,8 +165,9 @@ class Int4Linear(nn.Module):
         self._reset_runtime()
 
     def _apply(self, fn, recurse: bool = True):
-        """``.to(device)``: the buffers move; launches are set up again. A dtype change is
-        refused (the codes are int4 whatever the model's dtype).
+        """``.to(device)``: the buffers move; launches are set up again.
+
+        A dtype change is refused (the codes are int4 whatever the model's dtype).
         """
         probe = torch.empty(0, dtype=self.dtype, device=self.codes.device)
         new = fn(probe)
@@ -220,9 +221,10 @@ class Int4Linear(nn.Module):
 
     @classmethod
     def from_parts(cls, weight: Int4Weight, linear: nn.Linear, mode: str = "auto") -> Int4Linear:
-        """The layer for ``weight`` as stored (codes and scales kept exactly, e.g. from a
-        checkpoint: :func:`explorer.checkpoint.read_int4_weights`), with ``linear``'s
-        bias, device and activation dtype.
+        """The layer for ``weight`` as stored, with ``linear``'s bias, device and activation dtype.
+
+        Codes and scales are kept exactly (e.g. from a checkpoint:
+        :func:`explorer.checkpoint.read_int4_weights`).
 
         Raises
         ------
@@ -266,9 +268,10 @@ class Int4Linear(nn.Module):
         self._routes.clear()
 
     def route(self, tokens: int, clock: str) -> Route:
-        """The route ``tokens`` rows take by ``clock``, measured on first use (both routes
-        timed by both clocks once per problem; inside a CUDA-graph capture the nearest
-        measured count decides, dense if none).
+        """The route ``tokens`` rows take by ``clock``, measured on first use.
+
+        Both routes are timed by both clocks once per problem; inside a CUDA-graph capture the
+        nearest measured count decides, dense if none.
         """
         if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
             return DENSE

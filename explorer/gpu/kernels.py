@@ -118,11 +118,12 @@ def _dim3(v) -> tuple[int, int, int]:
 def launch(
     name: str, fn: str, tensor: torch.Tensor, grid, args: tuple, block=(_THREADS,), shared=0
 ) -> None:
-    """Launch kernel ``fn`` of ``kernels/<name>.cu`` on torch's current stream of the tensor's
-    device. Modules, functions and argument slots are made once, and the launch goes to the
-    CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which a
-    model calling kernels per layer pays on every call. CuPy launches where the driver call
-    cannot (another device than the current one).
+    """Launch kernel ``fn`` of ``kernels/<name>.cu`` on the current stream of the tensor's device.
+
+    The stream is torch's. Modules, functions and argument slots are made once, and the launch goes
+    to the CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which
+    a model calling kernels per layer pays on every call. CuPy launches where the driver call cannot
+    (another device than the current one).
     """
     dev = tensor.device.index or 0
     if dev == torch.cuda.current_device():
@@ -156,8 +157,10 @@ _STREAMS: dict[tuple[int, int], object] = {}
 
 
 def _stream(dev: int):
-    """CuPy's handle on torch's current stream of ``dev`` (made once per stream: it is cheap
-    to keep and costs microseconds of host time to make, on every call otherwise).
+    """CuPy's handle on torch's current stream of ``dev``.
+
+    Made once per stream: it is cheap to keep and costs microseconds of host time to make, on every
+    call otherwise.
     """
     raw = torch.cuda.current_stream(dev).cuda_stream
     ext = _STREAMS.get((dev, raw))
@@ -577,10 +580,11 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
 
 
 class SiluMulCall:
-    """:func:`silu_mul` for one row-major ``[tokens, 2 * hidden]`` shape and dtype, set up
-    once: each call makes the output and launches with three new pointers, the least host
-    time a model's decode step can pay for it (the general function checks layouts and builds
-    its arguments on every call).
+    """:func:`silu_mul` for one row-major ``[tokens, 2 * hidden]`` shape and dtype, set up once.
+
+    Each call makes the output and launches with three new pointers, the least host time a model's
+    decode step can pay for it (the general function checks layouts and builds its arguments on
+    every call).
 
     Parameters
     ----------

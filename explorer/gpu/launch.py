@@ -43,8 +43,9 @@ class LaunchRefused(RuntimeError):
 
 
 def argument_slots(kinds: Sequence[str]) -> list[ctypes._SimpleCData]:
-    """One ``ctypes`` value per kernel argument: ``"u64"`` (pointers), ``"u32"``, ``"i32"``,
-    ``"i64"`` or ``"f32"``.
+    """One ``ctypes`` value per kernel argument.
+
+    The kinds are ``"u64"`` (pointers), ``"u32"``, ``"i32"``, ``"i64"`` and ``"f32"``.
 
     Raises
     ------

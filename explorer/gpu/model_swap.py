@@ -340,8 +340,10 @@ def _prune_24(targets) -> None:
 
 
 def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> SparsifyReport:
-    """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``, its routes measured
-    at the decode sizes among ``counts`` (larger counts run torch's int4 kernel).
+    """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``.
+
+    Its routes are measured at the decode sizes among ``counts`` (larger counts run torch's int4
+    kernel).
     """
     from explorer.gpu.dispatch import DECODE
     from explorer.gpu.int4_linear import Int4Linear
@@ -425,8 +427,9 @@ def set_mode(model: nn.Module, mode: str) -> None:
 
 
 def _check_whole_model(model, units, counts, examples, report) -> None:
-    """Time the whole model eagerly against its dense self at each token count it has inputs
-    for, and run dense in eager mode where the sparse routes do not pay (see
+    """Time the whole model eagerly against its dense self at each token count it has inputs for.
+
+    Where the sparse routes do not pay, the model runs dense in eager mode (see
     :mod:`explorer.gpu.eager_check`).
     """
     from explorer.gpu.eager_check import check_eager, synthetic_inputs
@@ -483,8 +486,9 @@ def _examples(example_inputs) -> list:
 
 
 def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], float | None]]:
-    """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model as it
-    is now.
+    """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model.
+
+    The model is timed as it is now.
     """
     from explorer.gpu.model_timing import gpu_busy, input_tokens
 
@@ -567,8 +571,9 @@ def _targets(model, filter_fn, report) -> tuple[list, dict[int, list[str]]]:
 
 
 def _measure(model, units, counts, report, mode) -> list:
-    """Time every swapped unit at each token count; undo units that never win; free dense
-    weights nobody chose. Returns the units kept sparse.
+    """Time every swapped unit at each token count; undo units that never win.
+
+    Dense weights nobody chose are freed. Returns the units kept sparse.
 
     A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
     (both clocks for ``"auto"``, which decides per call).

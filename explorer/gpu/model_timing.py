@@ -32,8 +32,9 @@ HOST_BOUND_BELOW = 0.8
 
 
 def call_model(model: torch.nn.Module, inputs) -> object:
-    """``model(**inputs)`` for a mapping, ``model(*inputs)`` for a tuple, else ``model(inputs)``,
-    without autograd.
+    """Call ``model`` on ``inputs`` without autograd.
+
+    ``model(**inputs)`` for a mapping, ``model(*inputs)`` for a tuple, else ``model(inputs)``.
 
     Examples
     --------
@@ -105,8 +106,9 @@ def time_forward(model: torch.nn.Module, inputs, mode: str, iters: int = 5, reps
 
 
 def gpu_busy(model: torch.nn.Module, inputs, calls: int = 3) -> float | None:
-    """Share of the wall time of ``calls`` back-to-back eager forwards that the GPU is busy
-    (kernel time summed by the profiler over CUDA-event wall time); None if unavailable.
+    """Share of the wall time of ``calls`` back-to-back eager forwards that the GPU is busy.
+
+    Kernel time summed by the profiler over CUDA-event wall time; None if unavailable.
     """
     from torch.profiler import ProfilerActivity, profile
 

@@ -107,9 +107,10 @@ _OVERHEAD_US: dict[int, float] = {}
 
 
 def call_overhead_us(measure: bool = False) -> float:
-    """Host microseconds the op adds to a call of its module on this machine (0 until
-    measured; ``measure=True`` measures it once per process on the current CUDA device,
-    outside any CUDA-graph capture).
+    """Host microseconds the op adds to a call of its module on this machine.
+
+    0 until measured; ``measure=True`` measures it once per process on the current CUDA device,
+    outside any CUDA-graph capture.
 
     A compiled model pays this on every sparse call and not on a traced dense matmul, so
     routes for ``torch.compile``'s default mode are chosen with it counted.

@@ -100,9 +100,11 @@ class RouteBook:
         return found
 
     def carry_without_dense(self, matches: Callable[[tuple], bool]) -> None:
-        """Copy, for every problem ``matches`` accepts whose dense weight was kept, the
-        decisions where both clocks chose a sparse-weight route to the same problem without
-        the dense weight (its dense times left out), where none is measured there yet.
+        """Copy sparse decisions of problems without the dense weight to those that kept it.
+
+        For every problem ``matches`` accepts whose dense weight was kept, and where none is
+        measured yet: copy the decisions where both clocks chose a sparse-weight route to the same
+        problem without the dense weight (its dense times left out).
         """
         for problem, decided in list(self._problems.items()):
             if not (isinstance(problem, tuple) and problem[-1] and matches(problem)):

@@ -1,5 +1,6 @@
-"""The sparse product as one call: a cuSPARSELt plan run on a 2-D input, padding and layout
-handled, everything that does not change between calls bound once.
+"""The sparse product as one call: a cuSPARSELt plan run on a 2-D input.
+
+Padding and layout are handled, and everything that does not change between calls is bound once.
 
 A :class:`~explorer.gpu.SparseLinear` keeps the call its route makes for each input it has
 seen and runs it directly the next time (its fast path), so what a call does here is what a
@@ -24,8 +25,9 @@ ACTIVATIONS = ("none", "relu", "gelu")
 
 
 def apply_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
-    """``y`` after ``activation`` (ReLU in place; GELU with the tanh approximation, as
-    cuSPARSELt's fused epilogue computes it).
+    """``y`` after ``activation``.
+
+    ReLU in place; GELU with the tanh approximation, as cuSPARSELt's fused epilogue computes it.
 
     Examples
     --------
@@ -40,8 +42,9 @@ def apply_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
 
 
 def rows_from_transposed(y: torch.Tensor, tokens: int) -> torch.Tensor:
-    """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse product returned
-    (the explorer's tiled transpose kernel; padded tokens dropped in the same pass).
+    """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse product returned.
+
+    The explorer's tiled transpose kernel; padded tokens are dropped in the same pass.
     """
     from explorer.gpu.kernels import transpose_rows
 

@@ -57,8 +57,9 @@ _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 
 
 def stack_linears(*parts: nn.Linear) -> nn.Linear:
-    """One ``nn.Linear`` whose outputs are those of ``parts`` in order (weights and biases
-    stacked), for layers that read the same input and run as one product.
+    """One ``nn.Linear`` whose outputs are those of ``parts`` in order (weights and biases stacked).
+
+    For layers that read the same input and run as one product.
 
     Examples
     --------
@@ -210,8 +211,9 @@ class SparseLinear(nn.Module):
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
-        """Forget everything bound to this process, device and memory: plans (ctypes handles),
-        chosen routes, fast paths (closures over pointers) and the op id.
+        """Forget everything bound to this process, device and memory.
+
+        Plans (ctypes handles), chosen routes, fast paths (closures over pointers) and the op id.
         """
         self._plans: dict = {}
         self._routes: dict = {}  # (padded tokens, input layout, fused act, clock) -> Route
@@ -224,8 +226,10 @@ class SparseLinear(nn.Module):
         self._op_id = ops.register(self)
 
     def __getstate__(self) -> dict:
-        """What a copy or a pickle keeps: the weights and settings, not the plans, fast paths
-        or op id, which belong to this process (a copy builds its own at its first call).
+        """What a copy or a pickle keeps: the weights and settings.
+
+        Not the plans, fast paths or op id, which belong to this process (a copy builds its own at
+        its first call).
         """
         state = self.__dict__.copy()
         for name in ("_plans", "_routes", "_fast", "_fast_graph", "_decode_calls", "_cache"):
@@ -238,9 +242,10 @@ class SparseLinear(nn.Module):
         self._reset_runtime()
 
     def _apply(self, fn, recurse: bool = True):
-        """``module.to(device)``, ``.cuda()``: move the buffers, then rebuild plans and fast
-        paths for the new place. A dtype change is refused before anything moves: the
-        compressed weight holds values of one dtype (convert the dense model, then sparsify).
+        """``module.to(device)``, ``.cuda()``: move the buffers, then rebuild plans and fast paths.
+
+        A dtype change is refused before anything moves: the compressed weight holds values of one
+        dtype (convert the dense model, then sparsify).
         """
         probe = torch.empty(0, dtype=self.out_dtype, device=self.compressed.device)
         new = fn(probe)
@@ -276,8 +281,9 @@ class SparseLinear(nn.Module):
         self._update_traced_dense()
 
     def set_activation(self, activation: str) -> None:
-        """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product, fused
-        into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``).
+        """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product.
+
+        It is fused into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``).
         """
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} unknown; expected one of {ACTIVATIONS}")
@@ -476,8 +482,9 @@ class SparseLinear(nn.Module):
         return route
 
     def keep_dense_at(self, tokens: int, keep: bool = True) -> None:
-        """Run dense in eager mode at ``tokens`` tokens (``keep=False``: take the measured
-        routes again), whatever the layer's own timing chose there.
+        """Run dense in eager mode at ``tokens`` tokens, whatever the layer's timing chose there.
+
+        ``keep=False`` takes the measured routes again.
 
         Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.eager_check`), which found
         the sparse routes no faster for the whole model at that count. A verdict at a decode
@@ -499,8 +506,9 @@ class SparseLinear(nn.Module):
     def _choose(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
     ) -> Route:
-        """Measure the routes open to this problem once (per process) by both clocks, and
-        keep the one that is fastest by ``clock``.
+        """Measure the routes open to this problem once (per process) by both clocks.
+
+        The one fastest by ``clock`` is kept.
 
         Decisions are kept per :func:`~explorer.gpu.cusparselt.decision_tokens`: small token
         counts each on their own (their padding is part of the cost), larger ones per plan.
@@ -554,9 +562,10 @@ class SparseLinear(nn.Module):
         return found.route(clock)
 
     def _remember_decision(self, key: int, found: Decision) -> None:
-        """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense
-        (``"compile"``: wall time with the compiled op's own host cost added to every route
-        but dense, which a compiled model runs as a traced matmul).
+        """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense.
+
+        ``"compile"`` is wall time with the compiled op's own host cost added to every route but
+        dense, which a compiled model runs as a traced matmul.
         """
         self._seen[key] = found
         self._dense_at[key] = {
@@ -567,10 +576,11 @@ class SparseLinear(nn.Module):
         self._update_traced_dense()
 
     def _update_traced_dense(self) -> None:
-        """The token counts a compiled model runs as a traced dense matmul in this mode: by
-        GPU time for ``"graphs"``; by :meth:`Decision.compiled_dense` (GPU time with the op's
-        host cost) for every other mode. ``"auto"`` traces as for ``torch.compile``'s default
-        mode, the common one, where the op's host time is paid: never slower there, while
+        """The token counts a compiled model runs as a traced dense matmul in this mode.
+
+        By GPU time for ``"graphs"``; by :meth:`Decision.compiled_dense` (GPU time with the op's
+        host cost) for every other mode. ``"auto"`` traces as for ``torch.compile``'s default mode,
+        the common one, where the op's host time is paid: never slower there, while
         ``mode="graphs"`` opens every GPU-clock gain to ``mode="reduce-overhead"``.
         """
         wanted = ("gpu",) if self.mode == "graphs" else ("compile",)
@@ -582,8 +592,9 @@ class SparseLinear(nn.Module):
     def _decide_whole_forwards(
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
     ) -> Decision:
-        """Time the one ``fixed`` route against the decode kernel as whole forwards (8-bit
-        types and fixed layouts, whose cuSPARSELt route is not chosen among others).
+        """Time the one ``fixed`` route against the decode kernel as whole forwards.
+
+        For 8-bit types and fixed layouts, whose cuSPARSELt route is not chosen among others.
         """
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
@@ -610,8 +621,9 @@ class SparseLinear(nn.Module):
     def _route_calls(
         self, n: int, t: int, dev: int, fused_act: bool, first: str
     ) -> dict[Route, Callable[[], torch.Tensor]]:
-        """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded), each call
-        running on a fixed random input as the fast path will, padding included; searched
+        """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded).
+
+        Each call runs on a fixed random input as the fast path will, padding included; searched
         algorithms that compute something else than the dense product are left out.
         """
         alpha = self._alpha_vector
@@ -657,8 +669,9 @@ class SparseLinear(nn.Module):
         return calls
 
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
-        """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``, keyed by
-        :func:`~explorer.gpu.cusparselt.decision_tokens` (small counts as they are, larger
+        """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``.
+
+        Keyed by :func:`~explorer.gpu.cusparselt.decision_tokens` (small counts as they are, larger
         ones padded to their plan's count).
 
         Parameters
@@ -673,8 +686,9 @@ class SparseLinear(nn.Module):
         return {n: (d.route(clock), d.times(clock)) for n, d in self._seen.items()}
 
     def measured(self) -> dict[int, Decision]:
-        """``{tokens: Decision}``: both clocks' times of every route measured so far (keyed
-        as :meth:`decisions`).
+        """``{tokens: Decision}``: both clocks' times of every route measured so far.
+
+        Keyed as :meth:`decisions`.
         """
         return dict(self._seen)
 
@@ -719,10 +733,11 @@ class SparseLinear(nn.Module):
         return self.run(x)
 
     def traces_dense(self, tokens) -> bool:
-        """True if a compiled model should run this layer as a plain traced matmul on the
-        dense weight at ``tokens`` rows: dense is kept and was measured fastest at this token
-        count by the clock of the layer's mode (both clocks for ``"auto"``, which decides at
-        each call), counting the compiled op's host cost against sparse routes. Token counts
+        """Whether a compiled model should run this layer as a traced matmul at ``tokens`` rows.
+
+        A plain matmul on the dense weight: true where dense is kept and was measured fastest at
+        this token count by the clock of the layer's mode (both clocks for ``"auto"``, which decides
+        at each call), counting the compiled op's host cost against sparse routes. Token counts
         never measured, or not known while tracing (symbolic sizes), go to the op.
         """
         if not self._traced_dense or self._force is not None:
@@ -740,9 +755,10 @@ class SparseLinear(nn.Module):
         return y if y.dtype == self._result_dtype(x) else y.to(self._result_dtype(x))
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        """The eager forward: an input seen before (same shape, strides, device and dtype)
-        goes straight to the call its route makes, so one call costs about the host time of
-        ``F.linear``; any other input takes the full path, which chooses and remembers.
+        """The eager forward: an input seen before goes straight to the call its route makes.
+
+        Seen before means the same shape, strides, device and dtype; one call then costs about the
+        host time of ``F.linear``. Any other input takes the full path, which chooses and remembers.
         """
         fast = self._fast_table(self._clock_now()).get(
             (x.shape, x.stride(), x.get_device(), x.dtype)
@@ -772,8 +788,9 @@ class SparseLinear(nn.Module):
         return self._fast_graph if clock == "gpu" else self._fast
 
     def _warn_if_mode_differs(self, running: str) -> None:
-        """Warn once per process when the model runs in a mode its routes were not chosen for
-        (``running``: ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture).
+        """Warn once per process when the model runs in a mode its routes were not chosen for.
+
+        ``running`` is ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture.
         """
         if torch.cuda.is_current_stream_capturing():
             running = "graphs"
@@ -979,8 +996,9 @@ class SparseLinear(nn.Module):
         return sparse_call(plan, ptr, self.out_features, self.out_dtype, n, t, transpose)
 
     def _remember(self, x: torch.Tensor, fn2d, clock: str, any_dims: bool = False) -> None:
-        """Keep ``fn2d`` (2-D input to 2-D output, or any leading dims with ``any_dims``) as the
-        whole forward for inputs like ``x`` under ``clock``.
+        """Keep ``fn2d`` as the whole forward for inputs like ``x`` under ``clock``.
+
+        ``fn2d`` maps a 2-D input to a 2-D output, or takes any leading dims with ``any_dims``.
         """
         table = self._fast_table(clock)
         if len(table) >= 64:

@@ -1,5 +1,7 @@
-"""A 2:4 ``nn.Linear`` weight made ready for the sparse product: quantized where the dtype asks,
-compressed for cuSPARSELt (or torch's own path), and the optional copies a layer keeps beside it.
+"""A 2:4 ``nn.Linear`` weight made ready for the sparse product.
+
+Quantized where the dtype asks, compressed for cuSPARSELt (or torch's own path), with the optional
+copies a layer keeps beside it.
 
 :func:`prepare_weight` does everything :meth:`~explorer.gpu.SparseLinear.from_linear` needs
 before a module exists, and checks the weight first: a failure leaves the ``nn.Linear`` as it

@@ -193,8 +193,9 @@ class SparsifyReport:
         return html
 
     def timing_table(self) -> str:
-        """The per-layer times as a Markdown table, one row per distinct measurement (layers
-        of the same problem share one; the first is named with how many there are).
+        """The per-layer times as a Markdown table, one row per distinct measurement.
+
+        Layers of the same problem share one; the first is named with how many there are.
         """
         lines = [
             "| layer | shape | tokens | time | dense ms | sparse ms | speedup | runs |",

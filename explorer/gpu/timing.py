@@ -99,11 +99,12 @@ def interleaved_runs(
     warmup: int = 3,
     setup: dict[str, Callable[[], object]] | None = None,
 ) -> dict[str, list[float]]:
-    """Per-call times of several callables measured side by side: in each of ``rounds``
-    rounds every callable runs ``iters`` back-to-back calls between CUDA events, in turn.
-    A host whose speed drifts (other work on the machine, frequency changes) then weighs on
-    every callable alike, which timing one after the other cannot promise; the ratio of two
-    callables' times in the same round is the paired comparison (see :func:`paired_ratio`).
+    """Per-call times of several callables measured side by side.
+
+    In each of ``rounds`` rounds every callable runs ``iters`` back-to-back calls between CUDA
+    events, in turn. A host whose speed drifts (other work on the machine, frequency changes) then
+    weighs on every callable alike, which timing one after the other cannot promise; the ratio of
+    two callables' times in the same round is the paired comparison (see :func:`paired_ratio`).
     ``setup[name]()``, where given, runs before that callable's warm-up and before each of its
     rounds, outside the timed calls (e.g. swapping modules into the model it calls).
 

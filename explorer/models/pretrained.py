@@ -55,8 +55,10 @@ def _offline():
 
 
 def _bar(progress: bool, iterable: Any = None, **kwargs: Any) -> Any:
-    """A ``tqdm`` bar, hidden unless ``progress``; a sweep's ``--no-progress`` hides it too (it
-    swaps this module's ``tqdm`` for a disabled one, so ``disable`` is only ever passed here).
+    """A ``tqdm`` bar, hidden unless ``progress``.
+
+    A sweep's ``--no-progress`` hides it too (it swaps this module's ``tqdm`` for a disabled one, so
+    ``disable`` is only ever passed here).
     """
     return tqdm(iterable, **kwargs) if progress else tqdm(iterable, disable=True, **kwargs)
 

@@ -189,9 +189,10 @@ def _enter_group(
     pattern: Pattern,
     quant: Quantization,
 ) -> torch.Tensor:
-    """Column ``c``'s scales ``[rows]``; at the first column of a group (3b), first set them from
-    the group's current weights (the columns of this block are up to date; a group starting
-    here never reaches past a stale block).
+    """Column ``c``'s scales ``[rows]``.
+
+    At the first column of a group (3b), first set them from the group's current weights (the
+    columns of this block are up to date; a group starting here never reaches past a stale block).
     """
     g, size = divmod(c, quant.group_size)
     if size == 0:

@@ -288,8 +288,10 @@ class SweepConfig:
 
 
 def model_speed_cell(cell: Cell, mode: str, tokens: tuple[int, ...]) -> Cell:
-    """The cell that times ``cell``'s model whole: its configuration, ``"model-speed"``, the
-    mode and token counts, and ``of_cell``, the key of the cell whose accuracy row it belongs to.
+    """The cell that times ``cell``'s model whole.
+
+    Its configuration is ``cell``'s with the kind ``"model-speed"``, the mode and token counts, and
+    ``of_cell``, the key of the cell whose accuracy row it belongs to.
 
     Examples
     --------

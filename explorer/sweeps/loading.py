@@ -28,8 +28,9 @@ def _bar_modules() -> list:
 
 @contextlib.contextmanager
 def quiet_progress(quiet: bool = True):
-    """Hide the bars of training a bundled model on its first load (or of loading and evaluating
-    a checkpoint folder) while this runs.
+    """Hide the bars of training a bundled model on its first load while this runs.
+
+    The bars of loading and evaluating a checkpoint folder are hidden too.
 
     A sweep run with ``progress=False`` (``--no-progress``) shows no bar at all, the model's
     one-off training included.

@@ -376,8 +376,9 @@ def run_grid(
                 return _cells.failed_rows(cell.config, _routing.dead_worker_error(exc))
 
         def serve(cells: list[Cell]) -> tuple[list[Cell], bool]:
-            """Claim and run each cell here; return the cells other writers hold, and
-            whether the sweep was cancelled on the way.
+            """Claim and run each cell here.
+
+            Return the cells other writers hold, and whether the sweep was cancelled on the way.
             """
             waiting: list[Cell] = []
             for cell in cells:

@@ -74,8 +74,9 @@ _BENCH_DTYPES = ("float16", "bfloat16", "int8")
 
 
 def _search_together(problems: list[tuple[int, int, int]], dtype: str) -> None:
-    """Search the algorithm of every shape the benchmark will time, in one child process
-    (each problem within the search budget), so that the benchmark finds them all in this
+    """Search the algorithm of every shape the benchmark will time, in one child process.
+
+    Each problem is searched within the search budget, so that the benchmark finds them all in this
     GPU's table instead of starting a child per shape and layout.
     """
     from explorer.gpu.cusparselt import padded_tokens

@@ -135,8 +135,10 @@ def prune_metrics(result: Any) -> dict:
 
 
 def retrain(bundle: Any, model: nn.Module, masks: Any, config: dict, cancel: Any = None) -> dict:
-    """Masked fine-tuning (``config["finetune"]``) or distillation from the dense model
-    (``config["recovery"]``) of a pruned model; the metric after it, its seconds and steps.
+    """Masked fine-tuning or distillation from the dense model, of a pruned model.
+
+    Fine-tuning if ``config["finetune"]``, distillation if ``config["recovery"]``; returns the
+    metric after it, its seconds and steps.
 
     Fine-tuning runs one fixed list of training batches (drawn with the cell's seed), so every
     method is fine-tuned on the same data in the same order; distillation reads
@@ -252,8 +254,10 @@ def fp8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: di
 
 
 class OnDevice(nn.Module):
-    """Run ``model`` on a GPU for a CPU caller: tensor arguments go to ``device`` (floating
-    ones in ``dtype``), outputs come back to the CPU in float32.
+    """Run ``model`` on a GPU for a CPU caller.
+
+    Tensor arguments go to ``device`` (floating ones in ``dtype``), outputs come back to the CPU in
+    float32.
 
     Examples
     --------

@@ -44,8 +44,9 @@ class MeasureCancelled(Exception):
 
 
 def example_input(bundle):
-    """One input for ``bundle.model``: a calibration batch, else one row of zeros for its first
-    ``nn.Linear`` (a plain module has no data).
+    """One input for ``bundle.model``: a calibration batch, else one row of zeros.
+
+    The row of zeros is sized for its first ``nn.Linear`` (a plain module has no data).
 
     Raises
     ------

@@ -51,8 +51,9 @@ def settings_for(model) -> dict:
 
 
 def _load_bundle(model, options: dict | None = None):
-    """The bundle of ``model``, cast to its 16-bit dtype where :data:`MODEL_SETTINGS` says so
-    (``options``: more loader options, e.g. the text of a checkpoint folder).
+    """The bundle of ``model``, cast to its 16-bit dtype where :data:`MODEL_SETTINGS` says so.
+
+    ``options`` are more loader options, e.g. the text of a checkpoint folder.
     """
     with hidden_displays():
         bundle = _bundle(model, options or {})

@@ -136,9 +136,10 @@ class Points:
         self.timed[self._key(config)] = speed
 
     def update_run(self, run):
-        """Give the point of ``run`` (a :class:`~explorer.widgets.dashboard_state.Run`) its
-        speed again (:meth:`run_speed`), keeping its score and how the run went; returns the
-        speed. A run without a point only gets the speed back.
+        """Give the point of ``run`` its speed again (:meth:`run_speed`); return the speed.
+
+        ``run`` is a :class:`~explorer.widgets.dashboard_state.Run`; its score and how it went are
+        kept. A run without a point only gets the speed back.
         """
         speed = self.run_speed(run.config, run.masks)
         old = next((p for p in self.tradeoff.points if p.label == run.config.label), None)
@@ -183,8 +184,9 @@ class Points:
         )
 
     def own_speed(self, config: MethodConfig) -> MeasuredSpeed | None:
-        """The configuration's own model timed whole: here (:meth:`remember`), else from the
-        store's ``model-speed`` rows.
+        """The configuration's own model timed whole.
+
+        Measured here (:meth:`remember`), else read from the store's ``model-speed`` rows.
 
         A measurement this dashboard took at the run's token count comes first. Else rows of
         the current model (its name, or for a checkpoint folder also the folder's path, as a

@@ -90,9 +90,10 @@ class DashboardState:
     def start_job(
         self, target, args: tuple, name: str, wait: bool = False, announce=None
     ) -> threading.Thread:
-        """Mark the dashboard busy, clear Cancel, call ``announce()`` (the parts redraw for a
-        busy page) and run ``target(*args)`` in a daemon thread named ``name``, joined before
-        returning with ``wait``.
+        """Run ``target(*args)`` in a daemon thread named ``name``, with the dashboard marked busy.
+
+        First mark the dashboard busy, clear Cancel and call ``announce()`` (the parts redraw for a
+        busy page); the thread is joined before returning with ``wait``.
 
         Examples
         --------

@@ -276,8 +276,9 @@ def format_decode(rows: list[dict]) -> str:
 
 
 def format_models(rows: list[dict]) -> str:
-    """The whole-model table: dense and sparse, eager, ``torch.compile`` default mode and
-    CUDA graphs (``reduce-overhead``), with the ceiling.
+    """The whole-model table: dense and sparse in each execution mode, with the ceiling.
+
+    The modes are eager, ``torch.compile``'s default mode and CUDA graphs (``reduce-overhead``).
 
     Examples
     --------
@@ -487,8 +488,10 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
 
 
 def format_generate(rows: list[dict]) -> str:
-    """The ``generate()`` table: tokens/s dense, and the speedups of ``sparsify()`` and
-    ``decode=True`` with their token agreement; time to first token rows last.
+    """The ``generate()`` table: tokens/s dense and the speedups of the sparse variants.
+
+    The speedups of ``sparsify()`` and ``decode=True``, with their token agreement; time to first
+    token rows last.
 
     Examples
     --------
