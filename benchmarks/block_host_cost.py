@@ -15,7 +15,7 @@ import copy
 
 import torch
 
-from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
+from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
 from explorer.gpu.timing import host_us, interleaved_ms
 
@@ -41,7 +41,7 @@ def main() -> None:
     sparse = copy.deepcopy(dense)
     counts = tuple(int(t) for t in args.sparsify_tokens.split(","))
     with torch.no_grad():
-        print(sparsify(sparse, filter_fn=_sparse_candidate, tokens=counts))
+        print(sparsify(sparse, filter_fn=sparse_candidate, tokens=counts))
     d = MODEL_SPECS[args.model].config["hidden_size"]
     print("| part | tokens | dense host us | sparse host us | dense wall ms | sparse wall ms |")
     print("|---|---|---|---|---|---|")

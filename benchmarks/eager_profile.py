@@ -12,7 +12,7 @@ import pstats
 
 import torch
 
-from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
+from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
 
 
@@ -31,7 +31,7 @@ def main() -> None:
         tuple(int(t) for t in args.tokens.split(",")) if args.tokens else (args.batch * args.seq,)
     )
     with torch.no_grad():
-        rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=tokens, tune=args.tune)
+        rep = sparsify(sparse, filter_fn=sparse_candidate, tokens=tokens, tune=args.tune)
     print(rep)
     print("\n".join(rep.notes))
     vocab = MODEL_SPECS[args.model].config["vocab_size"]

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
+from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
 
 
@@ -26,7 +26,7 @@ def main() -> None:
     dense = build_model(args.model, torch.bfloat16)
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
-        print(sparsify(sparse, filter_fn=_sparse_candidate, tokens=(32, 1), decode=args.decode))
+        print(sparsify(sparse, filter_fn=sparse_candidate, tokens=(32, 1), decode=args.decode))
     vocab = MODEL_SPECS[args.model].config["vocab_size"]
     ids = torch.randint(1, vocab, (1, 32), device="cuda")
     kw = dict(

@@ -14,7 +14,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from explorer.bench.models import _sparse_candidate, build_model
+from explorer.bench.models import build_model, sparse_candidate
 from explorer.gpu import sparsify
 
 
@@ -54,7 +54,7 @@ def main():
     dtype = getattr(torch, a.dtype)
     dense = build_model(a.model, dtype)
     sparse = copy.deepcopy(dense)
-    rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=(a.batch * a.seq,))
+    rep = sparsify(sparse, filter_fn=sparse_candidate, tokens=(a.batch * a.seq,))
     print(repr(rep))
     ids = torch.randint(0, 1000, (a.batch, a.seq), device="cuda")
     profile_one("dense", dense, ids)

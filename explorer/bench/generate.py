@@ -90,7 +90,7 @@ def bench_generate(
         One row per (batch, cache): ``dense_tok_s``, ``explorer_tok_s``, ``decode_tok_s``, their
         speedups and token agreement; plus one time-to-first-token row.
     """
-    from explorer.bench.models import MODEL_SPECS, _sparse_candidate, build_model
+    from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
     from explorer.gpu import set_mode, sparsify
 
     say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
@@ -101,7 +101,7 @@ def bench_generate(
     for key, decode in (("explorer", False), ("decode", True)):
         model = copy.deepcopy(dense)
         with torch.no_grad():
-            rep = sparsify(model, filter_fn=_sparse_candidate, tokens=counts, decode=decode)
+            rep = sparsify(model, filter_fn=sparse_candidate, tokens=counts, decode=decode)
         say(f"{name} {dtype_name(dtype)} {key}: {rep!r}")
         variants[key] = model
     rows = []

@@ -25,7 +25,14 @@ from explorer.dtypes import dtype_name
 from explorer.gpu.cusparselt import decision_tokens
 from explorer.gpu.timing import interleaved_runs, paired_ratio
 
-__all__ = ["MODEL_SPECS", "ModelSpec", "bench_whole_model", "build_model", "ceiling"]
+__all__ = [
+    "MODEL_SPECS",
+    "ModelSpec",
+    "bench_whole_model",
+    "build_model",
+    "ceiling",
+    "sparse_candidate",
+]
 
 
 @dataclass(frozen=True)
@@ -137,13 +144,23 @@ def build_model(name: str, dtype: torch.dtype) -> nn.Module:
     model = model.to(dtype).eval()
     with torch.no_grad():
         for fqn, mod in model.named_modules():
-            if isinstance(mod, nn.Linear) and _sparse_candidate(mod, fqn):
+            if isinstance(mod, nn.Linear) and sparse_candidate(mod, fqn):
                 mod.weight.copy_(mask24(mod.weight))
     return model
 
 
-def _sparse_candidate(mod: nn.Module, fqn: str) -> bool:
-    return not fqn.endswith("lm_head")  # the head is tied to the embedding, and not pruned
+def sparse_candidate(mod: nn.Module, fqn: str) -> bool:
+    """The ``filter_fn`` of the benchmark's models: every layer but the language-model head.
+
+    The head is tied to the embedding, and not pruned.
+
+    Examples
+    --------
+    >>> layer = nn.Linear(4, 4)
+    >>> sparse_candidate(layer, "layers.0.mlp.up"), sparse_candidate(layer, "lm_head")
+    (True, False)
+    """
+    return not fqn.endswith("lm_head")
 
 
 def ceiling(dense_ms: float, layer_dense_ms: float, layer_sparse_ms: float) -> float | None:
@@ -216,7 +233,7 @@ def bench_whole_model(
     sparse = copy.deepcopy(dense)
     began = time.perf_counter()
     with torch.no_grad():
-        rep = sparsify(sparse, filter_fn=_sparse_candidate, tokens=counts)
+        rep = sparsify(sparse, filter_fn=sparse_candidate, tokens=counts)
     sparsify_s = time.perf_counter() - began
     say = (lambda msg: print(f"[models] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     say(f"{name} {dtype}: {rep!r}")
@@ -230,7 +247,7 @@ def bench_whole_model(
         with_decode = copy.deepcopy(dense)
         with torch.no_grad():
             rep_decode = sparsify(
-                with_decode, filter_fn=_sparse_candidate, tokens=counts, decode=True
+                with_decode, filter_fn=sparse_candidate, tokens=counts, decode=True
             )
         say(f"{name} {dtype} with the decode kernel: {rep_decode!r}")
     torch_model = None
@@ -238,7 +255,7 @@ def bench_whole_model(
         torch_model = copy.deepcopy(dense)
         sparsify(
             torch_model,
-            filter_fn=_sparse_candidate,
+            filter_fn=sparse_candidate,
             backend="torch",
             fuse_mlp=False,
             fuse_qkv=False,
@@ -360,7 +377,7 @@ def _model_speed_columns(
                 tokens=(row["n"],),
                 mode=mode,
                 dtype=dtype,
-                filter_fn=_sparse_candidate,
+                filter_fn=sparse_candidate,
                 sparsify_for=served,
             )
         except (RuntimeError, ValueError) as exc:  # a failure is a result to report

@@ -40,6 +40,7 @@ __all__ = [
     "kernel_dir",
     "launch",
     "nm_histogram",
+    "nm_histogram_into",
     "nm_histogram_reference",
     "nm_mask",
     "nm_mask_reference",
@@ -364,16 +365,37 @@ def nm_histogram(tensor: torch.Tensor, n: int = 2, m: int = 4) -> NMHistogram:
     t = tensor.detach().contiguous()
     hist = torch.empty(8, dtype=torch.int64, device=t.device)
     first = torch.empty(1, dtype=torch.int64, device=t.device)
-    _nm_histogram_into(t, n, m, hist, first)
+    nm_histogram_into(t, n, m, hist, first)
     counts = tuple(int(v) for v in hist.tolist())
     f = int(first.item())
     return NMHistogram(n, m, counts, None if f == _NO_BAD else f)
 
 
-def _nm_histogram_into(
+def nm_histogram_into(
     t: torch.Tensor, n: int, m: int, hist: torch.Tensor, first: torch.Tensor
 ) -> None:
-    """Launch the check into preallocated ``hist`` (8 x int64) and ``first`` (1 x int64)."""
+    """Launch the N:M check of :func:`nm_histogram` into preallocated output tensors.
+
+    The launch alone, with no allocation and no copy back to the host, so that it can be timed.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        A contiguous CUDA tensor of a 1-, 2- or 4-byte real dtype.
+    n, m : int
+        At most ``n`` nonzeros in every ``m`` consecutive values of the last dimension.
+    hist : torch.Tensor
+        8 x int64 on the tensor's device: the counts of :attr:`NMHistogram.counts`.
+    first : torch.Tensor
+        1 x int64 on the tensor's device: the first group that breaks the pattern.
+
+    Raises
+    ------
+    TypeError
+        For a dtype the kernel does not read (bool, complex, 8-byte).
+    ValueError
+        For a bad ``n``/``m`` or a tensor that is not contiguous.
+    """
     if t.itemsize not in (1, 2, 4) or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(
             f"nm_histogram handles 1-, 2- and 4-byte real dtypes; got {t.dtype}. "

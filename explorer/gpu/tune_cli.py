@@ -49,12 +49,12 @@ def family_shapes(name: str) -> list[tuple[int, int, str]]:
 
 def _problems(families, tokens, dtypes):
     from explorer.gpu import cusparselt as C
-    from explorer.gpu.tuning import Problem, _torch_dtype
+    from explorer.gpu.tuning import Problem, tunable_dtype
 
     out = []  # most useful first: the first dtype, the largest token count
     for dt in dtypes:
         for t in sorted(tokens, reverse=True):
-            n = C.padded_tokens(t, _torch_dtype(dt))
+            n = C.padded_tokens(t, tunable_dtype(dt))
             for fam in families:
                 for m, k, role in family_shapes(fam):
                     # the down projection may read the SwiGLU output as a transposed view

@@ -37,6 +37,7 @@ __all__ = [
     "search_stats",
     "shipped_tables",
     "table_path",
+    "tunable_dtype",
     "tune_problems",
     "tune_weight",
 ]
@@ -417,8 +418,8 @@ def tune_problems(
             p.m,
             p.n,
             p.k,
-            _torch_dtype(p.dtype),
-            _torch_dtype(p.dtype),
+            tunable_dtype(p.dtype),
+            tunable_dtype(p.dtype),
             p.layout,
             p.epilogue,
         )
@@ -496,7 +497,24 @@ def _settle(job, results, table) -> int | None:
     return alg
 
 
-def _torch_dtype(name: str) -> torch.dtype:
+def tunable_dtype(name: str) -> torch.dtype:
+    """The torch dtype of ``name``, one cuSPARSELt can tune.
+
+    Parameters
+    ----------
+    name : str
+        A dtype name such as ``"bfloat16"`` or ``"int8"`` (see :func:`explorer.dtypes.parse_dtype`).
+
+    Returns
+    -------
+    torch.dtype
+        A key of :data:`explorer.gpu.cusparselt.CUSPARSELT_DTYPES`.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not a dtype cuSPARSELt runs, naming the ones it does.
+    """
     try:
         return parse_dtype(name, allowed=C.CUSPARSELT_DTYPES)
     except ValueError:
@@ -513,7 +531,7 @@ def _child(spec: str, job: int, alg: int, device: int) -> int:
     for i in range(job, len(problems)):
         p = problems[i]
         print(json.dumps({"job": i}), flush=True)
-        dtype = _torch_dtype(p.dtype)
+        dtype = tunable_dtype(p.dtype)
         gen = torch.Generator(device=f"cuda:{device}").manual_seed(i)
         w = torch.randn(p.m, p.k, device=f"cuda:{device}", generator=gen)
         g = w.reshape(-1, 4)

@@ -21,6 +21,7 @@ from ..errors import PruningCancelled, check_cancel, validate_cancel
 __all__ = [
     "InputStats",
     "PruningCancelled",
+    "StopForward",
     "as_batches",
     "call_model",
     "check_cancel",
@@ -104,7 +105,7 @@ def _expectation(model: nn.Module) -> str:
     return "inputs the model's forward accepts"
 
 
-class _StopForward(Exception):
+class StopForward(Exception):
     """Raised by a pre-hook to stop a forward pass once the wanted inputs are captured."""
 
 
@@ -140,7 +141,7 @@ def call_model(model: nn.Module, batch: Any, index: int, device: torch.device | 
         if isinstance(batch, tuple | list):
             return model(*batch)
         return model(batch)
-    except (_StopForward, PruningCancelled):
+    except (StopForward, PruningCancelled):
         raise
     except Exception as exc:
         raise ValueError(

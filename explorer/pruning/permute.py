@@ -47,6 +47,7 @@ __all__ = [
     "PermutationResult",
     "PermutedLayer",
     "find_producers",
+    "full_column_order",
     "permute_channels",
     "undo_permutation",
 ]
@@ -67,7 +68,25 @@ def _shared(model: nn.Module, names: Sequence[str]) -> str | None:
     return None
 
 
-def _full_order(group: ChannelGroup, orders: list[torch.Tensor], width: int) -> torch.Tensor:
+def full_column_order(
+    group: ChannelGroup, orders: list[torch.Tensor], width: int
+) -> torch.Tensor:
+    """The whole column order of a consumer ``width`` wide, from each segment's order.
+
+    Parameters
+    ----------
+    group : ChannelGroup
+        The consumer and its producers; its segments say where each order applies.
+    orders : list of torch.Tensor
+        One order per segment, each a permutation of ``range(length)``.
+    width : int
+        The consumer's ``in_features``; columns outside every segment keep their place.
+
+    Returns
+    -------
+    torch.Tensor
+        ``cols`` such that ``weight[:, cols]`` is the reordered weight.
+    """
     full = torch.arange(width)
     for (length, offsets, _), order in zip(group.segments, orders, strict=True):
         for off in offsets:
@@ -78,7 +97,7 @@ def _full_order(group: ChannelGroup, orders: list[torch.Tensor], width: int) -> 
 def _apply(model: nn.Module, group: ChannelGroup, orders: list[torch.Tensor]) -> None:
     """Reorder the consumer's columns and the producers' rows (and biases)."""
     consumer = model.get_submodule(group.consumer)
-    cols = _full_order(group, orders, consumer.in_features)
+    cols = full_column_order(group, orders, consumer.in_features)
     with torch.no_grad():
         consumer.weight.copy_(consumer.weight[:, cols.to(consumer.weight.device)])
         for pname in group.producers:

@@ -30,7 +30,7 @@ from torch import nn
 
 from .calibration import (
     InputStats,
-    _StopForward,
+    StopForward,
     call_model,
     check_cancel,
     progress_bar,
@@ -144,7 +144,7 @@ def _capture(
                     {k: _clean(v, k) for k, v in kwargs.items()},
                 )
             if index in stop_at:
-                raise _StopForward
+                raise StopForward
 
         return hook
 
@@ -160,7 +160,7 @@ def _capture(
                 stop_at = {1} if index == 0 else {0}
                 try:
                     call_model(model, batch, index, device)
-                except _StopForward:
+                except StopForward:
                     pass
                 if 0 not in seen or (index == 0 and 1 not in seen):
                     return None

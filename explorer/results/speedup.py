@@ -29,6 +29,7 @@ __all__ = [
     "SpeedEstimate",
     "combine_speedups",
     "estimate_speedup",
+    "model_speed_entry",
     "model_speedups",
     "recorded_model_speed",
     "recorded_speed",
@@ -386,7 +387,7 @@ def recorded_model_speed(
     want = dtype_name(dtype) if dtype else None
     found = []
     for row in store.query("bench-models", status="ok", model=model):
-        entry = _model_entry(row)
+        entry = model_speed_entry(row)
         if entry is None or (want and entry["dtype"] != want):
             continue
         if tokens is not None and entry["tokens"] != tokens:
@@ -396,8 +397,20 @@ def recorded_model_speed(
     return found
 
 
-def _model_entry(row) -> dict | None:
-    """One ``bench-models`` row as :func:`recorded_model_speed` returns it (None: no speed-up)."""
+def model_speed_entry(row) -> dict | None:
+    """One ``bench-models`` row as :func:`recorded_model_speed` returns it.
+
+    Parameters
+    ----------
+    row : Row
+        A ``bench-models`` row of the store.
+
+    Returns
+    -------
+    dict or None
+        ``model``, ``label``, ``gpu``, ``tokens``, ``dtype``, ``speedup``, ``source`` and
+        ``commit``; None for a row without a speed-up (failed, or no timings).
+    """
     c = row.config
     speedup = row_speedup(row) if row.status == "ok" else None
     if speedup is None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from explorer import _html
 from explorer.results.model_speed import MODEL_SPEED, MeasuredSpeed, measured_speed
-from explorer.results.speedup import ESTIMATE_FORMULA, _model_entry, model_speedups
+from explorer.results.speedup import ESTIMATE_FORMULA, model_speed_entry, model_speedups
 
 __all__ = [
     "SPEED_SOURCES",
@@ -390,7 +390,7 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
     reference = model_speedups(r for r in speed_rows if r.source != "local")
     whole: dict[tuple, list[dict]] = {}
     for row in rows.where(kind="bench-models", status="ok"):
-        entry = _model_entry(row)
+        entry = model_speed_entry(row)
         if entry is not None:
             whole.setdefault((entry["model"], entry["dtype"], entry["tokens"]), []).append(entry)
     timed = list(rows.where(kind=MODEL_SPEED, status="ok"))

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from explorer.widgets.dashboard_models import MODEL_SETTINGS, MODELS, _load_bundle, _torch_dtype
+from explorer.dtypes import parse_dtype
+from explorer.widgets.dashboard_models import MODEL_SETTINGS, MODELS, load_bundle
 from explorer.widgets.dashboard_status import summary
 from explorer.widgets.layer_picker import LayerPicker
 
@@ -90,7 +91,7 @@ class Loader:
             self._start_job(self._load_behind, model)
             return
         try:
-            bundle = _load_bundle(model, state.load_options)
+            bundle = load_bundle(model, state.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
             say("error", f"could not load {model!r}: {exc}")
             return
@@ -109,7 +110,7 @@ class Loader:
         self.layer_view.previews.clear()
         self._keep_dense()
         state.layer_picker = LayerPicker(
-            bundle.model, _torch_dtype(state.dtype), state.tokens, rows=rows
+            bundle.model, parse_dtype(state.dtype), state.tokens, rows=rows
         )
         state.layer_picker.on_select(self.layer_view.select)
         self.method_picker.layer_names = state.layer_picker.names
@@ -173,7 +174,7 @@ class Loader:
         """Load the real model behind a page drawn from the cache, then evaluate it."""
         state = self.state
         try:
-            bundle = _load_bundle(model, state.load_options)
+            bundle = load_bundle(model, state.load_options)
         except (ImportError, ValueError, TypeError, RuntimeError, OSError) as exc:
             self.events.say("error", f"could not load {model!r}: {exc}")
             return

@@ -11,14 +11,20 @@ Examples
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from explorer.dtypes import parse_dtype
 from explorer.models import MODELS as _BUNDLED
 from explorer.widgets._quiet import hidden_displays
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "MODEL_OPTIONS", "MODEL_SETTINGS", "settings_for"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "MODEL_OPTIONS",
+    "MODEL_SETTINGS",
+    "load_bundle",
+    "settings_for",
+]
 
 #: Models offered in the dashboard's dropdown: the bundled ones, the default first.
 MODELS = ("minilm", *(name for name in _BUNDLED if name != "minilm"))
@@ -42,7 +48,7 @@ def settings_for(model) -> dict:
 
     Examples
     --------
-    >>> settings_for(torch.nn.Linear(4, 4))
+    >>> settings_for(nn.Linear(4, 4))
     {'cast': None, 'dtype': 'float16', 'tokens': 1024}
     """
     if isinstance(model, str):
@@ -50,16 +56,26 @@ def settings_for(model) -> dict:
     return dict(_DEFAULT_SETTINGS)
 
 
-def _load_bundle(model, options: dict | None = None):
+def load_bundle(model, options: dict | None = None):
     """The bundle of ``model``, cast to its 16-bit dtype where :data:`MODEL_SETTINGS` says so.
 
-    ``options`` are more loader options, e.g. the text of a checkpoint folder.
+    Parameters
+    ----------
+    model : str, ModelBundle or torch.nn.Module
+        A model name of :data:`MODELS`, a checkpoint folder's path, a bundle or a module.
+    options : dict, optional
+        More loader options, e.g. the text of a checkpoint folder.
+
+    Returns
+    -------
+    ModelBundle
+        The loaded bundle (a module gets a bundle without a metric).
     """
     with hidden_displays():
         bundle = _bundle(model, options or {})
     cast = MODEL_SETTINGS.get(model, {}).get("cast") if isinstance(model, str) else None
     if cast is not None:
-        bundle.model.to(_torch_dtype(cast))
+        bundle.model.to(parse_dtype(cast))
     return bundle
 
 
@@ -84,8 +100,3 @@ def _bundle(model, options: dict):
         "ModelBundle or a torch.nn.Module, "
         f"got {type(model).__name__}"
     )
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of ``name``; an unknown name raises a ValueError that names it."""
-    return parse_dtype(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from explorer.widgets.mask_view import WINDOW_COLOURS
-from explorer.widgets.views import DashboardView, _widgets, on_main_thread
+from explorer.widgets.views import DashboardView, load_ipywidgets, on_main_thread
 
 __all__ = ["INTRO", "DashboardPage"]
 
@@ -84,7 +84,7 @@ class DashboardPage(DashboardView):
 
     def __init__(self, dash) -> None:
         super().__init__(dash)
-        w = _widgets()
+        w = load_ipywidgets()
         full = {"width": "98%"}
         narrow = {"description_width": "80px"}
         for control in (

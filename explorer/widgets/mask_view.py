@@ -604,7 +604,7 @@ class PermutationView(_PanelRow):
     @classmethod
     def from_result(cls, model, result, layer: str, pattern: str | None = None, scores=None):
         """The view of ``layer`` from a model already reordered by ``permute_channels``."""
-        from explorer.pruning.permute import _full_order
+        from explorer.pruning.permute import full_column_order
 
         if layer not in result.orders:
             raise ValueError(
@@ -612,7 +612,7 @@ class PermutationView(_PanelRow):
             )
         group, orders = result.orders[layer]
         weight = model.get_submodule(layer).weight.detach()
-        cols = _full_order(group, orders, weight.shape[1])
+        cols = full_column_order(group, orders, weight.shape[1])
         original = torch.empty_like(weight)
         original[:, cols] = weight
         return cls(original, cols, pattern or result.pattern.name, scores, layer)

@@ -17,6 +17,7 @@ from explorer.widgets.method_picker import min_calibration
 __all__ = [
     "DashboardView",
     "comparison_box",
+    "load_ipywidgets",
     "mask_figure",
     "on_main_thread",
     "tradeoff_figure",
@@ -45,7 +46,14 @@ def on_main_thread(fn):
     return call
 
 
-def _widgets():
+def load_ipywidgets():
+    """The ``ipywidgets`` module, imported on first use.
+
+    Raises
+    ------
+    MissingExtraError
+        Where ipywidgets is not installed, naming ``pip install sparsity-explorer[widgets]``.
+    """
     return require("ipywidgets", "widgets")
 
 
@@ -84,7 +92,7 @@ def mask_figure(viewer, height: int = 420, on_click=None, width: int | None = No
 
 def comparison_box(comparison, height: int = 360):
     """Three heatmaps in a row; a click in any zooms all three."""
-    w = _widgets()
+    w = load_ipywidgets()
     figs = [mask_figure(p, height, on_click=comparison.click) for p in comparison.panels]
     for fig in figs:
         fig.layout.width = 380
@@ -197,7 +205,7 @@ class DashboardView:
     mask_width = tradeoff_width = None
 
     def __init__(self, dash) -> None:
-        w = _widgets()
+        w = load_ipywidgets()
         self.dash = dash
         self._lock = threading.Lock()
         self.title = w.HTML("<h2 style='margin:4px 0'>sparsity-explorer</h2>")

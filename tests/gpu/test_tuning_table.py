@@ -69,7 +69,7 @@ def test_problems_and_family_shapes():
     with pytest.raises(SystemExit):
         main(["--tokens", "0"])
     with pytest.raises(ValueError, match="cannot be tuned"):
-        tuning._torch_dtype("float32")
+        tuning.tunable_dtype("float32")
 
 
 def test_nearest_lookup_takes_the_closest_tuned_count_of_the_same_problem(table):

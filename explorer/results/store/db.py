@@ -365,7 +365,7 @@ class ResultStore:
             "method, pattern, dtype, tokens, gpu, config, metrics, provenance) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        with self._write() as conn:
+        with self.transaction() as conn:
             if replace and sweep_id is not None:
                 for key in {v[4] for v in values if v[4]}:
                     conn.execute(
@@ -411,8 +411,21 @@ class ResultStore:
         )
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        # One BEGIN IMMEDIATE transaction: committed on success, rolled back on any error.
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any error.
+
+        Every write to the store goes through it (the store's own, its leases and recovery).
+
+        Yields
+        ------
+        sqlite3.Connection
+            The store's connection, inside the transaction and under the store's lock.
+
+        Raises
+        ------
+        StoreError
+            For a store opened read-only or found damaged, or an SQLite error, explained.
+        """
         if self.readonly:
             raise StoreError(f"results database {self.path} was opened read-only; cannot write")
         with self._lock:
@@ -450,7 +463,7 @@ class ResultStore:
 
     def add_sweep(self, sweep_id: str, config: Mapping) -> None:
         """Remember a sweep's grid (kept from its first run)."""
-        with self._write() as conn:
+        with self.transaction() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO sweeps (sweep_id, created, config) VALUES (?, ?, ?)",
                 (sweep_id, _provenance()["time"], canonical_json(config)),

@@ -88,7 +88,7 @@ def claim_cell(
     ('claimed', 'held by another writer')
     """
     finished = tuple(finished)
-    with store._write() as conn:
+    with store.transaction() as conn:
         row = conn.execute(
             "SELECT status FROM results WHERE sweep_id = ? AND cell_key = ?", (sweep_id, cell_key)
         ).fetchone()
@@ -112,7 +112,7 @@ def claim_cell(
 
 def release(store: ResultStore, writer: str, sweep_id: str | None = None) -> None:
     """Drop ``writer``'s leases (of one sweep, or all)."""
-    with store._write() as conn:
+    with store.transaction() as conn:
         if sweep_id is None:
             conn.execute("DELETE FROM leases WHERE writer = ?", (writer,))
         else:
@@ -148,7 +148,7 @@ class LeaseKeeper:
 
         while not self._stop.wait(self.every):
             try:
-                with self.store._write() as conn:
+                with self.store.transaction() as conn:
                     conn.execute(
                         "UPDATE leases SET claimed = ? WHERE writer = ?",
                         (time.time(), self.writer),

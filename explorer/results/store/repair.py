@@ -374,7 +374,7 @@ def recover_store(path: str | Path, dest: str | Path) -> RecoveryResult:
     part = None
     try:
         with replacing(dest, what="recovered store") as part:
-            with ResultStore(part) as store, store._write() as out:
+            with ResultStore(part) as store, store.transaction() as out:
                 columns = ", ".join(["id", *_RESULT_COLUMNS])
                 marks = ", ".join("?" * (len(_RESULT_COLUMNS) + 1))
                 out.executemany(f"INSERT OR IGNORE INTO results ({columns}) VALUES ({marks})", rows)

@@ -1,0 +1,256 @@
+"""No module reaches into another's private names; no import circle; no module grows past 500 lines.
+
+A name that starts with one underscore is private to the module that defines it. Another module
+of the package that needs it shows that the name is public API of its module: it gets a public
+name (and a docstring) there, or the class that owns the state gets a public method or
+property. Importing one of the package's own private *modules* (``explorer._html``,
+``explorer.models._mlp``) is fine: the module is private to the package, not to a module.
+
+Only names that resolve inside ``explorer`` are checked: other libraries' private-looking
+APIs (``torch._C``, ``torch._dynamo``) are theirs to name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import explorer
+
+PACKAGE = Path(explorer.__file__).parent
+ROOT = PACKAGE.parent
+
+#: Attribute reach-ins allowed, as ``(file, attribute)``. Empty: every one was given a public
+#: name. An entry needs a comment saying why the name cannot be public.
+ALLOWED_REACH_INS: frozenset[tuple[str, str]] = frozenset()
+
+#: Modules over :data:`MAX_LINES` lines today, with their line count as a ceiling: none may
+#: grow, and no other module may pass the limit. Split a module rather than raise its number.
+MAX_LINES = 500
+LARGE_MODULES = {
+    "explorer/checkpoint/load.py": 543,
+    "explorer/checkpoint/onnx_check.py": 509,
+    "explorer/cli.py": 668,
+    "explorer/doctor.py": 524,
+    "explorer/gpu/cusparselt.py": 816,
+    "explorer/gpu/decode_int4.py": 611,
+    "explorer/gpu/kernels.py": 732,
+    "explorer/gpu/model_swap.py": 772,
+    "explorer/gpu/sparse_linear.py": 1066,
+    "explorer/gpu/tuning.py": 558,
+    "explorer/results/markdown/bench.py": 574,
+    "explorer/results/store/db.py": 656,
+    "explorer/widgets/mask_view.py": 624,
+}
+
+
+def _is_private(name: str) -> bool:
+    # ``_repr_html_`` and the like are IPython's protocol names, public by definition
+    return name.startswith("_") and not name.startswith("__") and not name.endswith("_")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_module(name: str, modules: dict[str, Path]) -> bool:
+    return name in modules
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module name an ``ImportFrom`` reads from (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """Every private name a module defines: functions, classes, assignments, attributes set."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return {name for name in names if _is_private(name)}
+
+
+def _attribute_reach(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """``(owner, name)`` for ``owner._name`` or ``getattr(owner, "_name")``, else None."""
+    if isinstance(node, ast.Attribute) and _is_private(node.attr):
+        return node.value, node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+        and _is_private(node.args[1].value)
+    ):
+        return node.args[0], node.args[1].value
+    return None
+
+
+def private_reach_ins() -> list[str]:
+    """``file:line: what`` for every private name one module takes from another."""
+    modules = _modules()
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules.items()}
+    defined = {name: _defined_private_names(tree) for name, tree in trees.items()}
+    defined_anywhere: dict[str, set[str]] = defaultdict(set)
+    for module, names in defined.items():
+        for name in names:
+            defined_anywhere[name].add(module)
+    found = []
+    for module, tree in trees.items():
+        rel = modules[module].relative_to(ROOT).as_posix()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, modules[module], node)
+                if source.split(".")[0] != "explorer":
+                    continue
+                for alias in node.names:
+                    if _is_private(alias.name) and not _is_module(
+                        f"{source}.{alias.name}", modules
+                    ):
+                        found.append(f"{rel}:{node.lineno}: imports {source}.{alias.name}")
+            else:
+                reach = _attribute_reach(node)
+                if reach is None:
+                    continue
+                owner, attr = reach
+                if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                    continue
+                if attr in defined[module]:
+                    continue  # the module's own private name (another instance of its class)
+                owners = defined_anywhere.get(attr)
+                if owners and (rel, attr) not in ALLOWED_REACH_INS:
+                    where = ", ".join(sorted(owners))
+                    found.append(f"{rel}:{node.lineno}: reads .{attr} (defined in {where})")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    found = private_reach_ins()
+    assert found == [], "private names used across modules:\n" + "\n".join(found)
+
+
+def _module_level_imports(module: str, path: Path, tree: ast.Module) -> set[str]:
+    """The explorer modules one module imports when it is imported (not inside functions)."""
+    modules = _modules()
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, path, node)
+                if source.split(".")[0] != "explorer":
+                    continue
+                for alias in node.names:
+                    sub = f"{source}.{alias.name}"
+                    found.add(sub if sub in modules else source)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "explorer")
+            elif isinstance(node, ast.If):
+                # ``if TYPE_CHECKING:`` imports never run
+                test = node.test
+                name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", "")
+                if name != "TYPE_CHECKING":
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(tree.body)
+    found.discard(module)
+    return {name for name in found if name in modules}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the explorer modules it imports at import time."""
+    return {
+        module: _module_level_imports(module, path, ast.parse(path.read_text(), str(path)))
+        for module, path in _modules().items()
+    }
+
+
+def import_cycles() -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan's algorithm)."""
+    graph = import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                group.append(item)
+                if item == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return groups
+
+
+def test_no_import_cycle_at_import_time():
+    cycles = import_cycles()
+    assert cycles == [], "modules that import each other:\n" + "\n".join(
+        " <-> ".join(group) for group in cycles
+    )
+
+
+def test_no_module_grows_past_its_ceiling():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        ceiling = LARGE_MODULES.get(rel, MAX_LINES)
+        if lines > ceiling:
+            too_long.append(f"{rel}: {lines} lines (at most {ceiling})")
+    assert too_long == [], "modules too long:\n" + "\n".join(too_long)
+
+
+def test_every_large_module_listed_exists():
+    assert [rel for rel in LARGE_MODULES if not (ROOT / rel).is_file()] == []
+
+
+if __name__ == "__main__":
+    print("\n".join(private_reach_ins()))
+    for group in import_cycles():
+        print("cycle:", " <-> ".join(group))
