@@ -35,6 +35,19 @@ _BYTE_TOPS = 0x80808080 - (1 << 32)  # bit 7 of each byte of an int32, as a sign
 def keep_patterns(n: int, m: int) -> list[str]:
     """The legal keep-patterns of an N:M group as strings of 1 (kept) and 0, first input first.
 
+    Parameters
+    ----------
+    n : int
+        Weights kept in each group.
+    m : int
+        Group size.
+
+    Returns
+    -------
+    list of str
+        Every way to keep ``n`` of ``m`` positions, as ``m`` characters each, in the order of
+        :func:`itertools.combinations` over the kept positions.
+
     Examples
     --------
     >>> keep_patterns(2, 4)

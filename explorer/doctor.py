@@ -99,7 +99,23 @@ class LayerDiagnosis:
 
 
 class DoctorReport:
-    """Per-layer verdicts and findings; see :func:`doctor`."""
+    """Per-layer verdicts and findings; see :func:`doctor`, which builds it.
+
+    Parameters
+    ----------
+    target : DeviceTarget
+        The GPU the doctor reasoned about (kept as :attr:`target`).
+    dtype : torch.dtype
+        The dtype the model will run in.
+    tokens : int
+        Tokens (rows of activations) per matmul call.
+    backend : str
+        The sparse matmul backend looked at: ``"cusparselt"``, ``"torch"`` or ``"cutlass"``.
+    diagnoses : list of LayerDiagnosis
+        One verdict per layer, in module order (kept as :attr:`layers`).
+    notes : list of Finding
+        Model-level findings, about the target and dtype rather than one layer.
+    """
 
     def __init__(self, target, dtype, tokens, backend, diagnoses, notes):
         self.target: DeviceTarget = target

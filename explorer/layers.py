@@ -94,6 +94,13 @@ class LayerInfo:
 class LayerTable:
     """The prunable layers of a model, in module order; index by position or by name.
 
+    :func:`layers` builds it; ``len(table)`` and iteration go over the rows.
+
+    Parameters
+    ----------
+    rows : list of LayerInfo
+        One row per layer, in module order.
+
     Examples
     --------
     >>> from torch import nn

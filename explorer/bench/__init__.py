@@ -80,6 +80,9 @@ def run_bench(
         ``unstructured``, ``kernel``.
     graph : bool
         Also time CUDA-graph replay.
+    mlp_tokens : iterable of int, optional
+        Token counts of the ``mlp`` suite; default 4096 with ``quick=True``, else 1024, 4096
+        and 16384.
     progress : bool
         Show a tqdm progress bar.
     on_row : callable, optional
@@ -285,7 +288,18 @@ def _recorder(db: str, provenance: dict | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (``python -m explorer.bench --help``)."""
+    """Command-line entry point (``python -m explorer.bench --help``).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 once the tables are printed, 2 without a CUDA GPU.
+    """
     p = argparse.ArgumentParser(
         prog="sparsity-explorer bench",
         description="Time dense cuBLAS against torch's eager cuSPARSELt and the explorer's "

@@ -57,6 +57,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def sparse_layers(model: nn.Module) -> dict[str, nn.Linear]:
     """The model's ``nn.Linear`` layers whose weights are 2:4 along ``in_features``.
 
+    Parameters
+    ----------
+    model : nn.Module
+        The model to look through (not changed).
+
+    Returns
+    -------
+    dict of str to nn.Linear
+        ``{fqn: layer}`` in module order; layers whose ``in_features`` is not a multiple of 4,
+        and empty or meta-device weights, are left out.
+
     Examples
     --------
     >>> net = nn.Sequential(nn.Linear(8, 4))

@@ -127,6 +127,16 @@ def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
     checksum and the parts against each other, as :func:`read_checkpoint` does (the whole
     file is read and verified).
 
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file written by :func:`explorer.save_sparse`.
+
+    Returns
+    -------
+    dict of str to Int4Weight
+        One entry per layer stored as 2:4 + int4 (empty when there is none).
+
     Raises
     ------
     CheckpointError
@@ -163,6 +173,24 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     The manifest must fit the schema and describe exactly the file's tensors with their shapes
     and dtypes (from the safetensors header; checksums need the data, see
     :func:`read_checkpoint`).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file.
+
+    Returns
+    -------
+    dict
+        The parsed manifest.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` is not a file.
+    CheckpointError
+        The file is not readable as safetensors, or its manifest does not fit the schema or
+        the file's tensors.
 
     Examples
     --------
@@ -348,6 +376,18 @@ def verify_checkpoint(path: str | os.PathLike, progress: bool = False) -> Checkp
     Everything :func:`read_checkpoint` checks; and for a Hugging Face model (when transformers
     is installed) the model its manifest describes is built on the meta device, where it must
     fit the file and tie every tensor the manifest records as an alias.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The checkpoint file.
+    progress : bool
+        Show a tqdm progress bar over the tensors while reading.
+
+    Returns
+    -------
+    CheckpointReport
+        The checkpoint's sizes and per-layer storage.
 
     Raises
     ------

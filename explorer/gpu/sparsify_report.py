@@ -62,6 +62,10 @@ class SparsifyReport:
     fused : list of str
         Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.gated_mlp.SparseGatedMLP`) and
         attention projections (:class:`~explorer.gpu.fused_qkv.SparseQKV`, ``fqn.qkv``).
+    backend : str
+        The sparse matmul backend the swapped layers use (``"explorer"`` for int4).
+    dtype : str
+        The dtype the swapped layers run in, by name (``"int4"`` for int4 weights).
     timings : list of LayerTiming
         Per layer and token count, dense and sparse times as measured by ``sparsify``.
     notes : list of str

@@ -49,6 +49,12 @@ class ModelBundle:
         Name of the headline metric in :meth:`evaluate`'s result.
     higher_is_better : bool
         Whether a larger headline metric is better.
+    evaluate_fn : callable
+        ``evaluate_fn(model) -> dict`` of metric values, the headline ``metric`` among them;
+        :meth:`evaluate` calls it in eval and inference mode.
+    calibration_fn : callable or None
+        ``calibration_fn(n, seed) -> list`` of batches, behind :meth:`calibration`; None when
+        the model has no calibration data.
     filter_fn : callable or None
         ``filter_fn(module, fqn) -> bool`` picking the Linears that make sense to prune (not the
         classifier or LM head); ``None`` means every Linear.
@@ -115,6 +121,11 @@ class ModelBundle:
 
     def evaluate(self, model: nn.Module | None = None) -> dict[str, Any]:
         """Evaluate ``model`` (default: the bundle's own model) and return its metrics.
+
+        Parameters
+        ----------
+        model : nn.Module, optional
+            The model to evaluate, e.g. a pruned copy; its training mode is restored after.
 
         Returns
         -------

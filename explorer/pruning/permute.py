@@ -368,6 +368,13 @@ def _undo(model: nn.Module, applied: list[tuple[ChannelGroup, list[torch.Tensor]
 def undo_permutation(model: nn.Module, result: PermutationResult) -> None:
     """Put every channel back in its original order (exactly: reordering only moves values).
 
+    Parameters
+    ----------
+    model : nn.Module
+        The model :func:`permute_channels` reordered, changed in place.
+    result : PermutationResult
+        What :func:`permute_channels` returned for it.
+
     Examples
     --------
     >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))

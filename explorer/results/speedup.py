@@ -44,7 +44,25 @@ ESTIMATE_FORMULA = "speedup = Σ w / Σ (w / s), w = out × in of each Linear la
 
 @dataclass(frozen=True)
 class SpeedEstimate:
-    """An end-to-end speedup estimate and where its per-layer numbers came from."""
+    """An end-to-end speedup estimate and where its per-layer numbers came from.
+
+    Attributes
+    ----------
+    speedup : float
+        The estimated whole-model speed-up over the Linear layers (Amdahl's law).
+    measured : int
+        Pruned layers counted at a recorded speed-up.
+    bounded : int
+        Pruned layers counted at the 2x hardware bound (nothing recorded for them).
+    unaccelerated : int
+        Pruned layers counted at 1x (a pattern other than 2:4, or the doctor's verdict).
+    gpus : tuple of str
+        The GPU kind the recorded speed-ups come from (one at most).
+    bound : float
+        The speed-up with every pruned 2:4 layer at the 2x bound.
+    tokens : tuple of int
+        The token counts the recorded layers were measured at (the closest to the one asked).
+    """
 
     speedup: float
     measured: int
@@ -52,7 +70,6 @@ class SpeedEstimate:
     unaccelerated: int
     gpus: tuple[str, ...] = ()
     bound: float = 1.0
-    #: The token counts the recorded layers were measured at (the closest to the one asked).
     tokens: tuple[int, ...] = ()
 
     @property
@@ -97,13 +114,24 @@ def estimate_speedup(
         The layers that were pruned.
     pattern : str
         The pattern they were pruned to; only ``"2:4"`` is accelerated.
+    tokens : int
+        The token count to read recorded speed-ups at (the closest recorded count per layer).
+    dtype : str
+        The dtype of the recorded rows to read.
     verdicts : mapping of str to str, optional
         The doctor's verdicts for the pruned model; ``"unsupported"`` layers, and ``"slow"``
         ones without a recorded measurement, count as 1x.
+    store : ResultStore, optional
+        Where to read recorded speed-ups (see :func:`recorded_speed`); default the shipped
+        reference database.
     recorded : bool
         Look up recorded measurements (False: use the 2x bound for every accelerated layer).
     gpu : str, optional
         The GPU kind (provenance ``gpu``, e.g. ``"NVIDIA H100 80GB HBM3"``) whose rows to use.
+
+    Returns
+    -------
+    SpeedEstimate
 
     Examples
     --------
@@ -334,6 +362,22 @@ def recorded_speed(
     count too) or, when None, the shipped reference database: ``layer-speed`` rows and other
     rows with a ``speedup`` metric, and ``bench-matmul`` rows (dense against the explorer's
     cached cuSPARSELt plan, eager mode). Returns ``[]`` when nothing is recorded.
+
+    Parameters
+    ----------
+    shape : (int, int)
+        The weight's ``(out, in)``.
+    tokens : int, optional
+        Sort the rows by how far their token count is from this one, closest first.
+    dtype : str, optional
+        Keep rows of this dtype (and rows with no dtype recorded) only.
+    store : ResultStore, optional
+        The store to read; default the shipped reference database.
+
+    Returns
+    -------
+    list of dict
+        ``{"gpu", "tokens", "dtype", "speedup", "source"}`` per recorded speed-up.
 
     Examples
     --------

@@ -348,6 +348,11 @@ def prune_cell(
 class Cell:
     """One independent unit of a sweep: a JSON-able configuration and its deterministic key.
 
+    Parameters
+    ----------
+    config : dict
+        The configuration; its ``"cell"`` entry names the kind (:attr:`kind`).
+
     Examples
     --------
     >>> Cell({"cell": "dense", "model": "m"}).key == Cell({"model": "m", "cell": "dense"}).key

@@ -105,6 +105,29 @@ def layer_filter(
     other set (``"fast"``, ``"mlp"`` or globs on layer names joined by ``|``) is resolved on
     ``model``'s ``nn.Linear`` layers, ``"fast"`` by the doctor at ``dtype`` and ``tokens``.
 
+    Parameters
+    ----------
+    layer_set : str
+        ``"all"``, ``"every"``, ``"fast"``, ``"mlp"`` or globs on layer names joined by ``|``.
+    default : callable, optional
+        The model's own filter, used for ``"all"`` (default: every ``nn.Linear``).
+    model : nn.Module, optional
+        The model whose layers a set other than ``"all"`` and ``"every"`` is resolved on.
+    dtype : str
+        The dtype the doctor judges ``"fast"`` at.
+    tokens : int
+        Tokens per matmul call the doctor judges ``"fast"`` at.
+
+    Returns
+    -------
+    callable
+        ``filter_fn(module, fqn) -> bool``.
+
+    Raises
+    ------
+    ValueError
+        A set that needs a model, without ``model``.
+
     Examples
     --------
     >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 4))

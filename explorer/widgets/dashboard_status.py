@@ -26,7 +26,15 @@ _LEVELS = ("ok", "info", "warn", "error")
 
 @dataclass(frozen=True)
 class Status:
-    """A message for the page: ``level`` is one of ok, info, warn, error."""
+    """A message for the page.
+
+    Attributes
+    ----------
+    level : str
+        One of ok, info, warn, error.
+    text : str
+        The message.
+    """
 
     level: str
     text: str

@@ -129,6 +129,14 @@ def _sparse_gpu() -> tuple[bool, str]:
 class KernelRunner:
     """Runs one layer's sparse matmul (GPU) or its CPU emulation plus recorded numbers.
 
+    Parameters
+    ----------
+    store : ResultStore, optional
+        Where recorded speed-ups are read (see :func:`explorer.results.speedup.recorded_speed`);
+        default the shipped reference database.
+    repeats : int
+        Timed runs per matmul on the GPU (the median is kept).
+
     Examples
     --------
     >>> import torch

@@ -24,7 +24,27 @@ _VERDICT_LEVEL = {"fast": "ok", "slow": "warn", "unsupported": "error"}
 
 @dataclass(frozen=True)
 class LayerRow:
-    """One row of the picker."""
+    """One row of the picker.
+
+    Attributes
+    ----------
+    name : str
+        The layer's fully qualified name.
+    kind : str
+        ``"Linear"``, ``"Conv1d"`` or ``"Conv2d"``.
+    shape : tuple of int
+        The weight's shape.
+    dtype : str
+        The weight's dtype, by name.
+    params : int
+        Parameters in the weight (and bias).
+    valid_24 : bool
+        Whether the weight already follows 2:4.
+    verdict, reason : str
+        The doctor's verdict for the layer as it is, and the findings behind it.
+    verdict_24, reason_24 : str
+        The verdict once pruned to 2:4 (see :func:`explorer.doctor.verdict_once_24`), and why.
+    """
 
     name: str
     kind: str

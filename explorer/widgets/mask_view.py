@@ -197,8 +197,17 @@ def _gpu_block_density(mask: torch.Tensor, br: int, bc: int) -> torch.Tensor | N
 class Window:
     """A full-resolution crop of a mask with groups that break the pattern marked.
 
-    ``codes`` holds ``kept + 2 * breaks + 4 * (group index is odd)``, values 0..7
-    (see ``WINDOW_COLOURS``).
+    Attributes
+    ----------
+    codes : numpy.ndarray
+        ``kept + 2 * breaks + 4 * (group index is odd)`` per weight, values 0..7, uint8 (see
+        ``WINDOW_COLOURS``).
+    row0, col0 : int
+        The crop's top-left corner in the mask.
+    bad_groups : int
+        Groups in the crop that keep more than N of M.
+    groups : int
+        Whole groups in the crop (0 for an unstructured pattern).
     """
 
     codes: np.ndarray
@@ -233,6 +242,27 @@ def window(
 
     The crop's first column is a multiple of ``m`` so whole groups are shown. With ``n`` or
     ``m`` None (an unstructured pattern) no group is marked.
+
+    Parameters
+    ----------
+    mask : torch.Tensor or numpy.ndarray
+        2-D bool mask, or a weight whose zeros count as pruned.
+    row, col : int
+        The position to crop around (inside the mask).
+    height, width : int
+        The crop's size, at most; the width is rounded down to a multiple of ``m`` (at least
+        ``m``), and the crop is moved inside the mask near its edges.
+    n, m : int or None
+        A group of ``m`` is marked when it keeps more than ``n``.
+
+    Returns
+    -------
+    Window
+
+    Raises
+    ------
+    ValueError
+        ``(row, col)`` outside the mask.
 
     Examples
     --------
@@ -286,6 +316,9 @@ class MaskViewer:
         Overview resolution bound.
     window_shape : tuple of int
         Zoom window (rows, columns).
+    device : str, torch.device or None
+        Where the overview is reduced: ``"auto"`` the GPU when torch sees one, else where the
+        mask lives; None where the mask lives.
     start : {"overview", "zoom"}
         What a new mask opens on: the whole layer, or the zoom window at its top-left corner
         (single weights, groups of ``M`` striped, groups that break the pattern in red).
@@ -511,6 +544,15 @@ class MaskComparison(_PanelRow):
     """Two masks of one layer side by side, with their overlap (kept by both).
 
     Zooming one panel zooms all three to the same window.
+
+    Parameters
+    ----------
+    mask_a, mask_b : torch.Tensor or numpy.ndarray
+        The two 2-D masks (or weights, zeros pruned), of the same shape.
+    name_a, name_b : str
+        Their panels' titles.
+    pattern : str
+        ``"N:M"`` marks groups with more than N of M kept in zoom windows.
 
     Examples
     --------

@@ -152,6 +152,13 @@ class MethodConfig:
 class MethodPicker:
     """Holds the configuration the next run uses; views bind their controls to :meth:`set`.
 
+    Parameters
+    ----------
+    config : MethodConfig, optional
+        The configuration to start from (default ``MethodConfig()``).
+    layer_names : sequence of str
+        The layers :meth:`set` accepts in ``layers``.
+
     Examples
     --------
     >>> picker = MethodPicker(layer_names=["fc1", "fc2"])

@@ -19,6 +19,20 @@ def row_validity(mask: torch.Tensor, n: int = 2, m: int = 4, max_rows: int = 256
     A group is valid when at most ``n`` of its ``m`` entries are kept. Columns past the last
     whole group are ignored.
 
+    Parameters
+    ----------
+    mask : torch.Tensor
+        2-D mask, bool or a weight whose zeros count as pruned.
+    n, m : int
+        The N:M pattern.
+    max_rows : int
+        The most values returned: rows are averaged in buckets of ``ceil(rows / max_rows)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 fractions, one per bucket of rows (empty when there is no whole group).
+
     Examples
     --------
     >>> import torch

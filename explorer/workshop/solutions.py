@@ -40,6 +40,16 @@ def read_solutions(text: str) -> dict[str, str]:
 
     Lines before the first marker (a docstring, imports for editors) are ignored.
 
+    Parameters
+    ----------
+    text : str
+        The solutions file's text.
+
+    Returns
+    -------
+    dict of str to str
+        ``{"N.M": source}``, each source without leading or trailing blank lines.
+
     Raises
     ------
     ValueError
@@ -71,6 +81,17 @@ def exercise_ids(nb: dict[str, Any]) -> list[str]:
 
 def fill(nb: dict[str, Any], solutions: dict[str, str]) -> dict[str, Any]:
     """A copy of ``nb`` with every exercise cell's source replaced by its solution.
+
+    Parameters
+    ----------
+    nb : dict
+        The notebook's JSON (not changed).
+    solutions : dict of str to str
+        ``{"N.M": source}``, as :func:`read_solutions` returns.
+
+    Returns
+    -------
+    dict
 
     Raises
     ------

@@ -22,6 +22,19 @@ __all__ = ["fmt", "markdown"]
 def fmt(value: object, spec: str = ".3f", missing: str = "-") -> str:
     """A table cell: a float in ``spec``, ``missing`` for None or NaN, anything else as text.
 
+    Parameters
+    ----------
+    value : object
+        The cell's value.
+    spec : str
+        The :func:`format` spec of a float.
+    missing : str
+        The text of None or NaN.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> fmt(2.5), fmt(None), fmt(float("nan"), missing="n/a"), fmt(12345.6, ".4g"), fmt("x")
@@ -35,7 +48,27 @@ def fmt(value: object, spec: str = ".3f", missing: str = "-") -> str:
 
 
 def markdown(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A Markdown table from a header and rows of cells (each cell through :func:`fmt`)."""
+    """A Markdown table from a header and rows of cells (each cell through :func:`fmt`).
+
+    Parameters
+    ----------
+    header : sequence of str
+        The column titles.
+    rows : iterable of sequences
+        The cells of each row, in the header's order.
+
+    Returns
+    -------
+    str
+        The table's lines, header and separator first, joined by newlines (no final newline).
+
+    Examples
+    --------
+    >>> print(markdown(["a", "b"], [[1, 0.5]]))
+    | a | b |
+    | --- | --- |
+    | 1 | 0.500 |
+    """
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)

@@ -18,6 +18,15 @@ def to_jsonable(value: object) -> object:
     ``to_json()`` what it returns, paths strings, sets sorted lists, numpy scalars Python numbers;
     non-finite floats become ``None`` so every export is strict JSON.
 
+    Parameters
+    ----------
+    value : object
+        The value to convert (not changed); dict keys become strings.
+
+    Returns
+    -------
+    object
+
     Raises
     ------
     TypeError
@@ -59,6 +68,15 @@ def to_jsonable(value: object) -> object:
 def canonical_json(value: object) -> str:
     """Compact JSON with sorted keys: equal configurations give equal text.
 
+    Parameters
+    ----------
+    value : object
+        Anything :func:`to_jsonable` converts.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> canonical_json({"b": 1, "a": [1, 2]})
@@ -69,6 +87,17 @@ def canonical_json(value: object) -> str:
 
 def config_key(value: object, length: int = 16) -> str:
     """A deterministic key for a configuration: the SHA-256 of its canonical JSON, shortened.
+
+    Parameters
+    ----------
+    value : object
+        The configuration (anything :func:`to_jsonable` converts).
+    length : int
+        Hex digits kept.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

@@ -99,6 +99,8 @@ class RecoveryResult:
         Rows found but not readable whole (left behind).
     missing_ids : int
         Row ids not found below the largest copied one (deleted earlier, or lost).
+    problems : tuple of str
+        Problems to report beside the counts (none from :func:`recover_store` itself).
     """
 
     source: Path

@@ -29,6 +29,12 @@ class Row:
         What was measured: ``"dense"``, ``"prune"``, ``"layer-speed"``, ...
     status : str
         ``"ok"``, ``"failed"`` (``error`` says why) or ``"skipped"``.
+    error : str or None
+        Why the measurement failed or was skipped.
+    sweep_id, cell_key : str or None
+        The sweep and the cell of its grid that recorded the row (None outside a sweep).
+    created : str
+        When the row was recorded (ISO 8601 text).
     config, metrics, provenance : dict
         The full configuration, the measured values, and where and when it was measured.
     source : str
@@ -129,6 +135,11 @@ def _short(value: object) -> str:
 
 class ResultTable(Sequence):
     """An ordered, read-only sequence of :class:`Row` with a notebook view and exports.
+
+    Parameters
+    ----------
+    rows : iterable of Row
+        The rows, in the order the table keeps (a store's queries give them by id).
 
     Examples
     --------
