@@ -86,7 +86,21 @@ class Finding:
 
 @dataclass(frozen=True)
 class LayerDiagnosis:
-    """The doctor's verdict for one layer: ``fast``, ``slow`` or ``unsupported``."""
+    """The doctor's verdict for one layer: ``fast``, ``slow`` or ``unsupported``.
+
+    Attributes
+    ----------
+    name : str
+        The layer's fully qualified name.
+    kind : str
+        ``"Linear"``, ``"Conv1d"`` or ``"Conv2d"``.
+    shape : tuple of int
+        ``(out, in)`` of the weight as a matrix.
+    verdict : str
+        ``"fast"``, ``"slow"`` or ``"unsupported"``.
+    findings : tuple of Finding
+        What the doctor found for this layer.
+    """
 
     name: str
     kind: str
@@ -221,6 +235,18 @@ def verdict_once_24(findings, notes) -> tuple[str, str]:
 
     The dashboard's "at 2:4" column and a sweep's ``"fast"`` layer set both use it.
 
+    Parameters
+    ----------
+    findings : iterable of Finding
+        The layer's findings (:meth:`DoctorReport.reasons`).
+    notes : iterable of Finding
+        The report's model-level notes (:attr:`DoctorReport.notes`).
+
+    Returns
+    -------
+    (str, str)
+        ``"fast"``, ``"slow"`` or ``"unsupported"``, and the findings behind it joined by ``"; "``.
+
     Examples
     --------
     >>> from torch import nn
@@ -240,6 +266,16 @@ def resolve_target(device: object = None) -> DeviceTarget:
     """The doctor's target GPU, from :meth:`DeviceTarget.resolve`.
 
     :meth:`DeviceTarget.resolve` refuses capabilities no NVIDIA GPU has.
+
+    Parameters
+    ----------
+    device : optional
+        None for the current GPU (an H100 is assumed without a GPU), a name (``"A100"``), a
+        capability (``"8.6"``, ``(9, 0)``) or a ``torch.device``.
+
+    Returns
+    -------
+    DeviceTarget
 
     Raises
     ------

@@ -33,6 +33,21 @@ __all__ = ["Int4Weight", "compress_int4", "int4_reference", "pack_int4", "unpack
 def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     """Pack integer codes in ``[-8, 7]`` two per byte along the last dim (even index low nibble).
 
+    Parameters
+    ----------
+    codes : torch.Tensor
+        Integer codes in ``[-8, 7]``; the last dim must be even.
+
+    Returns
+    -------
+    torch.Tensor
+        uint8, the last dim halved.
+
+    Raises
+    ------
+    ValueError
+        An odd last dim, or a code outside ``[-8, 7]``.
+
     Examples
     --------
     >>> pack_int4(torch.tensor([[1, -2, 7, -7]])).tolist()
@@ -51,6 +66,21 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """Unpack bytes into int8 codes in ``[-8, 7]``, the inverse of :func:`pack_int4`.
+
+    Parameters
+    ----------
+    packed : torch.Tensor
+        uint8, two codes per byte (even index in the low nibble).
+
+    Returns
+    -------
+    torch.Tensor
+        int8 codes, the last dim doubled.
+
+    Raises
+    ------
+    ValueError
+        ``packed`` is not uint8.
 
     Examples
     --------
@@ -284,6 +314,20 @@ def int4_reference(
     x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The dense masked product ``x @ W_deq^T + bias``: the oracle for int4 2:4 kernels.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Activations ``[..., K]``.
+    weight : Int4Weight
+        The compressed weight; ``W_deq`` is :meth:`Int4Weight.decompress`.
+    bias : torch.Tensor, optional
+        ``[rows]``, added after the product.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., rows]`` in float32.
 
     Examples
     --------

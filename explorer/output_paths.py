@@ -84,6 +84,15 @@ def _head(path: Path, size: int) -> bytes:
 def is_sqlite_file(path: str | os.PathLike) -> bool:
     """True when ``path`` is a regular file that starts with SQLite's 16-byte header.
 
+    Parameters
+    ----------
+    path : str or path-like
+        The file to look at (False when it is missing or unreadable).
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> is_sqlite_file("/no/such/file")
@@ -109,6 +118,16 @@ def _side_file_of(path: Path) -> tuple[str, Path] | None:
 
 def new_file_mode(existing: str | os.PathLike | None = None) -> int:
     """The mode a written file gets: the replaced file's, else ``0o666 & ~umask``.
+
+    Parameters
+    ----------
+    existing : str or path-like, optional
+        The file being replaced; its permission bits are kept when it is a regular file.
+
+    Returns
+    -------
+    int
+        Permission bits for :func:`os.chmod`.
 
     Examples
     --------
@@ -315,6 +334,28 @@ def replacing_folder(
     data): a new ``folder`` is the temporary folder renamed; into an existing one each file is
     renamed by the rule of :func:`check_output_path` (an existing file needs ``overwrite``),
     all of them checked before the first rename.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        The folder to write; its parent must exist. A symbolic link is refused unless
+        ``overwrite``, which writes into the folder it points at.
+    overwrite : bool
+        Allow files of the same names in an existing folder to be replaced.
+    what : str
+        What is written, for error messages.
+    flag : str
+        How the caller allows replacing, for error messages (e.g. ``--force``).
+
+    Yields
+    ------
+    Path
+        The temporary folder to write into.
+
+    Raises
+    ------
+    OutputPathError
+        A target the rule refuses.
 
     Examples
     --------

@@ -14,6 +14,22 @@ __all__ = ["accuracy", "cosine_to_reference", "perplexity", "topk_agreement"]
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 4096) -> float:
     """Fraction of rows of ``x`` whose arg-max logit equals the label in ``y``.
 
+    Parameters
+    ----------
+    model : nn.Module
+        A classifier returning logits ``[rows, classes]``; run in inference mode.
+    x : torch.Tensor
+        Inputs, one row per sample.
+    y : torch.Tensor
+        The labels, one per row of ``x``.
+    batch_size : int
+        Rows per forward.
+
+    Returns
+    -------
+    float
+        NaN when ``x`` is empty.
+
     Examples
     --------
     >>> model = nn.Linear(2, 2, bias=False)
@@ -33,6 +49,15 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 
 def cosine_to_reference(embeddings: torch.Tensor, reference: torch.Tensor) -> float:
     """Mean cosine similarity between matching rows of ``embeddings`` and ``reference``.
+
+    Parameters
+    ----------
+    embeddings, reference : torch.Tensor
+        ``[rows, dim]`` each, compared in float32.
+
+    Returns
+    -------
+    float
 
     Examples
     --------
@@ -56,6 +81,18 @@ def topk_agreement(embeddings: torch.Tensor, reference: torch.Tensor, k: int = 1
 
     1.0 means every sentence keeps exactly the same ``k`` neighbours as with the reference
     embeddings; a random embedding scores about ``k / (rows - 1)``.
+
+    Parameters
+    ----------
+    embeddings, reference : torch.Tensor
+        ``[rows, dim]`` each, one row per sentence in the same order.
+    k : int
+        Neighbours compared per row (at most ``rows - 1``).
+
+    Returns
+    -------
+    float
+        NaN for fewer than two rows.
 
     Examples
     --------

@@ -203,6 +203,15 @@ def combine_speedups(layers: Iterable[tuple[float, float]]) -> float:
     with none left the answer is 1.0. The result is an estimate: the layers' times are
     added as if nothing else ran.
 
+    Parameters
+    ----------
+    layers : iterable of (float, float)
+        ``(dense work, speed-up)`` per layer, work in any unit (e.g. ``out x in``).
+
+    Returns
+    -------
+    float
+
     Examples
     --------
     >>> combine_speedups([(1.0, 2.0), (1.0, 1.0)])  # half the work twice as fast
@@ -225,6 +234,15 @@ def row_speedup(row) -> float | None:
     ``us`` or ``s``). A layer row that also has ``speedup_graph`` (the GPU's time alone, in a
     CUDA graph) counts with the lower of the two: a layer too small to gain can look faster
     eagerly only because the two paths' host overheads differ, and the GPU time says so.
+
+    Parameters
+    ----------
+    row : Row
+        Anything with a ``metrics`` dict, e.g. a :class:`~explorer.results.store.table.Row`.
+
+    Returns
+    -------
+    float or None
 
     Examples
     --------
@@ -257,6 +275,17 @@ def model_speedups(rows: Iterable) -> dict[tuple, tuple[float, str]]:
     ``gpu`` is the GPU kind the rows were measured on (provenance ``gpu``), so a speed-up never
     mixes layers timed on different kinds of GPU. ``source`` is ``"local"`` when any of the
     key's rows were measured here, else the reference rows' origin.
+
+    Parameters
+    ----------
+    rows : iterable of Row
+        Stored rows; those not ``"ok"``, without a speed-up (:func:`row_speedup`) or without a
+        ``[out, in]`` ``shape`` in their config are skipped. A config's ``count`` (layers of
+        that shape, default 1) weighs the layer.
+
+    Returns
+    -------
+    dict
 
     Examples
     --------
@@ -407,6 +436,17 @@ def recorded_model_speed(
     ``store`` (an :class:`explorer.results.store.ResultStore`, its attached reference rows
     included) or, when None, of the shipped reference database. Only rows of exactly this model,
     dtype and token count are returned (a different count is a different measurement).
+
+    Parameters
+    ----------
+    model : str
+        The benchmark's model name, e.g. ``"llama-1b"``.
+    dtype : str, optional
+        Keep rows of this dtype only.
+    tokens : int, optional
+        Keep rows of this token count only.
+    store : ResultStore, optional
+        The store to read; default the shipped reference database.
 
     Returns
     -------

@@ -51,6 +51,18 @@ def check_known(model: str, methods: tuple[str, ...]) -> None:
     A path (see :func:`explorer.models.folder.is_checkpoint_path`) must be a
     ``save_pretrained`` folder that :func:`explorer.models.folder.inspect_folder` accepts.
 
+    Parameters
+    ----------
+    model : str
+        A bundled model's name or a checkpoint folder's path.
+    methods : tuple of str
+        Pruning method names.
+
+    Raises
+    ------
+    ValueError
+        An unknown model or method (a folder the loader refuses raises its own error).
+
     Examples
     --------
     >>> check_known("digits-mlp", ("magnitude", "prune-it"))  # doctest: +ELLIPSIS

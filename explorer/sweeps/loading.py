@@ -35,6 +35,11 @@ def quiet_progress(quiet: bool = True):
     A sweep run with ``progress=False`` (``--no-progress``) shows no bar at all, the model's
     one-off training included.
 
+    Parameters
+    ----------
+    quiet : bool
+        False leaves every bar as it is.
+
     Examples
     --------
     >>> with quiet_progress():
@@ -83,6 +88,15 @@ def _bundle(name: str, options: str = "{}"):
 
 def bundle_for(config: dict):
     """The bundled model a cell measures: ``config["model"]`` loaded with ``config["load"]``.
+
+    Parameters
+    ----------
+    config : dict
+        The cell's configuration.
+
+    Returns
+    -------
+    ModelBundle
 
     Examples
     --------
@@ -158,6 +172,18 @@ def round_weights(model: nn.Module, dtype: str) -> None:
 
     The model keeps its own dtype and device, so every bundled evaluation runs unchanged on a
     CPU.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Changed in place: every floating parameter.
+    dtype : str
+        A torch dtype name of at least 16 bits: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
+
+    Raises
+    ------
+    ValueError
+        A dtype that is not floating or narrower than 16 bits.
 
     Examples
     --------

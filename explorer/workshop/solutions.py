@@ -70,7 +70,18 @@ def read_solutions(text: str) -> dict[str, str]:
 
 
 def exercise_ids(nb: dict[str, Any]) -> list[str]:
-    """The exercise numbers tagged in a notebook, in cell order."""
+    """The exercise numbers tagged in a notebook, in cell order.
+
+    Parameters
+    ----------
+    nb : dict
+        The notebook's JSON.
+
+    Returns
+    -------
+    list of str
+        ``"N.M"`` of every ``exercise-N.M`` tag.
+    """
     ids = []
     for cell in nb["cells"]:
         for tag in cell.get("metadata", {}).get("tags", []):
@@ -115,13 +126,41 @@ def fill(nb: dict[str, Any], solutions: dict[str, str]) -> dict[str, Any]:
 
 
 def solutions_path(notebook: str | Path) -> Path:
-    """Where a notebook's solutions live: ``solutions/<stem>.py`` beside it."""
+    """Where a notebook's solutions live: ``solutions/<stem>.py`` beside it.
+
+    Parameters
+    ----------
+    notebook : str or Path
+        The notebook's path.
+
+    Returns
+    -------
+    Path
+    """
     notebook = Path(notebook)
     return notebook.parent / "solutions" / f"{notebook.stem}.py"
 
 
 def fill_file(notebook: str | Path, dest: str | Path) -> Path:
-    """Write ``notebook`` with its solutions filled in to ``dest`` (never over the original)."""
+    """Write ``notebook`` with its solutions filled in to ``dest`` (never over the original).
+
+    Parameters
+    ----------
+    notebook : str or Path
+        The workshop notebook; its solutions are read from :func:`solutions_path`.
+    dest : str or Path
+        Where the solved copy is written (replaced if it exists).
+
+    Returns
+    -------
+    Path
+        ``dest``.
+
+    Raises
+    ------
+    ValueError
+        ``dest`` is the notebook itself, or the solutions do not match it (see :func:`fill`).
+    """
     notebook, dest = Path(notebook), Path(dest)
     if dest.resolve() == notebook.resolve():
         raise ValueError(f"{dest} is the workshop notebook itself; write the solved copy elsewhere")
