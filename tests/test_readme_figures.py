@@ -3,6 +3,8 @@
 A figure such as ``1.18x`` must equal (to the digits quoted) a speedup recorded in
 ``explorer/data/reference.db`` by a row that names the commit it was measured on, and the
 README must name that commit and that GPU, so a reader can tell where the number comes from.
+The same holds for the docs sections that hold the tables the README's figures come from
+(``FIGURE_PAGES``): each such section names the commit and the GPU of its figures.
 """
 
 from __future__ import annotations
@@ -17,7 +19,23 @@ import pytest
 
 from explorer.results.store.location import reference_path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The docs sections that hold the speed tables the README links to, by page and heading.
+FIGURE_PAGES = {
+    "docs/gpu.md": (
+        "What was measured",
+        "Measured per layer (H100, commit 13196b2, one run)",
+    ),
+}
+#: Ratios in those sections that are not measurements, each with what it is.
+NOT_MEASURED = {
+    ("docs/gpu.md", "Measured per layer (H100, commit 13196b2, one run)"): {
+        "1.78": "16/9, the 16-bit decode kernel's limit over dense",
+        "3.2": "16/5, the int8 decode kernel's limit over dense",
+        "2.5": "the int8 decode kernel's target",
+    },
+}
 #: A speed ratio as prose writes it: 1.18x, 0.80x, 1.2×.
 FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+)\s?[x×](?!\w)")
 
@@ -62,6 +80,23 @@ def measured_speedups(db: Path) -> list[dict]:
     return found
 
 
+def section(text: str, heading: str) -> str:
+    r"""The section of Markdown ``text`` under ``heading``, heading included, up to the next
+    heading of the same or a higher level ("" when there is no such heading).
+
+    Examples
+    --------
+    >>> section("# T\n## A\none\n### B\ntwo\n## C\nthree\n", "A")
+    '## A\none\n### B\ntwo\n'
+    """
+    found = re.search(rf"(?m)^(#+) {re.escape(heading)}[ \t]*$", text)
+    if found is None:
+        return ""
+    level = len(found.group(1))
+    end = re.compile(rf"(?m)^#{{1,{level}}} ").search(text, found.end())
+    return text[found.start() : end.start() if end else len(text)]
+
+
 def _gpu_named(gpu: str, text: str) -> bool:
     """Whether ``text`` names the GPU by its model (``H100`` for "NVIDIA H100 80GB HBM3")."""
     models = re.findall(r"\b[A-Z]\d{2,4}[A-Za-z]*\b", gpu)
@@ -80,10 +115,8 @@ def speedups():
     return measured_speedups(db)
 
 
-def test_every_readme_speed_figure_is_a_measured_row(speedups):
-    text = README.read_text(encoding="utf-8")
-    figures = readme_figures(text)
-    assert figures, "the README quotes no speed figure; update this test if that is intended"
+def _problems(figures: list[str], text: str, speedups: list[dict], where: str) -> list[str]:
+    """What is wrong with each figure of ``text``: unmeasured, or measured but not named there."""
     problems = []
     for figure in figures:
         digits = len(figure.split(".")[1])
@@ -98,6 +131,38 @@ def test_every_readme_speed_figure_is_a_measured_row(speedups):
                 f"#{s['id']} {s['label']} ({s['commit'] or 'no commit'})" for s in close
             )
             problems.append(
-                f"{figure}x: matches {rows}, but none is named with its commit and GPU in the README"
+                f"{figure}x: matches {rows}, but none is named with its commit and GPU in {where}"
             )
+    return problems
+
+
+def test_every_readme_speed_figure_is_a_measured_row(speedups):
+    text = README.read_text(encoding="utf-8")
+    figures = readme_figures(text)
+    assert figures, "the README quotes no speed figure; update this test if that is intended"
+    problems = _problems(figures, text, speedups, "the README")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("page", "heading"),
+    [(page, heading) for page, headings in FIGURE_PAGES.items() for heading in headings],
+)
+def test_every_speed_figure_of_the_docs_tables_is_a_measured_row(speedups, page, heading):
+    text = section((ROOT / page).read_text(encoding="utf-8"), heading)
+    assert text, f"{page} has no section {heading!r}; update FIGURE_PAGES if it moved"
+    figures = readme_figures(text)
+    assert figures, f"{page}, {heading!r} quotes no speed figure; update FIGURE_PAGES"
+    bounds = NOT_MEASURED.get((page, heading), {})
+    missing = sorted(set(bounds) - set(figures))
+    assert not missing, f"NOT_MEASURED lists {missing}, which {page}, {heading!r} no longer quotes"
+    measured = [f for f in figures if f not in bounds]
+    assert measured, f"{page}, {heading!r} quotes no measured speed figure"
+    problems = _problems(measured, text, speedups, f"{page}, section {heading!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_links_to_every_section_that_holds_its_figures():
+    text = README.read_text(encoding="utf-8")
+    for page in FIGURE_PAGES:
+        assert f"]({page}#" in text, f"the README does not link to {page}"

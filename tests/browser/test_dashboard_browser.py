@@ -5,6 +5,8 @@ The module starts Voila twice on one fresh cache folder. The first start has not
 a visitor normally gets: a new server and a new kernel, the first page drawn from the cache
 while the model loads behind it. Both times are printed and written with the screenshots (the
 folder is printed too); only a generous sanity bound is asserted, never a tight timing.
+The settled first page is also saved as ``dashboard.png``, the picture README.md shows
+(docs/dashboard.png is one such file, copied from the test's folder).
 
 A third start serves a user's own checkpoint, named by path in the environment the page reads
 (``SPARSITY_EXPLORER_MODEL``, ``_TEXT``, ``_DB``): a tiny LLaMA folder written into a temporary
@@ -15,10 +17,12 @@ that configuration draws its point as measured.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -44,6 +48,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 WIDTH, HEIGHT = 1400, 900
+#: The most bytes the dashboard's picture may take; a larger one is drawn smaller until it fits.
+PICTURE_BYTES = 300_000
 #: Console errors that are expected offline: the template's icon font comes from a CDN.
 TOLERATED = ("fontawesome", "font-awesome", "fonts.googleapis", "cdn.jsdelivr", "unpkg.com")
 ERROR_MARKERS = ("There was an error when executing cell", "Traceback")
@@ -112,6 +118,47 @@ class Voila:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a PNG, from its header."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def _shrink(browser, png: bytes, width: int) -> bytes:
+    """``png`` drawn ``width`` pixels wide by Chromium's own image scaler, as a PNG."""
+    scratch = browser.new_page()
+    try:
+        data = scratch.evaluate(
+            """async ([src, width]) => {
+                const img = new Image();
+                img.src = src;
+                await img.decode();
+                const canvas = document.createElement('canvas');
+                canvas.width = width;
+                canvas.height = Math.round(img.height * width / img.width);
+                const g = canvas.getContext('2d');
+                g.imageSmoothingQuality = 'high';
+                g.drawImage(img, 0, 0, canvas.width, canvas.height);
+                return canvas.toDataURL('image/png').split(',')[1];
+            }""",
+            ["data:image/png;base64," + base64.b64encode(png).decode(), width],
+        )
+    finally:
+        scratch.close()
+    return base64.b64decode(data)
+
+
+def save_picture(browser, page, path: Path, limit: int = PICTURE_BYTES) -> Path:
+    """Save the page as a PNG of at most ``limit`` bytes: full size, or smaller until it fits."""
+    png = page.screenshot()
+    width = _png_size(png)[0]
+    while len(png) > limit and width > 400:
+        width = int(width * 0.85)
+        png = _shrink(browser, png, width)
+    path.write_bytes(png)
+    return path
 
 
 def _in_viewport(page) -> dict[str, dict]:
@@ -249,6 +296,7 @@ def page(browser, tmp_path_factory, shots, timings, jupyter_dirs):
         timings["cold_start_to_dense_point"] = time.monotonic() - server.started
         _settle(page)
         page.screenshot(path=str(shots / "first-page-settled.png"))
+        page.picture = save_picture(browser, page, shots / "dashboard.png")
         yield page
     finally:
         server.stop()
@@ -288,6 +336,14 @@ def test_cold_start_is_recorded(page, timings):
     # the page's own waits (their timeouts), and a slow machine is no failure
     for key in ("first_start_to_interactive", "cold_start_to_interactive"):
         assert math.isfinite(timings[key]) and timings[key] > 0, timings
+
+
+def test_the_dashboards_picture_is_a_small_png_in_the_tests_folder(page, shots):
+    assert page.picture.parent == shots, page.picture
+    data = page.picture.read_bytes()
+    width, height = _png_size(data)
+    assert 400 <= width <= WIDTH and abs(height - HEIGHT * width / WIDTH) <= 1, (width, height)
+    assert len(data) <= PICTURE_BYTES, len(data)
 
 
 def test_first_page_shows_the_three_panels_without_scrolling(page):
