@@ -17,6 +17,7 @@ import json
 import torch
 
 from explorer.bench.runner import mask24
+from explorer.dtypes import dtype_name
 from explorer.gpu import cusparselt as C
 from explorer.gpu import kernels as K
 from explorer.gpu import tuning
@@ -39,7 +40,7 @@ def one(name, m, k, n, dtype, tune):
     cw = C.compress(w)
     x = torch.randn(n, k, device="cuda", dtype=dtype)
     cache = C.default_cache()
-    dn = C._dtype_name(dtype) if hasattr(C, "_dtype_name") else str(dtype).split(".")[-1]
+    dn = dtype_name(dtype)
     algs = [-1]
     if tune:
         found = tuning.tune_weight(w, [n], layouts=("cc", "cr"))

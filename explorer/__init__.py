@@ -57,22 +57,7 @@ _LAZY = {
     "check_onnx": "explorer.checkpoint",
 }
 
-__all__ = [
-    "DeviceTarget",
-    "DoctorReport",
-    "Finding",
-    "LayerInfo",
-    "LayerTable",
-    "MissingExtraError",
-    "Pattern",
-    "PatternReport",
-    "check_pattern",
-    "doctor",
-    "keep_patterns",
-    "layers",
-    "make_mask",
-    *_LAZY,
-]
+__all__ = ["MissingExtraError", "Pattern", *_LAZY]
 
 
 def __getattr__(name: str):

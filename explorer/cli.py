@@ -392,7 +392,7 @@ def _sweep(args) -> int:
         import concurrent.futures
         import multiprocessing
 
-        from explorer.sweeps.cells import hide_training_bars
+        from explorer.sweeps.loading import hide_training_bars
 
         executor = concurrent.futures.ProcessPoolExecutor(
             args.workers,
@@ -484,7 +484,7 @@ def _store(args) -> int:
 
 def _save(args) -> int:
     from explorer.checkpoint import save_sparse
-    from explorer.doctor import parse_dtype
+    from explorer.dtypes import parse_dtype
     from explorer.models import load
     from explorer.pruning import METHODS, prune
 

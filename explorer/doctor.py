@@ -37,7 +37,6 @@ __all__ = [
     "Finding",
     "LayerDiagnosis",
     "doctor",
-    "parse_dtype",
     "resolve_target",
     "verdict_once_24",
 ]

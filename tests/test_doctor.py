@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from explorer import DeviceTarget, doctor, make_mask
-from explorer.doctor import parse_dtype
+from explorer.dtypes import parse_dtype
 
 
 def pruned_linear(out_features, in_features, dtype=torch.float32):

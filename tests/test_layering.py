@@ -23,7 +23,7 @@ ROOMS = (
     "widgets",
     "cli",
 )
-_OUTSIDE_CORE = {"store": "results", "cli": "cli", "__main__": "cli"}
+_OUTSIDE_CORE = {"cli": "cli", "__main__": "cli"}
 
 
 def _room(module: str) -> str:

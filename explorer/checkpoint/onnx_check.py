@@ -33,7 +33,8 @@ import torch
 
 from explorer import _html
 from explorer.checks import check_pattern
-from explorer.doctor import FAST_MACS, parse_dtype
+from explorer.doctor import FAST_MACS
+from explorer.dtypes import parse_dtype
 from explorer.errors import require
 
 from .manifest import CheckpointError

@@ -34,14 +34,14 @@ from typing import Any
 
 import torch
 
-from explorer.experiments.settings import DEFAULTS, RECOVERY, model_settings, run_facts
+from explorer.experiments.settings import DEFAULTS, model_settings, run_facts
 from explorer.experiments.table import Results, Row, table_rows
 from explorer.results.markdown.accuracy import write_json, write_markdown
 from explorer.results.store import ResultStore
 from explorer.sweeps import named
 from explorer.sweeps.named import model_grid, run_named
 
-__all__ = ["DEFAULTS", "RECOVERY", "Results", "Row", "main", "run"]
+__all__ = ["main", "run"]
 
 METHODS = ("random", "magnitude", "weightnorm", "wanda", "sparsegpt")
 PATTERNS = ("2:4", "4:8", "unstructured:0.5")

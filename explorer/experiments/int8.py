@@ -26,9 +26,8 @@ from typing import Any
 from explorer.experiments.quant_grid import grid_table, markdown_tables, run_cli, run_grid
 from explorer.models import MODELS
 from explorer.results.store import ResultStore
-from explorer.sweeps.steps import OnDevice
 
-__all__ = ["OnDevice", "main", "run", "to_markdown"]
+__all__ = ["main", "run", "to_markdown"]
 
 DEFAULT_MODELS = tuple(MODELS)  # every bundled model
 

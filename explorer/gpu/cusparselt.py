@@ -76,7 +76,6 @@ _EPILOGUES = ("none", "relu", "gelu")
 #: ``nn.Linear`` layout (``X[tokens, in]``, ``Y[tokens, out]`` row-major), ``r`` the transposed
 #: one (``X^T[in, tokens]``, ``Y^T[out, tokens]`` row-major). 8-bit types need ``cc``.
 LAYOUTS = ("cc", "rr", "rc", "cr")
-_LAYOUT_ALIASES = {"linear": "cc", "rowrow": "rr"}
 
 
 class CusparseltRefused(RuntimeError):
@@ -340,7 +339,7 @@ class Plan:
             L.ComputeType.COMPUTE_32I if self.dtype == torch.int8 else L.ComputeType.COMPUTE_32F
         )
         # 1. descriptors: A row-major m x k (sparse), B column-major k x n, C = D column-major.
-        lay = _LAYOUT_ALIASES.get(key.layout, key.layout)
+        lay = key.layout
         if lay not in LAYOUTS:
             raise ValueError(f"layout {key.layout!r} unknown; expected one of {LAYOUTS}")
         if lay[0] == "c":  # B = X[n, k] row-major, read as column-major k x n

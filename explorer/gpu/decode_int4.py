@@ -42,7 +42,6 @@ from explorer.lowbit import Int4Weight, compress_int4, int4_reference
 
 __all__ = [
     "CHUNK",
-    "MAX_TOKENS",
     "METHODS",
     "Int4DecodeCall",
     "Int4LaunchConfig",

@@ -30,7 +30,7 @@ from explorer.gpu.sparse_options import SparseOptions
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 from explorer.gpu.tuning import deferred_search, search_counts, search_stats
 
-__all__ = ["SparsifyReport", "eligibility", "set_mode", "sparsify"]
+__all__ = ["eligibility", "set_mode", "sparsify"]
 
 #: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
 DEFAULT_TOKENS = (4096, 16)

@@ -22,11 +22,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from explorer.models.bundle import ModelBundle, cache_dir
+from explorer.models.bundle import ModelBundle
 from explorer.models.folder import is_checkpoint_path
 from explorer.models.pretrained import from_pretrained
 
-__all__ = ["MODELS", "ModelBundle", "cache_dir", "from_pretrained", "load"]
+__all__ = ["MODELS", "ModelBundle", "from_pretrained", "load"]
 
 #: Bundled model names and the module that loads each.
 MODELS: dict[str, str] = {

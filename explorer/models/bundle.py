@@ -11,9 +11,8 @@ from torch import nn
 
 from explorer import _html
 from explorer.results.markdown import fmt
-from explorer.results.store.location import cache_dir
 
-__all__ = ["ModelBundle", "cache_dir", "classifier_filter"]
+__all__ = ["ModelBundle", "classifier_filter"]
 
 
 def classifier_filter(last: str) -> Callable[[nn.Module, str], bool]:

@@ -17,13 +17,14 @@ Examples
 0.5
 """
 
+from ..errors import PruningCancelled
 from .admm import admm_update
 from .api import prune
-from .calibration import PruningCancelled
 from .finetune import FinetuneResult, finetune
 from .finetune_checks import FinetuneDiverged
 from .methods import METHODS, UPDATES, MethodInfo
-from .permute import PermutationResult, PermutedLayer, permute_channels, undo_permutation
+from .permutation_result import PermutationResult, PermutedLayer
+from .permute import permute_channels, undo_permutation
 from .result import PruneResult
 from .sensitivity import SensitivityResult, sensitivity
 

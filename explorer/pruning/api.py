@@ -12,16 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import PruningCancelled, validate_cancel
 from ..patterns import Pattern
 from .admm import admm_update
-from .calibration import (
-    InputStats,
-    PruningCancelled,
-    as_batches,
-    model_device,
-    selected_linears,
-    validate_cancel,
-)
+from .calibration import InputStats, as_batches, model_device, selected_linears
 from .methods import UPDATES, check_quantize, check_selection, method_info, quantized_sparsegpt
 from .permute import permute_channels, undo_permutation
 from .result import PruneResult

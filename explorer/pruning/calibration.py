@@ -16,21 +16,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import PruningCancelled, check_cancel, validate_cancel
+from ..errors import PruningCancelled
 
 __all__ = [
     "InputStats",
-    "PruningCancelled",
     "StopForward",
     "as_batches",
     "call_model",
-    "check_cancel",
     "check_finite_inputs",
     "progress_bar",
     "reconstruction_error",
     "record_inputs",
     "selected_linears",
-    "validate_cancel",
 ]
 
 #: Above this input width only the diagonal of ``X^T X`` is kept (a full one would be large).

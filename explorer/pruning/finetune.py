@@ -25,13 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _html
-from .calibration import (
-    PruningCancelled,
-    check_cancel,
-    model_device,
-    progress_bar,
-    validate_cancel,
-)
+from ..errors import PruningCancelled, check_cancel, validate_cancel
+from .calibration import model_device, progress_bar
 from .distill import check_teacher, check_temperature, distillation_loss, forward
 from .finetune_checks import (
     FinetuneDiverged,
@@ -46,7 +41,7 @@ from .finetune_checks import (
 )
 from .snapshot import Snapshot
 
-__all__ = ["FinetuneDiverged", "FinetuneResult", "finetune"]
+__all__ = ["FinetuneResult", "finetune"]
 
 
 @dataclass(frozen=True, eq=False)

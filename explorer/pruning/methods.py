@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 from ..checks import check_pattern
+from ..errors import check_cancel
 from ..groupquant import Quantization
 from ..patterns import Pattern
-from .calibration import InputStats, check_cancel, progress_bar
+from .calibration import InputStats, progress_bar
 from .magnitude import magnitude_mask
 from .random import random_mask
 from .sparsegpt import sparsegpt_prune, sparsegpt_quantize_prune

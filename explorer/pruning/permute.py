@@ -28,29 +28,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import check_cancel, validate_cancel
 from ..patterns import Pattern
 from .calibration import (
     as_batches,
     call_model,
-    check_cancel,
     model_device,
     progress_bar,
     record_inputs,
     selected_linears,
-    validate_cancel,
 )
 from .permutation_result import PermutationResult, PermutedLayer
 from .permutation_search import search_permutation
 from .permute_producers import ChannelGroup, find_producers
 
-__all__ = [
-    "PermutationResult",
-    "PermutedLayer",
-    "find_producers",
-    "full_column_order",
-    "permute_channels",
-    "undo_permutation",
-]
+__all__ = ["full_column_order", "permute_channels", "undo_permutation"]
 
 
 def _shared(model: nn.Module, names: Sequence[str]) -> str | None:

@@ -17,16 +17,10 @@ import torch
 from torch import nn
 
 from .. import _html
+from ..errors import PruningCancelled, check_cancel, validate_cancel
 from ..patterns import Pattern
 from .api import prune
-from .calibration import (
-    PruningCancelled,
-    as_batches,
-    check_cancel,
-    progress_bar,
-    selected_linears,
-    validate_cancel,
-)
+from .calibration import as_batches, progress_bar, selected_linears
 from .methods import check_selection, method_info
 
 __all__ = ["SensitivityResult", "sensitivity"]

@@ -28,11 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import check_cancel
 from .calibration import (
     InputStats,
     StopForward,
     call_model,
-    check_cancel,
     progress_bar,
     reconstruction_error,
     record_inputs,

@@ -8,8 +8,9 @@ Examples
 11
 """
 
-from explorer.sweeps.cells import layer_filter, run_cell
+from explorer.sweeps.cells import run_cell
 from explorer.sweeps.grid import Cell, SweepConfig
+from explorer.sweeps.loading import layer_filter
 from explorer.sweeps.runner import SweepResult, sweep
 
 __all__ = ["Cell", "SweepConfig", "SweepResult", "layer_filter", "run_cell", "sweep"]

@@ -22,9 +22,6 @@ from explorer.errors import PruningCancelled
 from explorer.results.store.provenance import provenance
 from explorer.sweeps.loading import (
     bundle_for,
-    hide_training_bars,
-    layer_filter,
-    quiet_progress,
     round_weights,
 )
 from explorer.sweeps.model_speed import time_model_cell
@@ -38,7 +35,7 @@ from explorer.sweeps.steps import (
     retrain,
 )
 
-__all__ = ["failed_rows", "hide_training_bars", "layer_filter", "quiet_progress", "run_cell"]
+__all__ = ["failed_rows", "run_cell"]
 
 
 def _dense(config: dict) -> list[dict]:

@@ -25,6 +25,7 @@ from explorer.results.store import leases as _leases
 from explorer.sweeps import cells as _cells
 from explorer.sweeps import routing as _routing
 from explorer.sweeps.grid import Cell, SweepConfig
+from explorer.sweeps.loading import quiet_progress
 
 __all__ = ["SweepResult", "run_grid", "sweep"]
 
@@ -359,7 +360,7 @@ def run_grid(
         def run_here(cell: Cell) -> list[dict] | None:
             # None when the pruning step was cancelled.
             try:
-                with _cells.quiet_progress(not progress):
+                with quiet_progress(not progress):
                     if executor is not None:
                         return _routing.submit(
                             executor, run_cell, cell.config, use_resources

@@ -11,9 +11,9 @@ Examples
 'overview'
 """
 
-from explorer.results.speedup import SpeedEstimate, estimate_speedup, recorded_speed
-from explorer.results.tradeoff import TradeoffPoint, pareto_front
-from explorer.widgets.dashboard import DEFAULT_MODEL, MODELS, Dashboard, Status
+from explorer.widgets.dashboard import Dashboard
+from explorer.widgets.dashboard_models import DEFAULT_MODEL, MODELS
+from explorer.widgets.dashboard_status import Status
 from explorer.widgets.kernel_runner import KernelResult, KernelRunner
 from explorer.widgets.layer_picker import LayerPicker, LayerRow
 from explorer.widgets.mask_view import (
@@ -44,15 +44,10 @@ __all__ = [
     "Overview",
     "PatternPanel",
     "PermutationView",
-    "SpeedEstimate",
     "Status",
     "TradeoffPlot",
-    "TradeoffPoint",
     "Window",
     "block_density",
-    "estimate_speedup",
-    "pareto_front",
-    "recorded_speed",
     "row_validity",
     "window",
 ]

@@ -34,30 +34,20 @@ from explorer.widgets.dashboard_loading import Loader
 from explorer.widgets.dashboard_measure import Measure
 from explorer.widgets.dashboard_models import (
     DEFAULT_MODEL,
-    MODEL_SETTINGS,
     MODELS,
     settings_for,
 )
 from explorer.widgets.dashboard_points import Points
 from explorer.widgets.dashboard_pruning import Pruning
 from explorer.widgets.dashboard_state import DashboardState
-from explorer.widgets.dashboard_status import Events, Status
+from explorer.widgets.dashboard_status import Events
 from explorer.widgets.kernel_runner import KernelRunner
 from explorer.widgets.mask_view import MaskViewer
 from explorer.widgets.method_picker import MethodConfig, MethodPicker
 from explorer.widgets.pattern_panel import PatternPanel
 from explorer.widgets.tradeoff import TradeoffPlot
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "MODELS",
-    "MODEL_SETTINGS",
-    "PAGE_ENV",
-    "Dashboard",
-    "Status",
-    "page_options",
-    "prebuild_first_page",
-]
+__all__ = ["PAGE_ENV", "Dashboard", "page_options", "prebuild_first_page"]
 
 #: What the served page (``notebooks/dashboard.ipynb``) reads from the environment Voila
 #: starts in: the model (a bundled name or a ``save_pretrained`` folder), the text file of a
@@ -84,7 +74,7 @@ class Dashboard:
         the model's entry in :data:`MODEL_SETTINGS`, else 1024).
     dtype : str, optional
         Dtype they assume (default: the model's entry in :data:`MODEL_SETTINGS`, else float16).
-    store : explorer.store.ResultStore, optional
+    store : explorer.results.store.ResultStore, optional
         Where recorded measurements come from (default: the shipped reference database).
     background : bool
         Draw first, load later: a named model whose first page is cached (see

@@ -4,8 +4,8 @@ Loading MiniLM means importing ``transformers`` and building the encoder: second
 CPU, before anything can be drawn. The first page needs far less: the Linear weights (for the
 mask view), the layer table (for the picker) and the model's metric (for the plot's axis). A
 :class:`PageCache` holds exactly that, in one ``torch.save`` file under
-:func:`explorer.models.cache_dir`; the dashboard draws from it while the real model loads in a
-thread, and writes it after the first load. The file's name carries everything its content
+:func:`explorer.results.store.cache_dir`; the dashboard draws from it while the real model loads
+in a thread, and writes it after the first load. The file's name carries everything its content
 depends on (model, cast, dtype, tokens, the explorer's, torch's and the weight package's
 versions), so a change of any of them simply misses the cache.
 """
@@ -51,7 +51,7 @@ def cache_path(model: str, cast: str | None, dtype: str, tokens: int) -> Path:
     True
     """
     from explorer import __version__
-    from explorer.models.bundle import cache_dir
+    from explorer.results.store.location import cache_dir
 
     key = "|".join(
         map(

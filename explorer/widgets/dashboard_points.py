@@ -27,10 +27,9 @@ import torch
 
 from explorer.results.model_speed import MODEL_SPEED, MeasuredSpeed, measured_speed
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
-from explorer.results.tradeoff import choose_speed
+from explorer.results.tradeoff import TradeoffPoint, choose_speed
 from explorer.widgets.dashboard_status import summary
 from explorer.widgets.method_picker import MethodConfig
-from explorer.widgets.tradeoff import TradeoffPoint
 
 __all__ = ["Points"]
 

@@ -43,7 +43,7 @@ class DashboardState:
     ----------
     tokens, dtype : int, str
         Token count and dtype the doctor, the kernel runner and the speed-up assume.
-    store : explorer.store.ResultStore or None
+    store : explorer.results.store.ResultStore or None
         Where recorded measurements come from (None: the shipped reference database).
     background : bool
         Whether the model loads (and is evaluated) in a thread behind its first page.

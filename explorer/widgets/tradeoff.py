@@ -14,7 +14,7 @@ from explorer import _html
 from explorer.results.speedup import ESTIMATE_FORMULA
 from explorer.results.tradeoff import TradeoffPoint, pareto_front
 
-__all__ = ["SPEED_MARKERS", "TradeoffPlot", "TradeoffPoint", "pareto_front"]
+__all__ = ["SPEED_MARKERS", "TradeoffPlot"]
 
 #: How each speed source is drawn: legend name and plotly marker (symbol, fill, colour).
 #: Filled = measured, hollow = estimated, grey x = no data.

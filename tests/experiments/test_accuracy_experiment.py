@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from explorer.experiments.accuracy import Results, Row, main, run
+from explorer.experiments.accuracy import main, run
+from explorer.experiments.table import Results, Row
 from explorer.results.markdown import accuracy as report
 
 SETTINGS = {"digits-mlp": {"calibration": 64, "finetune": {"steps": 5, "lr": 1e-3}}}

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from explorer.experiments import accuracy
-from explorer.experiments.accuracy import Results, run
+from explorer.experiments.accuracy import run
+from explorer.experiments.settings import RECOVERY
+from explorer.experiments.table import Results
 from explorer.results.markdown import accuracy as report
 
 SETTINGS = {"digits-mlp": {"calibration": 64, "finetune": None}}
@@ -72,7 +73,7 @@ def test_unknown_variant():
 
 def test_recovery_rows(monkeypatch):
     monkeypatch.setitem(
-        accuracy.RECOVERY,
+        RECOVERY,
         "digits-mlp",
         {"samples": 64, "seed": 1, "lr": 1e-3, "train": "masked"},
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer.experiments.int8 import OnDevice, run, to_markdown
+from explorer.experiments.int8 import run, to_markdown
+from explorer.sweeps.steps import OnDevice
 
 
 def test_run_reports_every_configuration():

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from explorer.models import MODELS, ModelBundle, cache_dir, load
+from explorer.models import MODELS, ModelBundle, load
 from explorer.models.bundle import classifier_filter
+from explorer.results.store import cache_dir
 
 
 def _toy():

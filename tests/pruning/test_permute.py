@@ -16,7 +16,7 @@ from explorer.pruning import (
     undo_permutation,
 )
 from explorer.pruning.permutation_search import kept_score, search_permutation
-from explorer.pruning.permute import find_producers
+from explorer.pruning.permute_producers import find_producers
 
 
 def _state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -104,10 +104,11 @@ def test_views_mirror_the_logic(dash):
 
 def test_cancelled_run_restores_the_model(dash, monkeypatch):
     import explorer.pruning as pruning
+    from explorer.errors import check_cancel
 
     def slow_prune(model, method, pattern, cancel=None, **kwargs):
         dash.cancel()
-        pruning.calibration.check_cancel(cancel, "in the test")
+        check_cancel(cancel, "in the test")
 
     monkeypatch.setattr(pruning, "prune", slow_prune)
     dash.run(MethodConfig("magnitude", "2:4"), wait=True)

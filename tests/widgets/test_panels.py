@@ -7,14 +7,13 @@ import torch
 from torch import nn
 
 from explorer.masks import make_mask
+from explorer.results.speedup import estimate_speedup, recorded_speed
 from explorer.widgets import (
     KernelRunner,
     LayerPicker,
     MethodConfig,
     MethodPicker,
     PatternPanel,
-    estimate_speedup,
-    recorded_speed,
     row_validity,
 )
 

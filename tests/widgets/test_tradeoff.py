@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.widgets import TradeoffPlot, TradeoffPoint, pareto_front
+from explorer.results.tradeoff import TradeoffPoint, pareto_front
+from explorer.widgets import TradeoffPlot
 
 
 def brute_force(points, higher=True):

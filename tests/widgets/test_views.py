@@ -10,7 +10,8 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 pytest.importorskip("anywidget", reason="plotly's FigureWidget needs anywidget")
 
-from explorer.widgets import MaskComparison, MaskViewer, TradeoffPlot, TradeoffPoint
+from explorer.results.tradeoff import TradeoffPoint
+from explorer.widgets import MaskComparison, MaskViewer, TradeoffPlot
 from explorer.widgets._plotly import binary_rows, record_messages
 from explorer.widgets.views import comparison_box, mask_figure, tradeoff_figure
 

@@ -144,7 +144,8 @@ def test_doctor_exercises():
 def test_amdahl_and_the_choice():
     assert checks.end_to_end(lambda f, s: 1 / ((1 - f) + f / s)).ok
     assert "expected" in checks.end_to_end(lambda f, s: f * s).message
-    from explorer.widgets import TradeoffPlot, TradeoffPoint
+    from explorer.results.tradeoff import TradeoffPoint
+    from explorer.widgets import TradeoffPlot
 
     plot = TradeoffPlot(metric="accuracy")
     for label, speedup, score in [("dense", 1.0, 0.98), ("a", 1.5, 0.975), ("b", 1.9, 0.95)]:

@@ -23,10 +23,10 @@ from urllib.parse import quote
 
 from explorer import _html
 from explorer.errors import OutputPathError
-from explorer.output_paths import replacing
+from explorer.output_paths import is_sqlite_file, replacing
 from explorer.results.store import schema
 from explorer.results.store.canonical import canonical_json, to_jsonable
-from explorer.results.store.files import check_output, is_sqlite_file
+from explorer.results.store.files import check_output
 from explorer.results.store.location import (
     StoreError,
     damaged,
@@ -37,7 +37,7 @@ from explorer.results.store.location import (
 from explorer.results.store.provenance import provenance as _provenance
 from explorer.results.store.table import ResultTable, Row
 
-__all__ = ["ResultStore", "StoreError", "default_path", "reference_path"]
+__all__ = ["ResultStore"]
 
 _FILTERS = ("kind", "status", "sweep_id", "cell_key", *schema.INDEXED_COLUMNS)
 _TEXT_INDEXED = ("model", "method", "pattern", "dtype")

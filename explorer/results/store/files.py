@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import IO
 
 from explorer.errors import OutputPathError
-from explorer.output_paths import SQLITE_HEADER, check_output_path, is_sqlite_file, replacing
+from explorer.output_paths import check_output_path, replacing
 from explorer.results.store.location import StoreError
 
-__all__ = ["SQLITE_HEADER", "OutputRefused", "atomic_output", "check_output", "is_sqlite_file"]
+__all__ = ["OutputRefused", "atomic_output", "check_output"]
 
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
 

@@ -18,9 +18,8 @@ from urllib.parse import quote
 
 from explorer import _html
 from explorer.errors import OutputPathError
-from explorer.output_paths import replacing
+from explorer.output_paths import is_sqlite_file, replacing
 from explorer.results.store import schema
-from explorer.results.store.files import is_sqlite_file
 from explorer.results.store.location import StoreError
 
 __all__ = ["RecoveryResult", "StoreHealth", "check_store", "recover_store"]

@@ -203,8 +203,7 @@ def test_a_read_only_store_is_not_written(tmp_path):
 
 
 def test_cache_variable_naming_a_db_file_keeps_weights_beside_it(tmp_path, monkeypatch):
-    from explorer.models.bundle import cache_dir
-    from explorer.results.store import default_path
+    from explorer.results.store import cache_dir, default_path
 
     store = tmp_path / "x" / "results.db"
     monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(store))
