@@ -13,8 +13,6 @@ first use, so ``import explorer`` stays fast and works without the optional extr
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from .errors import MissingExtraError
 from .patterns import Pattern
@@ -28,12 +26,12 @@ _LAZY = {
     "check_pattern": "explorer.checks",
     "keep_patterns": "explorer.checks",
     "DeviceTarget": "explorer.devices",
-    "DoctorReport": "explorer.doctor",
-    "Finding": "explorer.doctor",
-    "doctor": "explorer.doctor",
-    "LayerInfo": "explorer.layers",
-    "LayerTable": "explorer.layers",
-    "layers": "explorer.layers",
+    "DoctorReport": "explorer.diagnosis",
+    "Finding": "explorer.diagnosis",
+    "doctor": "explorer.diagnosis",
+    "LayerInfo": "explorer.prunable_layers",
+    "LayerTable": "explorer.prunable_layers",
+    "layers": "explorer.prunable_layers",
     "make_mask": "explorer.masks",
     "prune": "explorer.pruning",
     "PruneResult": "explorer.pruning",
@@ -73,18 +71,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-class _Package(types.ModuleType):
-    """Keeps ``explorer.doctor`` and ``explorer.layers`` the functions once their modules load.
-
-    Importing a submodule binds it as an attribute of the package; for the two functions named
-    like their modules, the function is bound instead (the module stays in ``sys.modules``).
-    """
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in ("doctor", "layers") and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -308,7 +308,7 @@ def _dashboard(args) -> int:
 
 
 def _doctor(args) -> int:
-    from explorer.doctor import doctor, resolve_target
+    from explorer.diagnosis import doctor, resolve_target
     from explorer.models import MODELS, load
     from explorer.models.folder import is_checkpoint_path
     from explorer.models.pretrained import load_model

@@ -154,7 +154,7 @@ def test_numeric_and_exclusive_options_are_validated(argv, words, capsys, tmp_pa
 def test_doctor_refuses_an_impossible_capability_from_python():
     from torch import nn
 
-    from explorer.doctor import doctor
+    from explorer.diagnosis import doctor
 
     with pytest.raises(ValueError, match=r"\(99, 0\).*no NVIDIA GPU"):
         doctor(nn.Sequential(nn.Linear(8, 8)), device=(99, 0))

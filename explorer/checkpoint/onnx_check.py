@@ -13,7 +13,7 @@ The weights are read from the file's initializers (and ``Constant`` nodes) with 
 package, followed back through ``Identity``, ``Cast``, ``Transpose``, ``DequantizeLinear``,
 ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and constant ``Mul``/``Div`` nodes, and
 counted with :func:`explorer.check_pattern`. The shape rules are the doctor's
-(:mod:`explorer.doctor`): the reduction width must be a multiple of 4 to hold 2:4 at all; the
+(:mod:`explorer.diagnosis`): the reduction width must be a multiple of 4 to hold 2:4 at all; the
 sparse operand's rows and columns should be multiples of 16 (16-bit) or 32 (8-bit), or the
 sparse kernels cannot take it; small products are rarely faster sparse. TensorRT times sparse
 against dense tactics at build time and keeps the faster, so "eligible" means it *can* run
@@ -33,7 +33,7 @@ import torch
 
 from explorer import _html
 from explorer.checks import check_pattern
-from explorer.doctor import FAST_MACS
+from explorer.diagnosis import FAST_MACS
 from explorer.dtypes import parse_dtype
 from explorer.errors import require
 

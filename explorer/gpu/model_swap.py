@@ -81,7 +81,7 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
 
 
 def _doctor_reasons(model, dtype, tokens) -> Callable[[str], str]:
-    from explorer.doctor import doctor
+    from explorer.diagnosis import doctor
 
     try:
         rep = doctor(model, dtype=dtype, tokens=tokens)

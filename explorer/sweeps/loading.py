@@ -160,7 +160,7 @@ def layer_filter(
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     fast = None
     if layer_set == "fast":
-        from explorer.doctor import doctor
+        from explorer.diagnosis import doctor
 
         fast = doctor(model, dtype=dtype, tokens=tokens).fast_once_24()
     chosen = set(resolve_layer_set(layer_set, names, fast=fast))

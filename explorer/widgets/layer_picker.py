@@ -43,7 +43,7 @@ class LayerRow:
     verdict, reason : str
         The doctor's verdict for the layer as it is, and the findings behind it.
     verdict_24, reason_24 : str
-        The verdict once pruned to 2:4 (see :func:`explorer.doctor.verdict_once_24`), and why.
+        The verdict once pruned to 2:4 (see :func:`explorer.diagnosis.verdict_once_24`), and why.
     """
 
     name: str
@@ -89,7 +89,10 @@ def _fallback_rows(model: nn.Module) -> list[LayerRow]:
 
 
 def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int = 1024):
-    """Rows for every layer with a 2-D weight, from :mod:`explorer.layers` and :mod:`explorer.doctor`.
+    """Rows for every layer with a 2-D weight, with the doctor's verdicts.
+
+    The layers come from :mod:`explorer.prunable_layers`, the verdicts from
+    :mod:`explorer.diagnosis`.
 
     Examples
     --------
@@ -99,11 +102,11 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
     ('unsupported', 'fast')
     """
     try:
-        from explorer.layers import layers
+        from explorer.prunable_layers import layers
     except ImportError:
         return _fallback_rows(model)
     try:
-        from explorer.doctor import doctor, verdict_once_24
+        from explorer.diagnosis import doctor, verdict_once_24
 
         report = doctor(model, dtype=dtype, tokens=tokens)
     except ImportError:

@@ -30,7 +30,7 @@ from . import _html
 from .checks import check_pattern
 from .devices import DeviceTarget
 from .dtypes import dtype_name, parse_dtype
-from .layers import layers, matrix_view
+from .prunable_layers import layers, matrix_view
 
 __all__ = [
     "DoctorReport",

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from explorer import layers, make_mask
-from explorer.layers import default_filter
+from explorer.prunable_layers import default_filter
 
 
 class Tiny(nn.Module):
