@@ -221,6 +221,9 @@ class SparseLinear(nn.Module):
         # table per clock (wall: eager and default compile; gpu: inside a CUDA-graph capture)
         self._fast: dict = {}
         self._fast_graph: dict = {}
+        # (shape, device, dtype) -> the dense route as one F.linear call, for any strides, where
+        # every clock this layer may run by chose dense: looked up before anything else
+        self._dense_any: dict = {}
         self._decode_calls: dict = {}  # (rows, activation dtype) -> decode.DecodeCall
         self._cache = C.default_cache()
         self._op_id = ops.register(self)
@@ -232,7 +235,15 @@ class SparseLinear(nn.Module):
         its first call).
         """
         state = self.__dict__.copy()
-        for name in ("_plans", "_routes", "_fast", "_fast_graph", "_decode_calls", "_cache"):
+        for name in (
+            "_plans",
+            "_routes",
+            "_fast",
+            "_fast_graph",
+            "_dense_any",
+            "_decode_calls",
+            "_cache",
+        ):
             state.pop(name, None)
         return state
 
@@ -263,6 +274,12 @@ class SparseLinear(nn.Module):
         self._traced_dense = ()
         return out
 
+    def _forget_fast_paths(self) -> None:
+        """Drop every remembered call (routes or plans changed: the next call decides again)."""
+        self._fast.clear()
+        self._fast_graph.clear()
+        self._dense_any.clear()
+
     @property
     def op_id(self) -> int:
         """The module's id for the compiled op ``torch.ops.explorer.sparse_forward``."""
@@ -276,8 +293,7 @@ class SparseLinear(nn.Module):
         """
         self.mode = check_mode(mode)
         self._routes.clear()
-        self._fast.clear()
-        self._fast_graph.clear()
+        self._forget_fast_paths()
         self._update_traced_dense()
 
     def set_activation(self, activation: str) -> None:
@@ -290,8 +306,7 @@ class SparseLinear(nn.Module):
         self.activation = activation
         self._plans.clear()
         self._routes.clear()
-        self._fast.clear()
-        self._fast_graph.clear()
+        self._forget_fast_paths()
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -397,8 +412,7 @@ class SparseLinear(nn.Module):
         self._dense = None
         BOOK.carry_without_dense(lambda problem: problem[:3] == mnk)
         self._routes.clear()
-        self._fast.clear()
-        self._fast_graph.clear()
+        self._forget_fast_paths()
         self._traced_dense = ()
 
     @property
@@ -420,8 +434,7 @@ class SparseLinear(nn.Module):
             return
         self._dec_values = self._dec_meta = self._dec_scale = None
         self._routes.clear()
-        self._fast.clear()
-        self._fast_graph.clear()
+        self._forget_fast_paths()
         self._decode_calls.clear()
         self._seen = {n: d for n, d in self._seen.items() if DECODE not in d.wall}
 
@@ -497,6 +510,7 @@ class SparseLinear(nn.Module):
         self._eager_verdicts[C.decision_tokens(int(tokens), self.dtype)] = bool(keep)
         self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
         self._fast.clear()
+        self._dense_any.clear()
 
     def _eager_dense(self, t: int) -> bool:
         """The whole-model checks' eager verdict for ``t`` tokens (see ``eager_verdict``)."""
@@ -615,8 +629,7 @@ class SparseLinear(nn.Module):
         try:
             return BOOK.decide(problem, key, {route: forced(route) for route in (fixed, DECODE)})
         finally:
-            self._fast.clear()
-            self._fast_graph.clear()
+            self._forget_fast_paths()
 
     def _route_calls(
         self, n: int, t: int, dev: int, fused_act: bool, first: str
@@ -760,6 +773,12 @@ class SparseLinear(nn.Module):
         Seen before means the same shape, strides, device and dtype; one call then costs about the
         host time of ``F.linear``. Any other input takes the full path, which chooses and remembers.
         """
+        # an input shape that runs dense by every clock this layer may be timed by (its mode's,
+        # or both for "auto"): found by shape, device and dtype alone, with no capture check and
+        # no strides, and run as one F.linear (decode sizes, where eager models are host-bound)
+        dense = self._dense_any.get((x.shape, x.get_device(), x.dtype))
+        if dense is not None:
+            return dense(x)
         fast = self._fast_table(self._clock_now()).get(
             (x.shape, x.stride(), x.get_device(), x.dtype)
         )
@@ -837,7 +856,12 @@ class SparseLinear(nn.Module):
         """The dense route as one call of a 2-D (or any-leading-dims) input."""
         if fused_act:
             return partial(self._dense_forward, fused_act=True)
-        return partial(nn.functional.linear, weight=self._dense, bias=self.bias)
+        weight, bias = self._dense, self.bias
+
+        def linear(x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.linear(x, weight, bias)
+
+        return linear
 
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         w = self._dense
@@ -882,9 +906,12 @@ class SparseLinear(nn.Module):
         alpha, fuse = self._alpha_vector, self._fuses
         route = self._route(n, t, dev, fuse, alpha, first, clock)
         capturing = torch.cuda.is_current_stream_capturing()
+        # dense by every clock this layer may run by: its mode's one, or both for "auto"
+        dense_always = route == DENSE and (self.mode != "auto" or not capturing)
         if clock == "wall" and self.mode == "auto" and not capturing:
             # a CUDA-graph capture of this input takes the GPU clock's route: build its plan now
             ahead = self._route(n, t, dev, fuse, alpha, first, "gpu")
+            dense_always = dense_always and ahead == DENSE
             if ahead.kind == "sparse":
                 try:
                     self._plan_for(n, dev, fuse, alpha, ahead)
@@ -903,6 +930,8 @@ class SparseLinear(nn.Module):
             if x2.dtype == x.dtype and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
                 self._remember(x, self._dense_call(fuse), clock, any_dims=True)
+                if dense_always and len(self._dense_any) < 64:
+                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = self._dense_call(fuse)
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2
@@ -917,8 +946,7 @@ class SparseLinear(nn.Module):
             _UNFUSED.add((self.dtype, self.activation))
             self._plans.clear()
             self._routes.clear()
-            self._fast.clear()
-            self._fast_graph.clear()
+            self._forget_fast_paths()
             fuse = False
             route = self._route(n, t, dev, fuse, alpha, first, clock)
             plan = self._plan_for(n, dev, fuse, alpha, route)

@@ -210,6 +210,43 @@ def test_dense_route_when_kept_and_faster_or_not():
     assert sl._routes[(3, "c", False, "wall")].kind == "sparse"
 
 
+@pytest.mark.parametrize("mode", ["auto", "eager", "graphs"])
+def test_remembered_calls_serve_any_strides_and_a_later_capture(mode):
+    """A shape seen before is served from the layer's remembered calls whatever its strides,
+    and a CUDA graph captured afterwards replays the product of its own input."""
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(256, 256)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, mode=mode)
+
+    def ref(x):
+        return nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double())
+
+    for rows in (1, 3, 16):
+        x = torch.randn(rows, 256, device=DEV, dtype=torch.half)
+        for _ in range(3):  # decide, then the remembered call
+            assert relerr(sl(x), ref(x)) < 2e-3
+        strided = torch.randn(256, rows, device=DEV, dtype=torch.half).t()
+        assert relerr(sl(strided), ref(strided)) < 2e-3
+        wide = torch.randn(rows, 512, device=DEV, dtype=torch.half)[:, ::2]
+        assert relerr(sl(wide), ref(wide)) < 2e-3
+        static = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            sl(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = sl(static)
+        fresh = torch.randn(rows, 256, device=DEV, dtype=torch.half)
+        static.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relerr(out, ref(fresh)) < 2e-3
+        assert relerr(sl(fresh), ref(fresh)) < 2e-3  # eager again after the capture
+
+
 def test_probe_rejects_a_wrong_result():
     from explorer.gpu import SparseLinear
 
