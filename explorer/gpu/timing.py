@@ -16,6 +16,7 @@ __all__ = [
     "interleaved_ms",
     "interleaved_runs",
     "paired_ratio",
+    "round_order",
 ]
 
 SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repetitions
@@ -92,6 +93,27 @@ def host_us(fn: Callable[[], object], iters: int = 200) -> float:
     return (t1 - t0) / iters * 1e6
 
 
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The order the callables named ``names`` run in, in round ``round_index`` (from 0).
+
+    Each round starts one name further on, so that over the rounds every callable takes every
+    place in turn.
+
+    Examples
+    --------
+    >>> [round_order(["dense", "sparse"], r) for r in range(3)]
+    [['dense', 'sparse'], ['sparse', 'dense'], ['dense', 'sparse']]
+    >>> round_order(["a", "b", "c"], 4)
+    ['b', 'c', 'a']
+    >>> round_order([], 3)
+    []
+    """
+    if not names:
+        return []
+    start = round_index % len(names)
+    return names[start:] + names[:start]
+
+
 def interleaved_runs(
     fns: dict[str, Callable[[], object]],
     rounds: int = 7,
@@ -105,6 +127,8 @@ def interleaved_runs(
     events, in turn. A host whose speed drifts (other work on the machine, frequency changes) then
     weighs on every callable alike, which timing one after the other cannot promise; the ratio of
     two callables' times in the same round is the paired comparison (see :func:`paired_ratio`).
+    Each round starts one callable further on (:func:`round_order`), so none is always the first
+    after a synchronization: a host-bound model's time depends on its place in the round.
     ``setup[name]()``, where given, runs before that callable's warm-up and before each of its
     rounds, outside the timed calls (e.g. swapping modules into the model it calls).
 
@@ -129,8 +153,9 @@ def interleaved_runs(
             fn()
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    for r in range(rounds):
+        for name in round_order(list(fns), r):
+            fn = fns[name]
             if name in setup:
                 setup[name]()
             a = torch.cuda.Event(enable_timing=True)

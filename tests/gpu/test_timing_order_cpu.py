@@ -1,0 +1,48 @@
+"""The order of interleaved timing rounds (CPU: CUDA events replaced by stand-ins)."""
+
+from __future__ import annotations
+
+import torch
+
+from explorer.gpu import timing
+from explorer.gpu.timing import interleaved_runs, round_order
+
+
+class _Event:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = float(len(CALLS))
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other: _Event) -> float:
+        return other.t - self.t
+
+
+CALLS: list[str] = []
+
+
+def test_each_round_starts_one_callable_further_on(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    CALLS.clear()
+    fns = {name: (lambda name=name: CALLS.append(name)) for name in ("dense", "sparse", "twin")}
+    runs = interleaved_runs(fns, rounds=4, iters=1, warmup=0)
+    assert CALLS == [
+        *("dense", "sparse", "twin"),
+        *("sparse", "twin", "dense"),
+        *("twin", "dense", "sparse"),
+        *("dense", "sparse", "twin"),
+    ]
+    assert {name: len(times) for name, times in runs.items()} == dict.fromkeys(fns, 4)
+    assert all(t == 1.0 for times in runs.values() for t in times)  # one call between events
+
+
+def test_every_place_is_taken_equally_often_over_whole_cycles():
+    names = ["a", "b", "c"]
+    firsts = [round_order(names, r)[0] for r in range(9)]
+    assert sorted(firsts) == sorted(names * 3)
+    assert timing.round_order(names, 0) == names
