@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
+
+from test_module_boundaries import import_graph
 
 import explorer
 
 PACKAGE = Path(explorer.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 #: The rooms in import order: each may import those before it, never one after it.
 ROOMS = (
     "core",
@@ -79,3 +83,43 @@ def test_nothing_in_gpu_imports_bench_and_only_widgets_import_widgets():
     edges = _edges()
     assert not [why for a, b, why in edges if a == "gpu" and b == "bench"]
     assert not [why for a, b, why in edges if b == "widgets"]
+
+
+def room_table() -> str:
+    """The table of docs/architecture.md: the rooms each room imports, when imported and lazily."""
+    graph = import_graph()
+    eager: dict[str, set[str]] = defaultdict(set)
+    lazy: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        room = _room(module)
+        eager[room].update(_room(t) for t in graph[module])
+        lazy[room].update(_room(t) for t in _imports(path))
+
+    def names(rooms: set[str]) -> str:
+        shown = {"core": "core", "cli": "`cli.py`"}
+        ordered = sorted(rooms, key=ROOMS.index)
+        return ", ".join(shown.get(r, f"`{r}/`") for r in ordered) or "-"
+
+    lines = [
+        "| room | imports when imported | imports lazily (inside functions) |",
+        "|---|---|---|",
+    ]
+    for room in ROOMS:
+        when_imported = eager[room] - {room}
+        lines.append(
+            f"| {names({room})} | {names(when_imported)} "
+            f"| {names(lazy[room] - when_imported - {room})} |"
+        )
+    return "\n".join(lines)
+
+
+def test_the_architecture_page_shows_the_imports_as_they_are():
+    assert room_table() in ARCHITECTURE.read_text(), (
+        "docs/architecture.md's import table is out of date; it is now:\n" + room_table()
+    )
+
+
+if __name__ == "__main__":
+    print(room_table())
