@@ -206,9 +206,7 @@ def re_exports() -> list[str]:
 
 def test_no_module_lists_another_modules_names():
     found = re_exports()
-    assert found == [], "names listed by a module that does not define them:\n" + "\n".join(
-        found
-    )
+    assert found == [], "names listed by a module that does not define them:\n" + "\n".join(found)
 
 
 def test_no_module_is_named_like_a_name_of_the_package():

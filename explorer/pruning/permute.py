@@ -60,9 +60,7 @@ def _shared(model: nn.Module, names: Sequence[str]) -> str | None:
     return None
 
 
-def full_column_order(
-    group: ChannelGroup, orders: list[torch.Tensor], width: int
-) -> torch.Tensor:
+def full_column_order(group: ChannelGroup, orders: list[torch.Tensor], width: int) -> torch.Tensor:
     """The whole column order of a consumer ``width`` wide, from each segment's order.
 
     Parameters
