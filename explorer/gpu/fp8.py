@@ -127,13 +127,13 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
     """
     if x.is_cuda and not torch.compiler.is_compiling() and x.numel():
-        fused = _FUSED.get("fn") if _capturing() else _fused_quantizer()
+        capturing = _capturing()
+        fused = _FUSED.get("fn") if capturing else _fused_quantizer()
         if fused is not None:
             # one compiled kernel per signature: any rows, one contiguous 2-D layout
             x2 = x.reshape(-1, x.shape[-1])
             x2 = x2 if x2.is_contiguous() else x2.contiguous()
             signature = fused_signature(x2)
-            capturing = _capturing()
             if not capturing or signature in _WARM:  # nothing may compile in a capture
                 q, scale = fused(x2, capturing)
                 _WARM.add(signature)
