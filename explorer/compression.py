@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _html
+from .dtypes import dtype_name
 
 __all__ = ["CompressedWeight", "compress"]
 
@@ -144,7 +145,7 @@ class CompressedWeight:
         ratio = self.nbytes / max(self.dense_nbytes, 1)
         return (
             f"CompressedWeight({self.shape[0]}x{self.shape[1]} 2:4, "
-            f"{str(self.values.dtype).removeprefix('torch.')}"
+            f"{dtype_name(self.values.dtype)}"
             f"{' with per-row scales' if self.scale is not None else ''}, "
             f"values {tuple(self.values.shape)}, "
             f"metadata {tuple(self.metadata.shape)} uint8, {ratio:.1%} of dense bytes)"

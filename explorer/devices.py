@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import sparse_rules
+
 __all__ = ["KNOWN_CAPABILITIES", "KNOWN_GPUS", "DeviceTarget"]
 
 # Compute capabilities of common data-centre and workstation GPUs.
@@ -160,13 +162,13 @@ class DeviceTarget:
 
     @property
     def supports_24(self) -> bool:
-        """Sparse tensor cores: compute capability 8.0 (Ampere) or newer."""
-        return self.capability >= (8, 0)
+        """Sparse tensor cores: :data:`explorer.sparse_rules.MIN_CAPABILITY` (8.0) or newer."""
+        return self.capability >= sparse_rules.MIN_CAPABILITY
 
     @property
     def supports_fp8(self) -> bool:
-        """fp8 (e4m3) sparse matmuls: compute capability 9.0 or newer."""
-        return self.capability >= (9, 0)
+        """fp8 2:4 matmuls: :data:`explorer.sparse_rules.FP8_MIN_CAPABILITY` (8.9) or newer."""
+        return self.capability >= sparse_rules.min_capability(torch.float8_e4m3fn)
 
     @property
     def is_hopper(self) -> bool:

@@ -3,9 +3,9 @@
 Every finding is a plain sentence plus a fix. The doctor needs no GPU: it reasons from the target
 GPU's compute capability, the dtype, the layer shapes, the token count and the weights.
 
-The rules it knows:
+The rules it knows (capability, dtype, alignment and pattern from :mod:`explorer.sparse_rules`):
 
-* sparse tensor cores need compute capability 8.0 or newer; fp8 needs 9.0;
+* sparse tensor cores need compute capability 8.0 or newer; fp8 needs 8.9;
 * 16-bit inputs: the sparse operand (the weight) needs rows and columns in multiples of 16 and the
   dense operand (the activations) multiples of 8; 8-bit inputs: 32 and 16;
 * 8-bit inputs need the dense operand transposed (column-major); a row-major or non-contiguous
@@ -26,11 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import _html
-from .checks import check_pattern
+from . import _html, sparse_rules
 from .devices import DeviceTarget
 from .dtypes import dtype_name, parse_dtype
-from .prunable_layers import layers, matrix_view
+from .prunable_layers import layers
 
 __all__ = [
     "DoctorReport",
@@ -51,7 +50,6 @@ FAST_MACS = 8e9
 TORCH_EAGER_HOST_SECONDS = 450e-6
 DENSE_FLOPS = {8: 300e12, 9: 700e12, 10: 1500e12}  # rough dense 16-bit rates, for the estimate
 
-_EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)
 SEVERITIES = ("ok", "info", "warn", "error")
 
 
@@ -194,7 +192,7 @@ class DoctorReport:
     def __repr__(self) -> str:
         c = self.counts()
         return (
-            f"DoctorReport({self.target.name} {self.target.sm}, {str(self.dtype).removeprefix('torch.')}, "
+            f"DoctorReport({self.target.name} {self.target.sm}, {dtype_name(self.dtype)}, "
             f"{self.tokens} tokens: {c['fast']} fast, {c['slow']} slow, {c['unsupported']} unsupported)"
         )
 
@@ -405,38 +403,10 @@ def _target_notes(target: DeviceTarget, dtype: torch.dtype, backend: str) -> lis
                 'pass device="A100", device="8.9" or similar for another GPU',
             )
         )
-    if not target.supports_24:
-        notes.append(
-            Finding(
-                "",
-                "error",
-                "capability",
-                f"{target.name} has compute capability {target.capability[0]}.{target.capability[1]}; "
-                f"2:4 sparse tensor cores need 8.0 (Ampere) or newer",
-                "run on an A100, L4, H100 or newer GPU, or keep the model dense on this one",
-            )
-        )
-    if dtype == torch.float8_e4m3fn and not target.supports_fp8:
-        notes.append(
-            Finding(
-                "",
-                "error",
-                "fp8-capability",
-                f"fp8 sparse matmuls need compute capability 9.0; {target.name} has "
-                f"{target.capability[0]}.{target.capability[1]}",
-                "use int8 or a 16-bit dtype on this GPU",
-            )
-        )
-    if dtype == torch.float64:
-        notes.append(
-            Finding(
-                "",
-                "error",
-                "dtype",
-                "float64 has no sparse tensor core path",
-                "cast to float16 or bfloat16",
-            )
-        )
+    for obstacle in sparse_rules.capability_obstacles(target.capability, dtype, target.name):
+        notes.append(_finding("", "error", obstacle))
+    if dtype != torch.float32 and (obstacle := sparse_rules.dtype_obstacle(dtype)) is not None:
+        notes.append(_finding("", "error", obstacle))
     if dtype == torch.float32:
         notes.append(
             Finding(
@@ -458,7 +428,7 @@ def _target_notes(target: DeviceTarget, dtype: torch.dtype, backend: str) -> lis
                 "SparseSemiStructuredTensor._FORCE_CUTLASS = False with torch's API",
             )
         )
-    if dtype in _EIGHT_BIT:
+    if sparse_rules.is_eight_bit(dtype):
         notes.append(
             Finding(
                 "",
@@ -484,6 +454,10 @@ def _target_notes(target: DeviceTarget, dtype: torch.dtype, backend: str) -> lis
     return notes
 
 
+def _finding(layer: str, severity: str, obstacle: sparse_rules.Obstacle) -> Finding:
+    return Finding(layer, severity, obstacle.code, obstacle.message, obstacle.fix)
+
+
 def _layer_findings(info, target, dtype, tokens, backend):
     name, (out_f, in_f) = info.name, info.matrix_shape
     if not info.accelerated:
@@ -495,42 +469,16 @@ def _layer_findings(info, target, dtype, tokens, backend):
             "keep it dense (prune it only to study accuracy), or rewrite it as a Linear",
         )
         return
-    # 1. the weight must really be 2:4
-    if in_f % 4:
-        yield Finding(
-            name,
-            "error",
-            "width",
-            f"in_features={in_f} is not a multiple of 4, so the layer cannot hold 2:4 groups",
-            "skip this layer with filter_fn",
-        )
-    elif info.valid_24 is False:
-        weight = matrix_view(info.module).detach()
-        report = check_pattern(weight, "2:4")
-        yield Finding(
-            name,
-            "error",
-            "not-24",
-            f"the weight is not 2:4: {report.violations:,} of {report.groups:,} groups of 4 "
-            f"have more than 2 nonzeros",
-            'prune it first: explorer.prune(model, method="wanda", pattern="2:4", calibration=...)',
-        )
-    # 2. alignment of the sparse operand (the weight) and the dense one (the activations)
-    sparse_align, dense_align = (32, 16) if dtype in _EIGHT_BIT else (16, 8)
-    bad = [
-        f"{label}={size}"
-        for label, size in (("out_features", out_f), ("in_features", in_f))
-        if size % sparse_align
-    ]
-    if bad:
-        yield Finding(
-            name,
-            "error",
-            "align",
-            f"{dtype_name(dtype)} sparse weights need rows and columns in multiples of {sparse_align}; "
-            f"this layer has {', '.join(bad)}",
-            f"pad the layer to a multiple of {sparse_align} or keep it dense (explorer.sparsify skips it)",
-        )
+    # 1. the weight must really be 2:4 (its check made once, by explorer.layers)
+    # 2. alignment of the sparse operand (the weight)
+    for obstacle in (
+        sparse_rules.pattern_obstacle(in_f, info.pattern),
+        sparse_rules.alignment_obstacle(out_f, in_f, dtype),
+    ):
+        if obstacle is not None:
+            yield _finding(name, "error", obstacle)
+    # ... and of the dense one (the activations)
+    dense_align = sparse_rules.dense_multiple(dtype)
     # 3. the token count
     if tokens == 1:
         yield Finding(

@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from . import _html
-from .checks import check_pattern
+from .checks import PatternReport, check_pattern
 from .dtypes import dtype_name
+from .sparse_rules import GROUP
 
 __all__ = ["LayerInfo", "LayerTable", "default_filter", "layers", "matrix_view"]
 
@@ -60,6 +61,10 @@ class LayerInfo:
         Whether the cuSPARSELt sparse matmul path applies (Linear layers only).
     module : nn.Module
         The layer itself (not shown in the repr).
+    pattern : PatternReport or None
+        The weight's check against 2:4 (:func:`explorer.check_pattern`), made once here and
+        carried, so the doctor and ``sparsify`` read it rather than checking again; None when
+        ``valid_24`` is None.
     """
 
     name: str
@@ -73,6 +78,7 @@ class LayerInfo:
     density: float | None
     accelerated: bool
     module: nn.Module = field(repr=False, compare=False)
+    pattern: PatternReport | None = field(default=None, repr=False, compare=False)
 
     @property
     def out_features(self) -> int:
@@ -231,12 +237,12 @@ def layers(model: nn.Module) -> LayerTable:
             continue
         weight = module.weight
         matrix = matrix_view(module)
-        valid = density = None
+        density = report = None
         if not weight.is_meta and matrix.numel():
             with torch.no_grad():
                 density = float((matrix != 0).float().mean())
-                if matrix.shape[1] % 4 == 0:
-                    valid = check_pattern(matrix.detach(), "2:4").valid
+                if matrix.shape[1] % GROUP == 0:
+                    report = check_pattern(matrix.detach(), "2:4")
         bias = getattr(module, "bias", None)
         rows.append(
             LayerInfo(
@@ -247,10 +253,11 @@ def layers(model: nn.Module) -> LayerTable:
                 dtype=weight.dtype,
                 device=weight.device.type,
                 params=weight.numel() + (bias.numel() if bias is not None else 0),
-                valid_24=valid,
+                valid_24=None if report is None else report.valid,
                 density=density,
                 accelerated=isinstance(module, nn.Linear),
                 module=module,
+                pattern=report,
             )
         )
     if not rows:

@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -167,3 +169,23 @@ def test_every_shipped_capability_and_arch_suffix_is_read(device, capability):
 def test_capabilities_are_ascii_integers(device):
     with pytest.raises(ValueError, match="cannot tell which GPU"):
         DeviceTarget.resolve(device)
+
+
+def test_each_layers_pattern_is_checked_once(monkeypatch):
+    import explorer.checks
+
+    calls = []
+    real = explorer.checks.check_pattern
+
+    def counted(tensor, pattern="2:4"):
+        calls.append(tuple(tensor.shape))
+        return real(tensor, pattern)
+
+    for module in list(sys.modules.values()):  # every module that imported it counts too
+        if module.__name__.startswith("explorer") and getattr(module, "check_pattern", 0) is real:
+            monkeypatch.setattr(module, "check_pattern", counted)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 64))  # neither is 2:4
+    report = doctor(model, device="H100")
+    assert report.reasons("0")[0].code == "not-24"
+    assert "512 of 512 groups of 4" in report.diagnosis("2").findings[0].message
+    assert calls == [(32, 64), (64, 32)]  # one check a layer, carried from explorer.layers

@@ -60,3 +60,15 @@ def test_bad_models():
         layers(nn.Sequential(nn.ReLU(), nn.LayerNorm(4)))
     with pytest.raises(TypeError, match="check_pattern"):
         layers(torch.ones(4, 4))
+
+
+def test_each_row_carries_its_pattern_check():
+    model = Tiny()
+    with torch.no_grad():
+        model.blocks[1].weight.mul_(make_mask(model.blocks[1].weight))
+    table = layers(model)
+    assert table["conv"].pattern is None  # 27 inputs: no groups of 4
+    first, second = table["blocks.0"].pattern, table["blocks.1"].pattern
+    assert first.pattern.name == "2:4" and not first.valid and first.groups == 32 * 16 // 4
+    assert second.valid and table["blocks.1"].valid_24
+    assert table.filter(lambda mod, fqn: fqn == "blocks.0")["blocks.0"].pattern is first

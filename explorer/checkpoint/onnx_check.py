@@ -13,7 +13,7 @@ The weights are read from the file's initializers (and ``Constant`` nodes) with 
 package, followed back through ``Identity``, ``Cast``, ``Transpose``, ``DequantizeLinear``,
 ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` and constant ``Mul``/``Div`` nodes, and
 counted with :func:`explorer.check_pattern`. The shape rules are the doctor's
-(:mod:`explorer.diagnosis`): the reduction width must be a multiple of 4 to hold 2:4 at all; the
+(:mod:`explorer.sparse_rules`): the reduction width must be a multiple of 4 to hold 2:4 at all; the
 sparse operand's rows and columns should be multiples of 16 (16-bit) or 32 (8-bit), or the
 sparse kernels cannot take it; small products are rarely faster sparse. TensorRT times sparse
 against dense tactics at build time and keeps the faster, so "eligible" means it *can* run
@@ -34,8 +34,9 @@ import torch
 from explorer import _html
 from explorer.checks import check_pattern
 from explorer.diagnosis import FAST_MACS
-from explorer.dtypes import parse_dtype
+from explorer.dtypes import dtype_name, parse_dtype
 from explorer.errors import require
+from explorer.sparse_rules import GROUP, sparse_multiple
 
 from .manifest import CheckpointError
 
@@ -47,7 +48,6 @@ _PASS_THROUGH = (
     *("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Mul", "Div"),
 )
 _MAX_TRACE = 16
-_EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)
 _MAX_HTML_ROWS = 80
 
 
@@ -178,7 +178,7 @@ class OnnxReport:
             rows.append((f"... {len(self.weights) - _MAX_HTML_ROWS} more", "", "", "", "", ""))
         caption = (
             f"{self.path.name}: {len(self.eligible)} of {len(self.weights)} weights can take "
-            f"TensorRT's sparse tactics ({str(self.dtype).removeprefix('torch.')}, "
+            f"TensorRT's sparse tactics ({dtype_name(self.dtype)}, "
             f"{self.tokens} tokens)"
         )
         return _html.table(
@@ -452,8 +452,8 @@ def _check_weight(node, nonzero, source, kind, dtype, tokens) -> OnnxWeight:
     reasons: list[str] = []
     valid = False
     violations = groups = 0
-    if k % 4:
-        reasons.append(f"K={k} is not a multiple of 4, so it cannot hold 2:4 groups")
+    if k % GROUP:
+        reasons.append(f"K={k} is not a multiple of {GROUP}, so it cannot hold 2:4 groups")
     elif rows and k:
         report = check_pattern(torch.from_numpy(np.ascontiguousarray(nonzero)), "2:4")
         valid, violations, groups = report.valid, report.violations, report.groups
@@ -462,14 +462,14 @@ def _check_weight(node, nonzero, source, kind, dtype, tokens) -> OnnxWeight:
                 f"not 2:4 along K: {violations:,} of {groups:,} groups of 4 have more than 2 "
                 "nonzeros"
             )
-    align = 32 if dtype in _EIGHT_BIT else 16
+    align = sparse_multiple(dtype)
     bad = [
         f"{label}={size}" for label, size in (("outputs", out_dim), ("K", in_dim)) if size % align
     ]
     if bad:
         reasons.append(
             f"{', '.join(bad)} not a multiple of {align}, which sparse kernels need for "
-            f"{str(dtype).removeprefix('torch.')}"
+            f"{dtype_name(dtype)}"
         )
     dense = bool(reasons)
     if dtype in (torch.float32, torch.float64):

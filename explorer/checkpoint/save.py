@@ -19,6 +19,7 @@ from explorer.errors import require
 from explorer.lowbit import compress_int4
 from explorer.output_paths import check_output_path, replacing
 from explorer.results.store import explorer_version
+from explorer.sparse_rules import GROUP
 
 from .manifest import (
     CODES,
@@ -286,8 +287,8 @@ def _why_dense(param, weight, module, fqn, aliases, filter_fn) -> str:
         return "left out by filter_fn"
     if weight.dim() != 2 or weight.numel() == 0:
         return f"weight of shape {tuple(weight.shape)} is not a non-empty matrix"
-    if weight.shape[1] % 4:
-        return f"in_features={weight.shape[1]} is not a multiple of 4"
+    if weight.shape[1] % GROUP:
+        return f"in_features={weight.shape[1]} is not a multiple of {GROUP}"
     return ""
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from explorer import sparse_rules
 from explorer.errors import require
 
 __all__ = [
@@ -90,16 +91,12 @@ def _bindings():
     return require("nvmath.bindings.cusparseLt", "gpu")
 
 
-def token_multiple(dtype: torch.dtype) -> int:
-    """Token counts are padded up to this multiple (16 bytes of 16-bit data, 32 of 8-bit)."""
-    return 32 if dtype.itemsize == 1 else 16
-
-
 def padded_tokens(tokens: int, dtype: torch.dtype) -> int:
     """The token count a plan is built for: aligned, and bucketed so few plans cover all sizes.
 
-    Up to 256 tokens: the next multiple of :func:`token_multiple`; above, the next multiple of
-    1/16 of the enclosing power of two (at most 6.25% padding, 16 plans per octave).
+    Up to 256 tokens: the next multiple of :func:`explorer.sparse_rules.token_multiple`; above,
+    the next multiple of 1/16 of the enclosing power of two (at most 6.25% padding, 16 plans per
+    octave).
 
     Examples
     --------
@@ -108,7 +105,7 @@ def padded_tokens(tokens: int, dtype: torch.dtype) -> int:
     >>> padded_tokens(6304, torch.float16)
     6656
     """
-    mult = token_multiple(dtype)
+    mult = sparse_rules.token_multiple(dtype)
     if tokens <= 256:
         return max(mult, -(-tokens // mult) * mult)
     gran = max(mult, (1 << (tokens - 1).bit_length()) // 16)
@@ -134,11 +131,6 @@ def decision_tokens(tokens: int, dtype: torch.dtype) -> int:
     1024
     """
     return tokens if tokens <= EXACT_TOKENS_UP_TO else padded_tokens(tokens, dtype)
-
-
-def feature_multiple(dtype: torch.dtype) -> int:
-    """``in`` and ``out`` features must be multiples of this for cuSPARSELt."""
-    return 32 if dtype.itemsize == 1 else 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -600,7 +592,7 @@ def check_weight(weight: torch.Tensor) -> None:
             f"weight dtype {weight.dtype} is not supported; expected one of "
             f"{sorted(str(d) for d in CUSPARSELT_DTYPES)}"
         )
-    mult = feature_multiple(weight.dtype)
+    mult = sparse_rules.sparse_multiple(weight.dtype)
     out_f, in_f = weight.shape
     if out_f % mult or in_f % mult:
         raise ValueError(

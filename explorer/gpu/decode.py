@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from explorer.compression import CompressedWeight, compress
+from explorer.dtypes import dtype_name
 from explorer.gpu.launch import Launcher, current_stream
 
 __all__ = [
@@ -346,7 +347,7 @@ class DecodeCall:
 
     def __repr__(self) -> str:
         n, k, t = self._nkt
-        return f"DecodeCall({n}x{k}, {t} rows, {str(self._dtype).removeprefix('torch.')})"
+        return f"DecodeCall({n}x{k}, {t} rows, {dtype_name(self._dtype)})"
 
 
 _SMS: dict[int, int] = {}

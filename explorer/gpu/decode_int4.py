@@ -35,6 +35,7 @@ from functools import cache
 import numpy as np
 import torch
 
+from explorer.dtypes import dtype_name
 from explorer.gpu import ops
 from explorer.gpu.decode import MAX_TOKENS
 from explorer.gpu.launch import Launcher, current_stream
@@ -606,5 +607,4 @@ class Int4DecodeCall:
 
     def __repr__(self) -> str:
         (t, n), k = self._shape, self._k
-        dt = str(self._dtype).removeprefix("torch.")
-        return f"Int4DecodeCall({n}x{k}, {t} rows, {dt}, {self.config!r})"
+        return f"Int4DecodeCall({n}x{k}, {t} rows, {dtype_name(self._dtype)}, {self.config!r})"

@@ -28,6 +28,7 @@ from torch import nn
 
 from explorer import _html
 from explorer.compression import CompressedWeight
+from explorer.dtypes import dtype_name
 from explorer.gpu import ops
 from explorer.gpu.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.route_timing import BOOK
@@ -53,7 +54,7 @@ def torch_int4_takes(rows: int, k: int, group_size: int, dtype: torch.dtype) -> 
     "torch's int4 kernel takes bfloat16 activations, not float16"
     """
     if dtype != torch.bfloat16:
-        return f"torch's int4 kernel takes bfloat16 activations, not {str(dtype)[6:]}"
+        return f"torch's int4 kernel takes bfloat16 activations, not {dtype_name(dtype)}"
     if rows % 8:
         return f"torch's int4 kernel needs out_features a multiple of 8, got {rows}"
     if k % (16 * _INNER_K_TILES):
@@ -393,7 +394,7 @@ class Int4Linear(nn.Module):
         decode = "2:4 int4 kernel" if self.decode_refusal is None else "none"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"group_size={self.group_size}, dtype={str(self.dtype)[6:]}, dense={dense}, "
+            f"group_size={self.group_size}, dtype={dtype_name(self.dtype)}, dense={dense}, "
             f"decode={decode}"
         )
 

@@ -29,6 +29,7 @@ from explorer.gpu.dispatch import DENSE, check_mode, clock_for
 from explorer.gpu.sparse_options import SparseOptions
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 from explorer.gpu.tuning import deferred_search, search_counts, search_stats
+from explorer.sparse_rules import why_not_24
 
 __all__ = ["eligibility", "set_mode", "sparsify"]
 
@@ -50,6 +51,9 @@ class _Unit:
 def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
     """Why ``linear`` cannot run 2:4 sparse in ``dtype`` (None when it can).
 
+    The device and the dtype first, then the capability and alignment rules of
+    :func:`explorer.sparse_rules.why_not_24` (the doctor's), then the weight's 2:4 pattern.
+
     Examples
     --------
     >>> eligibility(nn.Linear(64, 10), torch.float16)
@@ -60,21 +64,16 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
         return f"on {w.device}: cuSPARSELt needs the model on a CUDA GPU (model.cuda())"
     if dtype not in C.CUSPARSELT_DTYPES:
         return f"dtype {dtype} has no sparse kernel (use float16, bfloat16, int8 or float8_e4m3fn)"
-    cap = torch.cuda.get_device_capability(w.device)
-    if cap < (8, 0):
-        return f"GPU capability {cap[0]}.{cap[1]} has no sparse tensor cores (needs 8.0+)"
-    if dtype.itemsize == 1 and dtype != torch.int8 and cap < (8, 9):
-        return (
-            f"{dtype_name(dtype)} needs compute capability 8.9+ (Ada from cuSPARSELt 0.8, Hopper); "
-            f"{torch.cuda.get_device_name(w.device)} is {cap[0]}.{cap[1]} "
-            "(use dtype='int8' or 'bfloat16' here, or an 8.9+ GPU)"
-        )
-    mult = C.feature_multiple(dtype)
-    if linear.in_features % mult or linear.out_features % mult:
-        return (
-            f"shape {linear.out_features}x{linear.in_features} is off the alignment rule "
-            f"(both multiples of {mult} for {dtype_name(dtype)})"
-        )
+    # capability, then alignment: the rules of explorer.sparse_rules, as the doctor reads them
+    why = why_not_24(
+        linear.out_features,
+        linear.in_features,
+        dtype,
+        capability=torch.cuda.get_device_capability(w.device),
+        device_name=torch.cuda.get_device_name(w.device),
+    )
+    if why is not None:
+        return why
     if not C.is_24(w.detach()):
         return "weight is not 2:4 along in_features (prune it first, or pass prune=True)"
     return None

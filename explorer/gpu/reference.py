@@ -4,7 +4,7 @@
 bias as buffers; a subclass (:class:`explorer.gpu.quant.Int8ReferenceLinear`,
 :class:`explorer.gpu.fp8.Fp8ReferenceLinear`) says how the weight is quantized and computes its
 forward pass. :func:`swap_reference_linears` replaces the Linears a sparse kernel would take in a
-copy of a model. This module imports only torch, so the references run on a CPU.
+copy of a model. This module imports only torch and the core, so the references run on a CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import copy
 from collections.abc import Callable
 
 import torch
+
+from explorer.sparse_rules import sparse_multiple
 
 __all__ = ["QuantReferenceLinear", "swap_reference_linears"]
 
@@ -54,7 +56,7 @@ def swap_reference_linears(
 
     A Linear is eligible where :func:`explorer.sparsify` would swap it: accepted by
     ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``), and both sizes multiples
-    of 32.
+    of 32 (:func:`explorer.sparse_rules.sparse_multiple` of 8-bit types).
 
     Returns
     -------
@@ -69,12 +71,13 @@ def swap_reference_linears(
     """
     out = copy.deepcopy(model)
     swapped = []
+    mult = sparse_multiple(torch.int8)  # int8 and fp8 alike
     for fqn, mod in list(out.named_modules()):
         if not isinstance(mod, torch.nn.Linear):
             continue
         if filter_fn is not None and not filter_fn(mod, fqn):
             continue
-        if mod.in_features % 32 or mod.out_features % 32:
+        if mod.in_features % mult or mod.out_features % mult:
             continue
         w = mod.weight.detach()
         if require_24 and bool(((w.reshape(-1, 4) != 0).sum(1) > 2).any()):

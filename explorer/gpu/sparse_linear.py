@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from explorer import _html
+from explorer.dtypes import dtype_name
 from explorer.gpu import cusparselt as C
 from explorer.gpu import decode as D
 from explorer.gpu import fp8, ops, quant, tuning
@@ -38,18 +39,9 @@ from explorer.gpu.sparse_calls import (
 )
 from explorer.gpu.sparse_options import OUTPUT_CHOICES, SparseOptions
 from explorer.gpu.sparse_weight import prepare_weight
+from explorer.sparse_rules import token_multiple
 
 __all__ = ["SparseLinear", "stack_linears"]
-
-_NAMES = {
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int8: "int8",
-    torch.int32: "int32",
-    torch.float32: "float32",
-}
-if hasattr(torch, "float8_e4m3fn"):
-    _NAMES[torch.float8_e4m3fn] = "float8_e4m3fn"
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
@@ -203,7 +195,7 @@ class SparseLinear(nn.Module):
         self._traced_dense: tuple[int, ...] = ()
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
         self._npad: dict[int, int] = {}
-        self._mult = C.token_multiple(dtype)
+        self._mult = token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
         # decision tokens -> True where a whole-model eager check kept this layer dense
@@ -263,7 +255,7 @@ class SparseLinear(nn.Module):
         if isinstance(new, torch.Tensor) and new.dtype != probe.dtype:
             raise TypeError(
                 f"{self.out_features}x{self.in_features} SparseLinear holds a compressed "
-                f"{_NAMES[self.dtype]} weight and cannot become {_NAMES.get(new.dtype, new.dtype)}"
+                f"{dtype_name(self.dtype)} weight and cannot become {dtype_name(new.dtype)}"
                 " after sparsify (modules before it may already be converted: convert them "
                 "back). Hint: convert the dense model first (model.to(dtype)), then sparsify it."
             )
@@ -453,8 +445,8 @@ class SparseLinear(nn.Module):
             m=self.out_features,
             n=n,
             k=self.in_features,
-            dtype=_NAMES[self.dtype],
-            out_dtype=_NAMES[self.out_dtype],
+            dtype=dtype_name(self.dtype),
+            out_dtype=dtype_name(self.out_dtype),
             layout=layout,
             alg=alg,
             epilogue=self.activation if fused_act else "none",
@@ -1069,7 +1061,7 @@ class SparseLinear(nn.Module):
         """The text shown inside the module's repr."""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}, dtype={_NAMES[self.dtype]}, "
+            f"bias={self.bias is not None}, dtype={dtype_name(self.dtype)}, "
             f"activation={self.activation}, backend={self.backend}, "
             f"decode={self.decode_kept}"
         )
@@ -1078,7 +1070,7 @@ class SparseLinear(nn.Module):
         dense_bytes = self.in_features * self.out_features * self.dtype.itemsize
         rows = [
             ("shape", f"{self.out_features} x {self.in_features}"),
-            ("dtype", _NAMES[self.dtype]),
+            ("dtype", dtype_name(self.dtype)),
             ("backend", self.backend),
             ("activation", self.activation),
             ("compressed bytes", f"{self.compressed.numel():,} (dense {dense_bytes:,})"),

@@ -21,19 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["LAYOUT_CHOICES", "OUTPUT_CHOICES", "SPARSE_DTYPES", "SparseOptions"]
+from explorer.dtypes import SPARSE_DTYPES, dtype_name
 
-#: Input dtypes the sparse product takes (cuSPARSELt's 16-bit and 8-bit types).
-SPARSE_DTYPES = tuple(
-    d
-    for d in (
-        torch.float16,
-        torch.bfloat16,
-        torch.int8,
-        getattr(torch, "float8_e4m3fn", None),
-    )
-    if d is not None
-)
+__all__ = ["LAYOUT_CHOICES", "OUTPUT_CHOICES", "SparseOptions"]
+
 #: ``"auto"`` (chosen by measurement) or a fixed pair of operand layouts.
 LAYOUT_CHOICES = ("auto", "cc", "cr", "rc", "rr")
 #: ``"rows"``: a row-major output always; ``"any"``: a transposed view may be handed on.
@@ -41,7 +32,7 @@ OUTPUT_CHOICES = ("rows", "any")
 
 
 def _name(dtype: torch.dtype | None) -> str:
-    return "auto" if dtype is None else str(dtype).removeprefix("torch.")
+    return "auto" if dtype is None else dtype_name(dtype)
 
 
 @dataclass(frozen=True)

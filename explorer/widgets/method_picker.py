@@ -3,29 +3,39 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from explorer.patterns import Pattern
 
-__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker", "min_calibration"]
+# METHODS is the registry's names, given by the module's __getattr__ when asked
+__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker", "min_calibration"]  # noqa: F822
 
-#: Methods offered when :mod:`explorer.pruning` does not list its own.
-METHODS = ("magnitude", "wanda", "sparsegpt", "random")
 #: Patterns offered in the dropdown (any pattern :class:`explorer.patterns.Pattern` parses works).
 PATTERNS = ("2:4", "4:8", "1:4", "unstructured:0.5", "block16:0.5", "rows:0.25")
 
 
+def __getattr__(name: str) -> tuple[str, ...]:
+    # ``METHODS``: the methods offered, read from the registry when first asked (the widgets
+    # import explorer.pruning lazily, so it cannot be read when this module is imported)
+    if name == "METHODS":
+        return available_methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def available_methods() -> tuple[str, ...]:
-    """Methods :mod:`explorer.pruning` offers (``METHODS`` when it does not say)."""
-    try:
-        from explorer import pruning
-    except ImportError:
-        return METHODS
-    names = getattr(pruning, "METHODS", None)
-    if isinstance(names, Mapping):
-        names = tuple(names)
-    return tuple(names) if names else METHODS
+    """The methods the pruning method registry (:data:`explorer.pruning.METHODS`) holds.
+
+    ``explorer.widgets.method_picker.METHODS`` is the same tuple.
+
+    Examples
+    --------
+    >>> "magnitude" in available_methods() and "wanda" in available_methods()
+    True
+    """
+    from explorer.pruning import METHODS as REGISTRY
+
+    return tuple(REGISTRY)
 
 
 def min_calibration(method: str) -> int:

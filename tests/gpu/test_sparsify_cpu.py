@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -87,3 +89,22 @@ def test_the_package_names_stay_functions_whatever_was_imported_first():
     assert callable(set_mode)
     clashes = [n for n in explorer.gpu.__all__ if importlib.util.find_spec(f"explorer.gpu.{n}")]
     assert clashes == []
+
+
+def test_explaining_the_skips_checks_each_pattern_once(monkeypatch):
+    import explorer.checks
+
+    calls = []
+    real = explorer.checks.check_pattern
+
+    def counted(tensor, pattern="2:4"):
+        calls.append(tuple(tensor.shape))
+        return real(tensor, pattern)
+
+    for module in list(sys.modules.values()):  # every module that imported it counts too
+        if module.__name__.startswith("explorer") and getattr(module, "check_pattern", 0) is real:
+            monkeypatch.setattr(module, "check_pattern", counted)
+    model = nn.Sequential(nn.Linear(64, 32), nn.Linear(32, 64))  # not 2:4, on the CPU
+    rep = sparsify(model)
+    assert all("doctor: " in why and "not 2:4" in why for _, why in rep.skipped)
+    assert calls == [(32, 64), (64, 32)]  # the doctor reads the listing's checks
