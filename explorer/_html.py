@@ -17,12 +17,34 @@ _BADGE_COLOURS = {"ok": "#1a7f37", "warn": "#9a6700", "error": "#cf222e", "info"
 
 
 def escape(value: object) -> str:
-    """HTML-escape ``str(value)``."""
+    """HTML-escape ``str(value)``.
+
+    Parameters
+    ----------
+    value : object
+        The value.
+
+    Returns
+    -------
+    str
+    """
     return html.escape(str(value))
 
 
 def badge(text: str, level: str = "info") -> str:
-    """A small coloured label; ``level`` is one of ok, warn, error, info."""
+    """A small coloured label; ``level`` is one of ok, warn, error, info.
+
+    Parameters
+    ----------
+    text : str
+        The label.
+    level : str, optional
+        Its colour: ok, warn, error or info (anything else: info).
+
+    Returns
+    -------
+    str
+    """
     colour = _BADGE_COLOURS.get(level, _BADGE_COLOURS["info"])
     return (
         f'<span style="background:{colour};color:white;border-radius:3px;'
@@ -36,7 +58,23 @@ def table(
     caption: str | None = None,
     raw_columns: Iterable[int] = (),
 ) -> str:
-    """An HTML table; cells are escaped except in the columns listed in ``raw_columns``."""
+    """An HTML table; cells are escaped except in the columns listed in ``raw_columns``.
+
+    Parameters
+    ----------
+    header : Sequence[str]
+        The column titles.
+    rows : Iterable of Sequence[object]
+        The rows of cells.
+    caption : str or None, optional
+        The caption.
+    raw_columns : Iterable[int], optional
+        Indices of columns whose cells are HTML already.
+
+    Returns
+    -------
+    str
+    """
     raw = set(raw_columns)
     head = "".join(f'<th style="{_CELL}">{escape(h)}</th>' for h in header)
     body = []

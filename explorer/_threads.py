@@ -46,6 +46,11 @@ def one_cpu_thread(device: torch.device | str = "cpu") -> Iterator[None]:
     a tiny MLP) spend more time handing work between threads than computing; on a busy 2-core
     machine one thread was 3-30x faster, and results do not depend on the thread count. Work on
     another device is left alone.
+
+    Parameters
+    ----------
+    device : torch.device or str, optional
+        The device the work runs on; only ``"cpu"`` limits the threads.
     """
     with _capped(device, lambda: 1):
         yield

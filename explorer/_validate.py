@@ -93,6 +93,15 @@ def rankable(tensor: torch.Tensor) -> torch.Tensor:
     torch has no comparisons, sorting or ``isfinite`` for the fp8 types on the CPU; every fp8
     value is a float32 value, so ranking the float32 copy gives the same order and ties.
 
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        The tensor.
+
+    Returns
+    -------
+    torch.Tensor
+
     Examples
     --------
     >>> rankable(torch.ones(2, dtype=torch.float8_e4m3fn)).dtype
@@ -106,7 +115,15 @@ def rankable(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_scores(scores: torch.Tensor, what: str = "scores") -> None:
-    """Scores must be real floating point and finite."""
+    """Scores must be real floating point and finite.
+
+    Parameters
+    ----------
+    scores : torch.Tensor
+        The scores.
+    what : str, optional
+        Their name, for the message.
+    """
     scores = rankable(scores)
     if scores.dtype == torch.bool or not (
         scores.is_floating_point()
@@ -127,5 +144,15 @@ def check_scores(scores: torch.Tensor, what: str = "scores") -> None:
 
 
 def chunk_rows(rows: int, cols: int) -> int:
-    """How many rows to process at once so a chunk holds about :data:`CHUNK_ELEMENTS` elements."""
+    """How many rows to process at once so a chunk holds about :data:`CHUNK_ELEMENTS` elements.
+
+    Parameters
+    ----------
+    rows, cols : int
+        The matrix's shape.
+
+    Returns
+    -------
+    int
+    """
     return max(1, min(rows, CHUNK_ELEMENTS // max(cols, 1)))

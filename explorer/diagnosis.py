@@ -164,11 +164,31 @@ class DoctorReport:
         return self._by_name[layer]
 
     def verdict(self, layer: str) -> str:
-        """``"fast"``, ``"slow"`` or ``"unsupported"`` for one layer."""
+        """``"fast"``, ``"slow"`` or ``"unsupported"`` for one layer.
+
+        Parameters
+        ----------
+        layer : str
+            The layer's name.
+
+        Returns
+        -------
+        str
+        """
         return self.diagnosis(layer).verdict
 
     def reasons(self, layer: str) -> list[Finding]:
-        """The findings behind a layer's verdict (warnings and errors first)."""
+        """The findings behind a layer's verdict (warnings and errors first).
+
+        Parameters
+        ----------
+        layer : str
+            The layer's name.
+
+        Returns
+        -------
+        list of Finding
+        """
         order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
         return sorted(self.diagnosis(layer).findings, key=lambda f: order[f.severity])
 

@@ -42,6 +42,15 @@ def dtype_name(dtype: object) -> str:
 
     A name that is not in :data:`DTYPES` is returned without its ``torch.`` prefix.
 
+    Parameters
+    ----------
+    dtype : object
+        A ``torch.dtype`` or a name.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> dtype_name(torch.float16), dtype_name("bf16"), dtype_name("torch.int8")

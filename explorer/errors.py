@@ -47,7 +47,13 @@ def check_cancel(cancel: Any, where: str = "") -> None:
 
 
 def validate_cancel(cancel: Any) -> None:
-    """TypeError unless ``cancel`` is ``None`` or has an ``is_set()`` method."""
+    """TypeError unless ``cancel`` is ``None`` or has an ``is_set()`` method.
+
+    Parameters
+    ----------
+    cancel : Any
+        The value given as ``cancel``.
+    """
     if cancel is not None and not callable(getattr(cancel, "is_set", None)):
         raise TypeError(
             f"cancel must be a threading.Event (or any object with is_set()), "

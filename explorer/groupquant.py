@@ -69,6 +69,13 @@ class Quantization:
     def check_width(self, k: int, what: str = "the weight") -> None:
         """Raise if ``group_size`` does not divide ``k`` input columns.
 
+        Parameters
+        ----------
+        k : int
+            The number of input columns.
+        what : str, optional
+            What has them, for the message.
+
         Examples
         --------
         >>> Quantization("int4", 128).check_width(96)
@@ -94,6 +101,19 @@ def group_scales(weight: torch.Tensor, mask: torch.Tensor, quant: Quantization) 
 
     Groups with no nonzero kept weight get scale 1.
 
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The ``[rows, K]`` weight.
+    mask : torch.Tensor
+        Its keep-mask, same shape.
+    quant : Quantization
+        The format and group size.
+
+    Returns
+    -------
+    torch.Tensor
+
     Examples
     --------
     >>> w = torch.tensor([[7.0, 0.0, -14.0, 0.0]])
@@ -113,6 +133,19 @@ def round_to_grid(values: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch
 
     A code of zero is always ``+0.0`` (never ``-0.0``), so a dequantized weight is bit for bit
     the one its codes and scales rebuild.
+
+    Parameters
+    ----------
+    values : torch.Tensor
+        The values.
+    scale : torch.Tensor
+        Their scales, broadcast against ``values``.
+    qmax : int
+        The largest code.
+
+    Returns
+    -------
+    torch.Tensor
 
     Examples
     --------

@@ -130,6 +130,15 @@ class Int4Weight:
     ) -> Int4Weight:
         """Build from stored parts, checking shapes, dtypes, codes and scales.
 
+        Parameters
+        ----------
+        codes, metadata, scales, shape, group_size
+            The parts, as the class's attributes describe them.
+
+        Returns
+        -------
+        Int4Weight
+
         Raises
         ------
         ValueError
@@ -200,6 +209,17 @@ class Int4Weight:
 
     def matmul(self, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
         """``x @ W^T`` from the compressed form (unpack, scale, gather, multiply, add).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            ``[..., K]``.
+        chunk : int, optional
+            Rows of ``W`` handled at a time (bounds the gathered temporary).
+
+        Returns
+        -------
+        torch.Tensor
 
         Examples
         --------

@@ -312,6 +312,15 @@ class Pattern:
     def from_json(cls, text: str) -> Pattern:
         """Inverse of :meth:`to_json`; the fields are checked as :meth:`parse` checks them.
 
+        Parameters
+        ----------
+        text : str
+            JSON written by :meth:`to_json`.
+
+        Returns
+        -------
+        Pattern
+
         Examples
         --------
         >>> Pattern.from_json('{"kind": "nm", "n": 2, "m": 4}')
@@ -348,5 +357,15 @@ class Pattern:
 
 
 def as_pattern(pattern: str | Pattern) -> Pattern:
-    """Shorthand for :meth:`Pattern.parse`."""
+    """Shorthand for :meth:`Pattern.parse`.
+
+    Parameters
+    ----------
+    pattern : str or Pattern
+        A pattern or its name.
+
+    Returns
+    -------
+    Pattern
+    """
     return Pattern.parse(pattern)

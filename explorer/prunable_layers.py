@@ -24,12 +24,34 @@ PRUNABLE = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
 
 def default_filter(module: nn.Module, fqn: str) -> bool:
-    """The default layer filter: every ``nn.Linear``."""
+    """The default layer filter: every ``nn.Linear``.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module.
+    fqn : str
+        Its fully qualified name (not read).
+
+    Returns
+    -------
+    bool
+    """
     return isinstance(module, nn.Linear)
 
 
 def matrix_view(module: nn.Module) -> torch.Tensor:
-    """The layer's weight as a 2-D ``(out, in)`` matrix (Conv weights are flattened)."""
+    """The layer's weight as a 2-D ``(out, in)`` matrix (Conv weights are flattened).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        A layer with a ``weight``.
+
+    Returns
+    -------
+    torch.Tensor
+    """
     weight = module.weight
     return weight if weight.dim() == 2 else weight.flatten(1)
 
@@ -141,7 +163,17 @@ class LayerTable:
         return self._rows[key]
 
     def filter(self, fn: Callable[[nn.Module, str], bool]) -> LayerTable:
-        """The layers for which ``fn(module, fqn)`` is true."""
+        """The layers for which ``fn(module, fqn)`` is true.
+
+        Parameters
+        ----------
+        fn : callable
+            ``fn(module, fqn) -> bool``.
+
+        Returns
+        -------
+        LayerTable
+        """
         return LayerTable([row for row in self._rows if fn(row.module, row.name)])
 
     @property

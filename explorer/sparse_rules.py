@@ -99,6 +99,15 @@ class Obstacle:
 def is_eight_bit(dtype: torch.dtype) -> bool:
     """Whether ``dtype`` takes the 8-bit rules (int8, fp8): one byte an element.
 
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The dtype.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> is_eight_bit(torch.int8), is_eight_bit(torch.float8_e4m3fn), is_eight_bit(torch.bfloat16)
@@ -109,6 +118,15 @@ def is_eight_bit(dtype: torch.dtype) -> bool:
 
 def sparse_multiple(dtype: torch.dtype) -> int:
     """The multiple the sparse operand's (the weight's) rows and columns must be of.
+
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The weight's dtype.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -122,6 +140,15 @@ def sparse_multiple(dtype: torch.dtype) -> int:
 
 def dense_multiple(dtype: torch.dtype) -> int:
     """The multiple a raw cuSPARSELt call takes the dense operand's token count in.
+
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The operands' dtype.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -137,6 +164,15 @@ def token_multiple(dtype: torch.dtype) -> int:
     It is a multiple of :func:`dense_multiple` too, so a padded count always meets the dense
     operand's rule.
 
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The operands' dtype.
+
+    Returns
+    -------
+    int
+
     Examples
     --------
     >>> token_multiple(torch.float16), token_multiple(torch.int8)
@@ -147,6 +183,15 @@ def token_multiple(dtype: torch.dtype) -> int:
 
 def min_capability(dtype: torch.dtype) -> tuple[int, int]:
     """The compute capability a 2:4 matmul in ``dtype`` needs, as ``(major, minor)``.
+
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The matmul's dtype.
+
+    Returns
+    -------
+    tuple of (int, int)
 
     Examples
     --------
@@ -220,6 +265,15 @@ def capability_obstacles(
 def dtype_obstacle(dtype: torch.dtype) -> Obstacle | None:
     """Why ``dtype`` has no 2:4 kernel, or None for the :data:`~explorer.dtypes.SPARSE_DTYPES`.
 
+    Parameters
+    ----------
+    dtype : torch.dtype
+        The weight's dtype.
+
+    Returns
+    -------
+    Obstacle or None
+
     Examples
     --------
     >>> dtype_obstacle(torch.bfloat16) is None
@@ -238,6 +292,17 @@ def dtype_obstacle(dtype: torch.dtype) -> Obstacle | None:
 
 def alignment_obstacle(out_features: int, in_features: int, dtype: torch.dtype) -> Obstacle | None:
     """Why a weight of ``out_features x in_features`` is off the alignment rule, or None.
+
+    Parameters
+    ----------
+    out_features, in_features : int
+        The weight's shape.
+    dtype : torch.dtype
+        The weight's dtype.
+
+    Returns
+    -------
+    Obstacle or None
 
     Examples
     --------

@@ -34,7 +34,17 @@ DECODE_TOKENS = (1, 4, 16, 64)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy bandwidth in bytes per second (read plus written), median of 7."""
+    """Device-to-device copy bandwidth in bytes per second (read plus written), median of 7.
+
+    Parameters
+    ----------
+    nbytes : int, optional
+        Bytes read plus written per copy.
+
+    Returns
+    -------
+    float
+    """
     a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     ms = graph_ms(lambda: b.copy_(a), iters=5, reps=7)
@@ -62,6 +72,22 @@ def check_decode(
 
     Each row holds the relative error ``|y - ref| / |ref|`` of the 16-bit kernel (with a bias
     and a strided input) and of the int8 one, and whether every output was written.
+
+    Parameters
+    ----------
+    shapes : sequence of (int, int)
+        Weight shapes ``(out, in)``.
+    tokens : sequence of int
+        Token counts.
+    dtypes : sequence of torch.dtype
+        The 16-bit dtypes.
+    seed : int, optional
+        Seed of the weights and inputs.
+
+    Returns
+    -------
+    list of dict
+        One row per (shape, dtype, tokens).
     """
     from explorer.gpu.decode import decode_matmul, pack
 
@@ -109,6 +135,17 @@ def bench_decode(
     log=None,
 ) -> list[dict]:
     """Time dense, cuSPARSELt and the decode kernel (16-bit and int8) per layer.
+
+    Parameters
+    ----------
+    shapes : sequence of (int, int), optional
+        Weight shapes ``(out, in)``.
+    tokens : sequence of int, optional
+        Token counts.
+    dtypes : sequence of torch.dtype, optional
+        The 16-bit dtypes.
+    log : file-like, optional
+        Where a line per row is printed; None prints nothing.
 
     Returns
     -------

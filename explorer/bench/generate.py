@@ -84,6 +84,25 @@ def bench_generate(
 ) -> list[dict]:
     """Tokens per second of ``generate`` for dense, ``sparsify()`` and ``decode=True``.
 
+    Parameters
+    ----------
+    name : str, optional
+        A model of :data:`explorer.bench.models.MODEL_SPECS`.
+    dtype : torch.dtype, optional
+        The model's dtype.
+    batches : tuple of int, optional
+        Batch sizes.
+    prompt : int, optional
+        Prompt length in tokens.
+    new_tokens : int, optional
+        Tokens generated per sequence.
+    static : bool, optional
+        Also time with a static cache.
+    ttft_prompt : int, optional
+        Prompt length of the time-to-first-token row.
+    log : file-like, optional
+        Where progress lines are printed; None prints nothing.
+
     Returns
     -------
     list of dict

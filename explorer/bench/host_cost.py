@@ -89,6 +89,15 @@ def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 1024, log=None
     the host has issued the next: with larger layers the launch queue fills, launches wait
     for the GPU, and the loop measures GPU time instead of host time.
 
+    Parameters
+    ----------
+    dtype : torch.dtype, optional
+        The layers' dtype.
+    d : int, optional
+        The layers' width.
+    log : file-like, optional
+        Where progress lines are printed; None prints nothing.
+
     Returns
     -------
     list of dict

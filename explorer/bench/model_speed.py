@@ -84,6 +84,15 @@ class ModelSpeedResult:
     def rows(self, config: Mapping) -> list[dict]:
         """One ``model-speed`` row per token count asked for (the reason where none was timed).
 
+        Parameters
+        ----------
+        config : Mapping
+            The cell's configuration, copied into each row.
+
+        Returns
+        -------
+        list of dict
+
         Examples
         --------
         >>> res = ModelSpeedResult("eager", "float16", (16, 4096), reason="no CUDA GPU here")
@@ -115,6 +124,17 @@ class ModelSpeedResult:
         """Write :meth:`rows` to ``store`` with this process's provenance; return the new ids.
 
         ``store`` is a :class:`~explorer.results.store.ResultStore`; the ids are the new rows'.
+
+        Parameters
+        ----------
+        store : ResultStore
+            The store written to.
+        config : Mapping
+            The cell's configuration, copied into each row.
+
+        Returns
+        -------
+        list of int
         """
         return store.record_many(self.rows(config))
 

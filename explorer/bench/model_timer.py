@@ -36,6 +36,18 @@ def inputs_at(example, tokens: int):
     Feature rows ``[rows, features]`` repeat to ``tokens`` rows. Values are the example's own,
     so ids stay in the vocabulary.
 
+    Parameters
+    ----------
+    example : torch.Tensor or tuple or dict
+        One example input of the model.
+    tokens : int
+        The token count wanted.
+
+    Returns
+    -------
+    torch.Tensor or tuple or dict
+        Of the same structure as ``example``.
+
     Raises
     ------
     ValueError
@@ -113,11 +125,35 @@ class CudaModelTimer:
         return torch.cuda.get_device_name()
 
     def place(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
-        """``model`` on the GPU in ``dtype``, in eval mode (in place)."""
+        """``model`` on the GPU in ``dtype``, in eval mode (in place).
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model.
+        dtype : torch.dtype
+            The dtype.
+
+        Returns
+        -------
+        torch.nn.Module
+        """
         return model.to("cuda", dtype).eval()
 
     def place_inputs(self, inputs, dtype: torch.dtype):
-        """Tensors of ``inputs`` on the GPU, floating ones in ``dtype``."""
+        """Tensors of ``inputs`` on the GPU, floating ones in ``dtype``.
+
+        Parameters
+        ----------
+        inputs : torch.Tensor or tuple or Mapping
+            The inputs.
+        dtype : torch.dtype
+            The dtype of floating-point tensors.
+
+        Returns
+        -------
+        torch.Tensor or tuple or dict
+        """
 
         def to(v):
             if isinstance(v, torch.Tensor):
@@ -137,7 +173,23 @@ class CudaModelTimer:
         tokens: tuple[int, ...],
         filter_fn: Callable[[nn.Module, str], bool] | None,
     ):
-        """:func:`explorer.sparsify` of ``model`` in place, its routes chosen for ``mode``."""
+        """:func:`explorer.sparsify` of ``model`` in place, its routes chosen for ``mode``.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model, on the GPU.
+        mode : str
+            The execution mode the routes are chosen for.
+        tokens : tuple of int
+            The token counts the routes are chosen at.
+        filter_fn : callable or None
+            Which layers to swap; None for every eligible one.
+
+        Returns
+        -------
+        SparsifyReport
+        """
         from explorer.gpu import sparsify
 
         with torch.no_grad():
@@ -148,6 +200,19 @@ class CudaModelTimer:
 
         ``"graphs"`` falls back to eager where the forward cannot be captured; ``"compile"``
         compiles first (default mode).
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model, on the GPU.
+        inputs : Any
+            Its inputs, on the GPU.
+        mode : str
+            ``"eager"``, ``"compile"`` or ``"graphs"``.
+
+        Returns
+        -------
+        tuple of (str, float)
         """
         from explorer.gpu.model_timing import call_model, time_forward
 
@@ -169,13 +234,41 @@ class CudaModelTimer:
         return "eager", time_forward(model, inputs, "eager")
 
     def gpu_busy(self, model: nn.Module, inputs) -> float | None:
-        """Share of an eager forward's wall time the GPU is busy."""
+        """Share of an eager forward's wall time the GPU is busy.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model, on the GPU.
+        inputs : Any
+            Its inputs, on the GPU.
+
+        Returns
+        -------
+        float or None
+        """
         from explorer.gpu.model_timing import gpu_busy
 
         return gpu_busy(model, inputs)
 
     def layer_estimate(self, report, tokens: int, mode: str, dtype: torch.dtype):
-        """The swapped layers' summed ``(dense ms, sparse ms)`` at ``tokens`` by ``mode``'s clock."""
+        """The swapped layers' summed ``(dense ms, sparse ms)`` at ``tokens`` by ``mode``'s clock.
+
+        Parameters
+        ----------
+        report : SparsifyReport
+            What :meth:`sparsify` returned.
+        tokens : int
+            The token count.
+        mode : str
+            The execution mode, which picks the clock.
+        dtype : torch.dtype
+            The model's dtype.
+
+        Returns
+        -------
+        tuple of (float, float) or None
+        """
         from explorer.gpu.cusparselt import decision_tokens
         from explorer.gpu.dispatch import clock_for
 

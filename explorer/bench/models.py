@@ -123,7 +123,20 @@ MODEL_SPECS = {
 
 
 def build_model(name: str, dtype: torch.dtype) -> nn.Module:
-    """Model ``name`` of :data:`MODEL_SPECS` on the GPU, random weights, Linears 2:4 but the head."""
+    """Model ``name`` of :data:`MODEL_SPECS` on the GPU, random weights, Linears 2:4 but the head.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`MODEL_SPECS`.
+    dtype : torch.dtype
+        The model's dtype.
+
+    Returns
+    -------
+    torch.nn.Module
+        The model in eval mode.
+    """
     import transformers
 
     from explorer.bench.runner import mask24
@@ -154,6 +167,17 @@ def sparse_candidate(mod: nn.Module, fqn: str) -> bool:
 
     The head is tied to the embedding, and not pruned.
 
+    Parameters
+    ----------
+    mod : torch.nn.Module
+        The module.
+    fqn : str
+        Its fully qualified name.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> layer = nn.Linear(4, 4)
@@ -165,6 +189,20 @@ def sparse_candidate(mod: nn.Module, fqn: str) -> bool:
 
 def ceiling(dense_ms: float, layer_dense_ms: float, layer_sparse_ms: float) -> float | None:
     """Whole-model speedup if only the sparse layers changed (an estimate from measured parts).
+
+    Parameters
+    ----------
+    dense_ms : float
+        The dense model's time.
+    layer_dense_ms : float
+        The sparse layers' time, dense.
+    layer_sparse_ms : float
+        Their time, sparse.
+
+    Returns
+    -------
+    float or None
+        None when the times are inconsistent (rest below zero) or not positive.
 
     Examples
     --------
@@ -218,6 +256,8 @@ def bench_whole_model(
         function sweeps and the dashboard call on a user's model) in these modes of
         :data:`~explorer.results.model_speed.SPEED_MODES`: ``model_speed_<mode>`` keys of the
         row (a failure: ``model_speed_<mode>_error``).
+    log : file-like, optional
+        Where progress lines are printed; None prints nothing.
 
     Returns
     -------

@@ -58,7 +58,17 @@ QUICK_SHAPES: list[tuple[int, int, int]] = [
 
 
 def mask24(w: torch.Tensor) -> torch.Tensor:
-    """Magnitude 2:4 along the last dimension (zeros in place): :func:`explorer.make_mask`."""
+    """Magnitude 2:4 along the last dimension (zeros in place): :func:`explorer.make_mask`.
+
+    Parameters
+    ----------
+    w : torch.Tensor
+        The weight.
+
+    Returns
+    -------
+    torch.Tensor
+    """
     return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
@@ -100,7 +110,23 @@ def _tflops(rows: list[dict], flops: float) -> None:
 def bench_matmul(
     m: int, n: int, k: int, dtype: torch.dtype, graph: bool = True, alg: int = -1
 ) -> list[dict]:
-    """Rows for one ``[n tokens, k] @ [m, k]^T`` problem: dense, torch eager, explorer."""
+    """Rows for one ``[n tokens, k] @ [m, k]^T`` problem: dense, torch eager, explorer.
+
+    Parameters
+    ----------
+    m, n, k : int
+        Output features, tokens and input features.
+    dtype : torch.dtype
+        The dtype (16-bit or int8).
+    graph : bool, optional
+        Also time CUDA-graph replay.
+    alg : int, optional
+        The cuSPARSELt algorithm; -1 searches for one.
+
+    Returns
+    -------
+    list of dict
+    """
     from explorer.gpu import cusparselt as C
     from explorer.gpu import torch_backend as TB
     from explorer.gpu.sparse_linear import SparseLinear
@@ -177,7 +203,20 @@ class _FusedDense(nn.Module):
 
 
 def llama_mlp(d: int, h: int, dtype: torch.dtype) -> nn.Module:
-    """The ``LlamaMLP`` of transformers (what real models run), or an equivalent block without it."""
+    """The ``LlamaMLP`` of transformers (what real models run), or an equivalent block without it.
+
+    Parameters
+    ----------
+    d, h : int
+        Hidden and intermediate widths.
+    dtype : torch.dtype
+        The dtype.
+
+    Returns
+    -------
+    torch.nn.Module
+        The block on the GPU.
+    """
     try:
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaMLP
@@ -196,6 +235,21 @@ def bench_mlp(
     call), ``torch`` (torch's eager ``_cslt`` path, layer by layer), ``explorer per-layer``
     (three tuned :class:`SparseLinear`, ``fuse_mlp=False``) and ``explorer`` (what
     :func:`sparsify` builds by default: one tuned :class:`SparseGatedMLP`).
+
+    Parameters
+    ----------
+    tokens : int
+        Rows of input.
+    dtype : torch.dtype
+        The dtype.
+    d, h : int, optional
+        Hidden and intermediate widths.
+    graph : bool, optional
+        Also time CUDA-graph replay.
+
+    Returns
+    -------
+    list of dict
     """
     from explorer.gpu import sparsify
 
@@ -252,7 +306,23 @@ def bench_unstructured(
     dtype: torch.dtype = torch.float16,
     block: int = 32,
 ) -> list[dict]:
-    """CSR (``torch.sparse.mm``) and BSR against dense, at several sparsities."""
+    """CSR (``torch.sparse.mm``) and BSR against dense, at several sparsities.
+
+    Parameters
+    ----------
+    m, k, n : int, optional
+        Output features, input features and tokens.
+    sparsities : Iterable of float, optional
+        The fractions of zeros.
+    dtype : torch.dtype, optional
+        The dtype.
+    block : int, optional
+        The BSR block size.
+
+    Returns
+    -------
+    list of dict
+    """
     rows = []
     x = torch.randn(k, n, device="cuda", dtype=dtype)
     dense_w = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -290,7 +360,17 @@ def bench_unstructured(
 
 
 def bench_check_kernel(gib: float = 1.0) -> list[dict]:
-    """The N:M validity kernel over ``gib`` GiB of fp16 weights vs a device copy."""
+    """The N:M validity kernel over ``gib`` GiB of fp16 weights vs a device copy.
+
+    Parameters
+    ----------
+    gib : float, optional
+        GiB of weights checked.
+
+    Returns
+    -------
+    list of dict
+    """
     from explorer.gpu import kernels as K
 
     numel = int(gib * 2**30) // 2
@@ -323,7 +403,21 @@ def bench_check_kernel(gib: float = 1.0) -> list[dict]:
 
 
 def safe(fn: Callable[[], list[dict]], base: dict, timeout: float | None = None) -> list[dict]:
-    """Run one suite entry; a crash (or a timeout, on the main thread) becomes one failed row."""
+    """Run one suite entry; a crash (or a timeout, on the main thread) becomes one failed row.
+
+    Parameters
+    ----------
+    fn : callable
+        The suite entry, returning rows.
+    base : dict
+        The entry's fields, copied into the failed row.
+    timeout : float or None, optional
+        Seconds before the entry is stopped (on the main thread only).
+
+    Returns
+    -------
+    list of dict
+    """
     import signal
     import threading
 

@@ -137,6 +137,17 @@ def loads_bounded(text: str, where: str) -> Any:
 def short_repr(value: Any, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for error messages.
 
+    Parameters
+    ----------
+    value : Any
+        The value.
+    limit : int, optional
+        The most characters returned.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> short_repr("x" * 100, limit=10)

@@ -71,6 +71,15 @@ class CheckpointCancelled(PruningCancelled):
 def dtype_from_name(name: str) -> torch.dtype:
     """The dtype a manifest names, or :class:`CheckpointError`.
 
+    Parameters
+    ----------
+    name : str
+        The dtype's name in the manifest (``"float16"``).
+
+    Returns
+    -------
+    torch.dtype
+
     Examples
     --------
     >>> dtype_from_name("float16")
@@ -97,6 +106,16 @@ def dtype_names() -> frozenset[str]:
 
 def tensor_sha256(tensor: torch.Tensor) -> str:
     """SHA-256 of a tensor's raw bytes (row-major, as stored).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        The tensor, on any device.
+
+    Returns
+    -------
+    str
+        The hex digest.
 
     Examples
     --------
@@ -150,6 +169,18 @@ def parse_manifest(text: str | None, where: str) -> dict[str, Any]:
 def parse_json_manifest(text: str, where: str) -> dict[str, Any]:
     """Parse and check the ``sparsity_manifest.json`` of a Hugging Face export.
 
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    where : str
+        The file, for messages.
+
+    Returns
+    -------
+    dict[str, Any]
+        The checked manifest.
+
     Examples
     --------
     >>> parse_json_manifest('{"format": "%s.pretrained", "version": 1, "layers": {}}' % FORMAT, "m")
@@ -162,7 +193,17 @@ def parse_json_manifest(text: str, where: str) -> dict[str, Any]:
 
 
 def dumps(manifest: dict[str, Any]) -> str:
-    """The manifest as compact, sorted JSON (NaN becomes null)."""
+    """The manifest as compact, sorted JSON (NaN becomes null).
+
+    Parameters
+    ----------
+    manifest : dict[str, Any]
+        The manifest.
+
+    Returns
+    -------
+    str
+    """
     return json.dumps(_finite(manifest), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

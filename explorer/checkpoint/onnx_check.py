@@ -137,7 +137,17 @@ class OnnxReport:
         return tuple(f"{layer} falls back to dense: {why}" for layer, why in self.fallbacks.items())
 
     def weight(self, layer: str) -> OnnxWeight:
-        """The check of one layer, by PyTorch module name or node name."""
+        """The check of one layer, by PyTorch module name or node name.
+
+        Parameters
+        ----------
+        layer : str
+            A PyTorch module name or an ONNX node name.
+
+        Returns
+        -------
+        OnnxWeight
+        """
         for w in self.weights:
             if layer in (w.layer, w.node):
                 return w

@@ -43,6 +43,16 @@ class TensorSpec(NamedTuple):
 def expected_state(manifest: dict[str, Any]) -> dict[str, TensorSpec]:
     """The dense ``state_dict`` a (schema-checked) manifest promises: name to shape, dtype, sha.
 
+    Parameters
+    ----------
+    manifest : dict[str, Any]
+        The checked manifest.
+
+    Returns
+    -------
+    dict[str, TensorSpec]
+        Aliases included.
+
     Examples
     --------
     >>> sha = "0" * 64
@@ -68,6 +78,15 @@ def expected_state(manifest: dict[str, Any]) -> dict[str, TensorSpec]:
 
 def nbytes(model: nn.Module) -> int:
     """Bytes of a model's parameters and buffers, each shared tensor counted once.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (on any device, meta included).
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -105,6 +124,17 @@ def build_on_meta(manifest: dict[str, Any], where: str) -> nn.Module | None:
     """The manifest's Hugging Face model built on the meta device (no memory), or None.
 
     None for a bundled model (it is built from this package's own code, not from the file).
+
+    Parameters
+    ----------
+    manifest : dict[str, Any]
+        The checked manifest.
+    where : str
+        The file, for messages.
+
+    Returns
+    -------
+    torch.nn.Module or None
 
     Raises
     ------
@@ -146,6 +176,18 @@ def build_on_meta(manifest: dict[str, Any], where: str) -> nn.Module | None:
 
 def build_model(manifest: dict[str, Any], where: str) -> nn.Module:
     """The model the manifest describes, built for real (after :func:`build_on_meta` passed).
+
+    Parameters
+    ----------
+    manifest : dict[str, Any]
+        The checked manifest.
+    where : str
+        The file, for messages.
+
+    Returns
+    -------
+    torch.nn.Module
+        The Hugging Face model in eval mode, or the bundled model.
 
     Examples
     --------
@@ -202,6 +244,17 @@ def check_model_fits(
 
     ``model`` may be on the meta device; the error states the memory it would need.
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model the file is loaded into.
+    expected : dict[str, TensorSpec]
+        What the file holds (:func:`expected_state`).
+    where : str
+        The file, for messages.
+    file_bytes : int
+        The file's size, for the message.
+
     Examples
     --------
     >>> spec = {"weight": TensorSpec((2, 4), "float32", "0" * 64)}
@@ -244,6 +297,17 @@ def check_ties(
     model: nn.Module, aliases: dict[str, str], expected: dict[str, TensorSpec], where: str
 ) -> None:
     """Aliases only where the model shares one tensor, and shared tensors stored identical.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model the file is loaded into.
+    aliases : dict[str, str]
+        The manifest's aliases: tensor name to the name it is stored under.
+    expected : dict[str, TensorSpec]
+        What the file holds (:func:`expected_state`).
+    where : str
+        The file, for messages.
 
     Examples
     --------

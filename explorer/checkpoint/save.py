@@ -360,6 +360,18 @@ def _pruning(result: Any) -> dict[str, Any] | None:
 def model_description(model: nn.Module, bundle: str | None = None) -> dict[str, Any]:
     """How to rebuild the model: its class, a Hugging Face config if it has one, a bundle name.
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    bundle : str or None, optional
+        The bundled model's name, if it is one.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``class``, ``bundle``, ``hf_class`` and ``hf_config``.
+
     Examples
     --------
     >>> model_description(nn.Linear(4, 4))["class"]
@@ -380,7 +392,19 @@ def model_description(model: nn.Module, bundle: str | None = None) -> dict[str, 
 
 
 def build_report(path: Path, manifest: dict[str, Any]) -> CheckpointReport:
-    """A :class:`CheckpointReport` from a (checked) manifest and the file's size."""
+    """A :class:`CheckpointReport` from a (checked) manifest and the file's size.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The checkpoint file.
+    manifest : dict[str, Any]
+        Its checked manifest.
+
+    Returns
+    -------
+    CheckpointReport
+    """
     tensors = manifest["tensors"]
 
     def nbytes(entry: dict[str, Any]) -> int:

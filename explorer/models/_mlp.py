@@ -21,6 +21,15 @@ __all__ = ["batches", "cached_state", "make_mlp", "train"]
 def make_mlp(widths: Sequence[int]) -> nn.Sequential:
     """``Linear -> ReLU -> ... -> Linear`` with the given widths, e.g. ``(64, 256, 256, 10)``.
 
+    Parameters
+    ----------
+    widths : Sequence[int]
+        Input width, hidden widths and output width.
+
+    Returns
+    -------
+    torch.nn.Sequential
+
     Examples
     --------
     >>> make_mlp((4, 8, 2))
@@ -41,7 +50,23 @@ def make_mlp(widths: Sequence[int]) -> nn.Sequential:
 def batches(
     x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One shuffled epoch of ``(x, y)`` mini-batches, shuffled by ``seed``."""
+    """One shuffled epoch of ``(x, y)`` mini-batches, shuffled by ``seed``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Inputs, one row per sample.
+    y : torch.Tensor
+        Labels, one per sample.
+    batch_size : int
+        Samples per batch (the last batch may be smaller).
+    seed : int
+        Seed of the shuffle.
+
+    Returns
+    -------
+    list of tuple of torch.Tensor
+    """
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
     return [
         (x[order[i : i + batch_size]], y[order[i : i + batch_size]])
@@ -64,6 +89,30 @@ def train(
 
     Runs on one thread: these small steps are faster without thread hand-offs, most of all on
     a busy machine, and the result does not depend on the thread count.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The classifier, trained in place.
+    x : torch.Tensor
+        Training inputs.
+    y : torch.Tensor
+        Training labels.
+    epochs : int
+        Passes over the data.
+    batch_size : int
+        Samples per step.
+    lr : float
+        Adam's learning rate.
+    seed : int
+        Seed of each epoch's shuffle.
+    desc : str
+        The progress bar's label.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model``, in eval mode.
     """
     with one_cpu_thread():
         optimiser = torch.optim.Adam(model.parameters(), lr=lr)
@@ -87,6 +136,22 @@ def cached_state(
     """Load ``build``'s weights from the cache, or train with ``trainer(build)`` and cache them.
 
     The file is written atomically, so concurrent loaders never read half a file.
+
+    Parameters
+    ----------
+    filename : str
+        The cache file's name inside the cache folder.
+    build : torch.nn.Module
+        The freshly built model whose weights are loaded or trained.
+    trainer : callable
+        ``trainer(build)`` trains the model in place.
+    retrain : bool, optional
+        Train even when the cache file exists.
+
+    Returns
+    -------
+    tuple of (torch.nn.Module, pathlib.Path)
+        The model in eval mode and the cache file.
     """
     path = cache_dir() / filename
     if path.exists() and not retrain:

@@ -18,6 +18,16 @@ __all__ = ["ModelBundle", "classifier_filter"]
 def classifier_filter(last: str) -> Callable[[nn.Module, str], bool]:
     """A ``filter_fn`` that selects every ``nn.Linear`` except the one named ``last``.
 
+    Parameters
+    ----------
+    last : str
+        The name of the classifier layer to leave out.
+
+    Returns
+    -------
+    callable
+        ``filter_fn(module, fqn) -> bool``.
+
     Examples
     --------
     >>> f = classifier_filter("head")

@@ -27,6 +27,15 @@ def split(
 
     A seeded permutation holds out :data:`TEST_SIZE` of the 1,797 images for testing.
 
+    Parameters
+    ----------
+    seed : int, optional
+        Seed of the permutation that picks the test images.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+
     Examples
     --------
     >>> x_train, y_train, x_test, y_test = split()

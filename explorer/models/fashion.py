@@ -37,6 +37,18 @@ def read_split(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Images (flattened, scaled to [0, 1]) and labels of the ``"train"`` or ``"test"`` split.
 
+    Parameters
+    ----------
+    part : str, optional
+        ``"train"`` or ``"test"``.
+    data_dir : pathlib.Path or str, optional
+        The folder of the four ``*-ubyte.gz`` files.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        Images ``(n, 784)`` in float32 and labels ``(n,)`` in int64.
+
     Raises
     ------
     FileNotFoundError

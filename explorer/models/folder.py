@@ -83,6 +83,15 @@ def is_checkpoint_path(name: object) -> bool:
     A value that exists on disk, or that is written like a path (``./m``, ``~/m``, ``a/b``), is a
     folder; bare names such as ``"digits-mlp"`` are bundled names.
 
+    Parameters
+    ----------
+    name : object
+        The ``--model`` value.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> is_checkpoint_path("digits-mlp"), is_checkpoint_path("./my-model")

@@ -157,6 +157,16 @@ def split_sentences(n_eval: int = 300) -> tuple[list[str], list[str]]:
     Calibration: all sentences of the stdlib docstrings (:mod:`explorer.models.text`) not in the
     evaluation set.
 
+    Parameters
+    ----------
+    n_eval : int, optional
+        Evaluation sentences (at most the number available).
+
+    Returns
+    -------
+    tuple of list of str
+        The calibration and evaluation sentences.
+
     Examples
     --------
     >>> cal, ev = split_sentences(100)

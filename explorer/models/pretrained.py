@@ -104,6 +104,17 @@ def load_model(path: str | os.PathLike, task: str = "auto") -> nn.Module:
     A causal LM as ``AutoModelForCausalLM`` loads it; an encoder wrapped in
     :class:`~explorer.models.minilm.SentenceEncoder`. For the layer doctor, which needs no text.
 
+    Parameters
+    ----------
+    path : str or path-like
+        The folder.
+    task : str, optional
+        ``"auto"`` (from the architecture's name), ``"causal-lm"`` or ``"encoder"``.
+
+    Returns
+    -------
+    torch.nn.Module
+
     Examples
     --------
     >>> import tempfile
@@ -119,6 +130,15 @@ def output_layers(model: nn.Module) -> set[str]:
 
     These are never pruned: the LM head (tied to the embedding or not) and any Linear whose
     weight is the input embedding's.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+
+    Returns
+    -------
+    set of str
 
     Examples
     --------

@@ -90,6 +90,13 @@ def _token_stream(which: str) -> torch.Tensor:
 def token_windows(which: str, seq_len: int) -> torch.Tensor:
     """All consecutive windows of ``seq_len`` tokens of the ``"eval"`` or ``"calibration"`` text.
 
+    Parameters
+    ----------
+    which : str
+        ``"eval"`` or ``"calibration"``.
+    seq_len : int
+        Tokens per window.
+
     Returns
     -------
     torch.Tensor

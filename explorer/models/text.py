@@ -202,6 +202,17 @@ def sentences(paragraphs: list[str], min_words: int = 6, max_words: int = 60) ->
 
     Duplicates are dropped, first occurrence kept, so the order is deterministic.
 
+    Parameters
+    ----------
+    paragraphs : list of str
+        The paragraphs.
+    min_words, max_words : int, optional
+        The shortest and longest sentence kept, in words.
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> sentences(["One two three four five six. Short one. Seven eight nine ten eleven twelve!"])

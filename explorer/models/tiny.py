@@ -29,6 +29,17 @@ _WORDS = {
 def sample_text(sentences: int = 600, seed: int = 0) -> str:
     """Deterministic English-like text: ``sentences`` short sentences, five to a paragraph.
 
+    Parameters
+    ----------
+    sentences : int, optional
+        Number of sentences.
+    seed : int, optional
+        Seed of the word choices.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> sample_text(2)
@@ -146,6 +157,18 @@ def save_tiny_llama(folder: str | os.PathLike, seed: int = 0, **sizes: int) -> P
 
 def save_tiny_bert(folder: str | os.PathLike, seed: int = 0) -> Path:
     """Write a random 2-layer BERT encoder (hidden 128) and its tokenizer into ``folder``.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        Where the ``save_pretrained`` files go.
+    seed : int, optional
+        Seed of the random weights.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder.
 
     Examples
     --------

@@ -28,6 +28,20 @@ __all__ = ["admm_update", "reconstruction_loss"]
 def reconstruction_loss(dense: torch.Tensor, weight: torch.Tensor, hessian: torch.Tensor) -> float:
     """``tr((W0 - W) H (W0 - W)^T)``: the squared output error on the recorded inputs.
 
+    Parameters
+    ----------
+    dense : torch.Tensor
+        The dense weight ``W0``.
+    weight : torch.Tensor
+        The pruned or updated weight ``W``, same shape.
+    hessian : torch.Tensor
+        ``H = X^T X`` of the layer's recorded inputs, ``(in_features, in_features)``.
+
+    Returns
+    -------
+    float
+        The loss, computed in float64.
+
     Examples
     --------
     >>> h = torch.eye(2)

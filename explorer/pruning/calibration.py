@@ -35,7 +35,22 @@ FULL_STATS_MAX_WIDTH = 4096
 
 
 def progress_bar(total: int | None, desc: str, enabled: bool):
-    """A ``tqdm.auto`` bar (a widget in notebooks, text in scripts), or a silent one."""
+    """A ``tqdm.auto`` bar (a widget in notebooks, text in scripts), or a silent one.
+
+    Parameters
+    ----------
+    total : int or None
+        Number of steps, or None when unknown.
+    desc : str
+        The bar's label.
+    enabled : bool
+        False gives a disabled (silent) bar.
+
+    Returns
+    -------
+    tqdm.auto.tqdm
+        The bar; it is not left on screen when closed.
+    """
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
@@ -46,6 +61,16 @@ def as_batches(calibration: Any) -> list | None:
 
     A single tensor or mapping is taken as one batch (iterating a tensor would split it
     into rows). Returns ``None`` for ``None``.
+
+    Parameters
+    ----------
+    calibration : Any
+        None, one batch (a tensor or a mapping), or an iterable of batches.
+
+    Returns
+    -------
+    list or None
+        The batches, or None for None.
     """
     if calibration is None:
         return None
@@ -75,7 +100,19 @@ def _to_device(batch: Any, device: torch.device | None) -> Any:
 
 
 def describe_batch(batch: Any) -> str:
-    """A short description of a batch: its shape, or the shapes of its fields."""
+    """A short description of a batch: its shape, or the shapes of its fields.
+
+    Parameters
+    ----------
+    batch : Any
+        A tensor, a mapping, a tuple or list, or any other object.
+
+    Returns
+    -------
+    str
+        The shape and dtype of a tensor, the shapes of a mapping's fields, the first four items
+        of a tuple or list, or else the type's name.
+    """
     if isinstance(batch, torch.Tensor):
         return f"tensor of shape {tuple(batch.shape)} and dtype {batch.dtype}"
     if isinstance(batch, Mapping):
@@ -107,7 +144,17 @@ class StopForward(Exception):
 
 
 def model_device(model: nn.Module) -> torch.device | None:
-    """The device of the model's first parameter (``None`` for a model without any)."""
+    """The device of the model's first parameter (``None`` for a model without any).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+
+    Returns
+    -------
+    torch.device or None
+    """
     param = next(model.parameters(), None)
     return None if param is None else param.device
 
@@ -183,7 +230,13 @@ class InputStats:
         self.rows = 0
 
     def add(self, x: torch.Tensor) -> None:
-        """Accumulate a batch of inputs (any leading shape, last dimension ``in_features``)."""
+        """Accumulate a batch of inputs (any leading shape, last dimension ``in_features``).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs of shape ``(..., in_features)``.
+        """
         x = x.detach().reshape(-1, self.in_features).to(self.xtx.device, torch.float32)
         if self.full:
             self.xtx.addmm_(x.T, x)
@@ -192,12 +245,33 @@ class InputStats:
         self.rows += x.shape[0]
 
     def increment(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """What :meth:`add` would add for ``x``, to share among layers fed the same tensor."""
+        """What :meth:`add` would add for ``x``, to share among layers fed the same tensor.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Inputs of shape ``(..., in_features)``.
+
+        Returns
+        -------
+        increment : torch.Tensor
+            ``X^T X`` of ``x`` (its diagonal when only the diagonal is kept), in float32.
+        rows : int
+            The number of input rows in ``x``.
+        """
         x = x.detach().reshape(-1, self.in_features).to(self.xtx.device, torch.float32)
         return (x.T @ x if self.full else (x * x).sum(0)), x.shape[0]
 
     def add_increment(self, inc: torch.Tensor, rows: int) -> None:
-        """Add an :meth:`increment` computed for another layer that saw the same input."""
+        """Add an :meth:`increment` computed for another layer that saw the same input.
+
+        Parameters
+        ----------
+        inc : torch.Tensor
+            The increment :meth:`increment` returned.
+        rows : int
+            The number of input rows it was computed from.
+        """
         self.xtx.add_(inc)
         self.rows += rows
 
@@ -233,6 +307,13 @@ def check_finite_inputs(xtx: torch.Tensor, layer: str = "") -> None:
     (SparseGPT's factorisation) or rank by garbage (Wanda's scores), so the data is blamed
     before either happens.
 
+    Parameters
+    ----------
+    xtx : torch.Tensor
+        A layer's accumulated ``X^T X`` (or its diagonal).
+    layer : str, optional
+        The layer's name, for the message.
+
     Examples
     --------
     >>> check_finite_inputs(torch.tensor([1.0, float("nan")]), "fc1")  # doctest: +ELLIPSIS
@@ -257,6 +338,20 @@ def record_inputs(
     modules: Mapping[str, nn.Linear], full: bool | None = None
 ) -> Iterator[dict[str, InputStats]]:
     """Forward hooks that accumulate :class:`InputStats` for each module while active.
+
+    Parameters
+    ----------
+    modules : Mapping[str, torch.nn.Linear]
+        The layers to record, by name.
+    full : bool or None, optional
+        Passed to :class:`InputStats`: keep the full ``X^T X`` (True) or only its diagonal;
+        None decides by input width.
+
+    Yields
+    ------
+    dict[str, InputStats]
+        The statistics of each layer, by name, filled as batches run; the hooks are removed on
+        exit.
 
     Examples
     --------
@@ -302,6 +397,19 @@ def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, stats: Input
     Computed from ``H = X^T X`` as ``sqrt(tr(D H D^T) / tr(W H W^T))`` with ``D = W - W'``;
     NaN when only the diagonal was kept or the dense output is zero.
 
+    Parameters
+    ----------
+    dense : torch.Tensor
+        The dense weight ``W``.
+    pruned : torch.Tensor
+        The pruned weight ``W'``, same shape.
+    stats : InputStats
+        The layer's recorded inputs.
+
+    Returns
+    -------
+    float
+
     Examples
     --------
     >>> s = InputStats(2, torch.device("cpu"))
@@ -325,7 +433,22 @@ def reconstruction_error(dense: torch.Tensor, pruned: torch.Tensor, stats: Input
 def selected_linears(
     model: nn.Module, filter_fn: Any = None
 ) -> tuple[dict[str, nn.Linear], Sequence[str]]:
-    """The ``nn.Linear`` modules ``filter_fn(module, fqn)`` selects, and all Linear names."""
+    """The ``nn.Linear`` modules ``filter_fn(module, fqn)`` selects, and all Linear names.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    filter_fn : callable or None, optional
+        ``filter_fn(module, fqn) -> bool``; None selects every ``nn.Linear``.
+
+    Returns
+    -------
+    chosen : dict[str, torch.nn.Linear]
+        The selected layers, by fully qualified name.
+    names : Sequence[str]
+        The names of all ``nn.Linear`` modules of the model.
+    """
     if filter_fn is not None and not callable(filter_fn):
         raise TypeError(
             f"filter_fn must be a callable (module, fqn) -> bool, got {type(filter_fn).__name__}; "

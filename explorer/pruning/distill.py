@@ -23,7 +23,20 @@ __all__ = ["check_teacher", "check_temperature", "distillation_loss", "forward"]
 
 
 def forward(model: nn.Module, batch: Any) -> Any:
-    """``model(batch)``, ``model(**batch)`` for a mapping, ``model(*batch)`` for a tuple."""
+    """``model(batch)``, ``model(**batch)`` for a mapping, ``model(*batch)`` for a tuple.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to call.
+    batch : Any
+        A tensor, a dict of keyword arguments or a tuple or list of positional arguments.
+
+    Returns
+    -------
+    Any
+        The model's output.
+    """
     if isinstance(batch, dict):
         return model(**batch)
     if isinstance(batch, tuple | list):
@@ -54,6 +67,15 @@ def check_temperature(temperature: Any) -> float:
     flattens every distribution to uniform (and scales the loss to infinity), NaN poisons
     everything, and a negative temperature reverses the softmax, teaching the student the
     teacher's least likely tokens.
+
+    Parameters
+    ----------
+    temperature : Any
+        The value given.
+
+    Returns
+    -------
+    float
 
     Raises
     ------
@@ -117,7 +139,20 @@ def distillation_loss(student_out: Any, teacher_out: Any, temperature: float = 1
 
 
 def check_teacher(model: nn.Module, teacher: Any) -> nn.Module:
-    """The teacher, checked: a separate module that shares no parameter with the student."""
+    """The teacher, checked: a separate module that shares no parameter with the student.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The student being fine-tuned.
+    teacher : Any
+        The value given as the teacher.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``teacher``, unchanged.
+    """
     if not isinstance(teacher, nn.Module):
         raise TypeError(
             f"teacher must be the dense torch.nn.Module, got {type(teacher).__name__}; keep a copy "

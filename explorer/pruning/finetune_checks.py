@@ -52,6 +52,19 @@ class FinetuneDiverged(RuntimeError):
 def check_positive(value: Any, name: str, example: str) -> float:
     """``value`` as a float if it is a finite real number above 0, else a ValueError naming it.
 
+    Parameters
+    ----------
+    value : Any
+        The value given.
+    name : str
+        The argument's name, for the message.
+    example : str
+        A usual value, shown in the message.
+
+    Returns
+    -------
+    float
+
     Examples
     --------
     >>> check_positive(1e-3, "lr", "1e-3")
@@ -181,6 +194,15 @@ def _follows(weight: torch.Tensor, pattern: str) -> bool:
 def masks_hold(layers: Sequence[MaskedLayer]) -> bool:
     """Whether every pruned weight is zero and every layer that was 2:4 still is.
 
+    Parameters
+    ----------
+    layers : Sequence[MaskedLayer]
+        The pruned layers, with their masks and patterns.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> w = nn.Parameter(torch.tensor([[1.0, 0.0, 2.0, 0.0]]))
@@ -210,6 +232,15 @@ def _tensors(batch: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 def check_batch(batch: Any, where: str, pairs: bool) -> None:
     """A training batch: an ``(input, target)`` pair when ``pairs``, every tensor finite, none empty.
+
+    Parameters
+    ----------
+    batch : Any
+        The batch.
+    where : str
+        Where the batch sits in the data (``"batch 0"``), for the message.
+    pairs : bool
+        Whether the batch must be an ``(input, target)`` pair.
 
     Raises
     ------
@@ -261,6 +292,18 @@ def check_data(data: Any, pairs: bool) -> bool:
     Other iterables (a DataLoader, a generator) are checked batch by batch as they are drawn
     (:func:`check_batch`), so that a one-shot iterator is not used up here.
 
+    Parameters
+    ----------
+    data : Any
+        The training data.
+    pairs : bool
+        Whether each batch must be an ``(input, target)`` pair.
+
+    Returns
+    -------
+    bool
+        True when every batch was checked here (a list or tuple, or one pair).
+
     Raises
     ------
     ValueError
@@ -279,7 +322,20 @@ def check_data(data: Any, pairs: bool) -> bool:
 
 
 def move_to(batch: Any, device: torch.device | None) -> Any:
-    """``batch`` with every tensor in it moved to ``device`` (None leaves it where it is)."""
+    """``batch`` with every tensor in it moved to ``device`` (None leaves it where it is).
+
+    Parameters
+    ----------
+    batch : Any
+        A tensor, or a mapping, tuple or list holding tensors.
+    device : torch.device or None
+        Where to move them.
+
+    Returns
+    -------
+    Any
+        A batch of the same structure.
+    """
     if device is None:
         return batch
     if isinstance(batch, torch.Tensor):

@@ -103,6 +103,15 @@ class MethodInfo:
     def supports(self, pattern: Pattern) -> bool:
         """Whether ``pattern`` is one this method can produce.
 
+        Parameters
+        ----------
+        pattern : Pattern
+            The sparsity pattern.
+
+        Returns
+        -------
+        bool
+
         Examples
         --------
         >>> METHODS["wanda"].supports(Pattern.parse("block16:0.5"))
@@ -113,7 +122,19 @@ class MethodInfo:
         return self.row_patterns or not (pattern.kind == "unstructured" and pattern.per_row)
 
     def layer_fn(self, pattern: Pattern) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
-        """The per-layer step :func:`~explorer.pruning.sequential.run_sequential` calls."""
+        """The per-layer step :func:`~explorer.pruning.sequential.run_sequential` calls.
+
+        Parameters
+        ----------
+        pattern : Pattern
+            The sparsity pattern each layer is pruned to.
+
+        Returns
+        -------
+        callable
+            ``step(fqn, module, stats) -> mask``: prunes one layer from its input statistics and
+            returns its keep-mask.
+        """
         if self.calibrated is None:
             raise ValueError(f"method {self.name!r} prunes without calibration statistics")
         run = self.calibrated
@@ -128,7 +149,28 @@ class MethodInfo:
         cancel: Any,
         progress: bool,
     ) -> dict[str, torch.Tensor]:
-        """Prune ``chosen`` in place from the weights alone; the keep-masks by layer."""
+        """Prune ``chosen`` in place from the weights alone; the keep-masks by layer.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The whole model (methods that prune the model at once read it).
+        chosen : dict[str, torch.nn.Linear]
+            The layers to prune, by name.
+        pattern : Pattern
+            The sparsity pattern.
+        seed : int
+            Seed for the methods that draw random numbers.
+        cancel : threading.Event or object with ``is_set()``, optional
+            Checked before each layer; None never cancels.
+        progress : bool
+            Whether to show a progress bar.
+
+        Returns
+        -------
+        dict[str, torch.Tensor]
+            The keep-mask of each pruned layer, by name.
+        """
         if self.whole_model is not None:
             check_cancel(cancel, f"before {self.name}")
             return self.whole_model(model, chosen, pattern)
@@ -165,6 +207,20 @@ def quantized_sparsegpt(
 
     The layer's weight is set to the dequantized values (zeros in place) and ``scales[fqn]``
     to its float32 ``[out, in / group_size]`` scales.
+
+    Parameters
+    ----------
+    pattern : Pattern
+        The sparsity pattern.
+    quant : Quantization
+        The quantization format and group size.
+    scales : dict[str, torch.Tensor]
+        Filled with each layer's scales, by name, as the step runs.
+
+    Returns
+    -------
+    callable
+        ``step(fqn, module, stats) -> mask``, the per-layer step.
     """
 
     def step(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
@@ -182,6 +238,26 @@ def check_quantize(
     quantize: Any, group_size: Any, method: str, update: Any, pattern: Pattern, chosen: dict
 ) -> Quantization | None:
     """Validate ``prune(quantize=, group_size=)`` against the method, pattern and layers.
+
+    Parameters
+    ----------
+    quantize : Any
+        The ``quantize=`` argument of ``prune`` (None for no quantization).
+    group_size : Any
+        The ``group_size=`` argument.
+    method : str
+        The pruning method's name.
+    update : Any
+        The ``update=`` argument.
+    pattern : Pattern
+        The sparsity pattern.
+    chosen : dict
+        The layers to prune, by name.
+
+    Returns
+    -------
+    Quantization or None
+        None when ``quantize`` is None.
 
     Raises
     ------
@@ -290,6 +366,17 @@ METHODS: MappingProxyType[str, MethodInfo] = MappingProxyType(
 def method_info(method: Any, pattern: Pattern) -> MethodInfo:
     """The registry entry for ``method``, checked against ``pattern``.
 
+    Parameters
+    ----------
+    method : Any
+        The method's name.
+    pattern : Pattern
+        The sparsity pattern it must produce.
+
+    Returns
+    -------
+    MethodInfo
+
     Raises
     ------
     ValueError
@@ -317,6 +404,17 @@ def check_selection(
     model: nn.Module, chosen: dict[str, nn.Linear], names: list[str], pattern: Pattern
 ) -> None:
     """Check the layers ``filter_fn`` chose: at least one, each shaped for ``pattern``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (its module names are listed when no layer was chosen).
+    chosen : dict[str, torch.nn.Linear]
+        The selected layers, by name.
+    names : list[str]
+        The names of every ``nn.Linear`` of the model.
+    pattern : Pattern
+        The sparsity pattern.
 
     Raises
     ------

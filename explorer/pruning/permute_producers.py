@@ -90,6 +90,11 @@ def _attention_group(
 def find_producers(model: nn.Module) -> tuple[dict[str, ChannelGroup], dict[str, str]]:
     """Every Linear whose input channels can be reordered for free, with its producers.
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to search.
+
     Returns
     -------
     tuple of dict

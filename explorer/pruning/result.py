@@ -107,7 +107,17 @@ class PruneResult:
         return sum(values) / len(values) if values else math.nan
 
     def layer_density(self, name: str) -> float:
-        """Fraction kept in one layer."""
+        """Fraction kept in one layer.
+
+        Parameters
+        ----------
+        name : str
+            The layer's name, a key of ``masks``.
+
+        Returns
+        -------
+        float
+        """
         mask = self.masks[name]
         return int(mask.sum()) / mask.numel()
 

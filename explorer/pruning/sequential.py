@@ -59,6 +59,18 @@ def find_blocks(
 
     Lists of bare Linears are not blocks (the model may apply functions between them).
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    selected : Mapping[str, torch.nn.Module]
+        The selected layers, by fully qualified name.
+
+    Returns
+    -------
+    tuple of (str, torch.nn.ModuleList) or None
+        The block list's name and the list, or None when the model has none.
+
     Examples
     --------
     >>> class Net(nn.Module):
@@ -221,7 +233,37 @@ def run_whole_model(
     progress: bool = True,
     desc: str = "calibration",
 ) -> DriverResult:
-    """Hook every layer in ``modules``, run the calibration set once, then prune and measure."""
+    """Hook every layer in ``modules``, run the calibration set once, then prune and measure.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    modules : Mapping[str, torch.nn.Linear]
+        The layers to prune or measure, by name.
+    batches : Sequence[Any]
+        The calibration batches.
+    layer_fn : callable or None
+        ``layer_fn(fqn, module, stats) -> mask`` prunes one layer; None only measures.
+    snapshot : Mapping[str, torch.Tensor]
+        Each layer's dense weight, by name, for the reconstruction error.
+    masks : Mapping[str, torch.Tensor] or None, optional
+        Masks already made (when ``layer_fn`` is None), copied into the result.
+    full : bool or None, optional
+        Keep the full ``X^T X`` of each layer (see :class:`InputStats`).
+    device : torch.device or None, optional
+        Where to move each batch before the forward pass.
+    cancel : threading.Event or object with ``is_set()``, optional
+        Checked before each batch and each layer; None never cancels.
+    progress : bool, optional
+        Whether to show a progress bar.
+    desc : str, optional
+        The progress bar's label.
+
+    Returns
+    -------
+    DriverResult
+    """
     result = DriverResult()
     with record_inputs(modules, full) as stats:
         with progress_bar(len(batches), desc, progress) as bar:
@@ -250,6 +292,35 @@ def run_sequential(
 
     Layers outside the block list (e.g. a classifier head) are handled afterwards by one
     whole-model pass, so they too see the pruned blocks' outputs.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    modules : Mapping[str, torch.nn.Linear]
+        The layers to prune or measure, by name.
+    batches : Sequence[Any]
+        The calibration batches.
+    layer_fn : callable or None
+        ``layer_fn(fqn, module, stats) -> mask`` prunes one layer; None only measures.
+    snapshot : Mapping[str, torch.Tensor]
+        Each layer's dense weight, by name, for the reconstruction error.
+    masks : Mapping[str, torch.Tensor] or None, optional
+        Masks already made (when ``layer_fn`` is None), copied into the result.
+    full : bool or None, optional
+        Keep the full ``X^T X`` of each layer (see :class:`InputStats`).
+    device : torch.device or None, optional
+        Where to move each batch before the forward pass.
+    cancel : threading.Event or object with ``is_set()``, optional
+        Checked between batches and layers; None never cancels.
+    progress : bool, optional
+        Whether to show a progress bar.
+    desc : str, optional
+        The progress bar's label.
+
+    Returns
+    -------
+    DriverResult
     """
     masks = masks or {}
     found = find_blocks(model, modules)

@@ -23,6 +23,17 @@ __all__ = ["wanda_mask", "wanda_scores"]
 def wanda_scores(weight: torch.Tensor, stats: InputStats) -> torch.Tensor:
     """``|W| * ||X_j||_2`` in float32 (input column norms broadcast over rows).
 
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``(out_features, in_features)`` weight.
+    stats : InputStats
+        The layer's recorded inputs.
+
+    Returns
+    -------
+    torch.Tensor
+
     Examples
     --------
     >>> s = InputStats(2, torch.device("cpu"))

@@ -26,6 +26,16 @@ __all__ = ["sparsifier_arguments", "weightnorm_masks"]
 def sparsifier_arguments(pattern: Pattern) -> dict:
     """WeightNormSparsifier's arguments for ``pattern``.
 
+    Parameters
+    ----------
+    pattern : Pattern
+        ``N:M``, ``unstructured:S`` (not per row) or ``blockB:S``.
+
+    Returns
+    -------
+    dict
+        ``sparsity_level``, ``sparse_block_shape`` and ``zeros_per_block``.
+
     Examples
     --------
     >>> sparsifier_arguments(Pattern.parse("2:4"))

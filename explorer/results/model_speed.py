@@ -77,6 +77,15 @@ _METRICS = (
 def check_speed_mode(mode: object) -> str:
     """``mode`` if it is one of :data:`SPEED_MODES`, else a one-line error.
 
+    Parameters
+    ----------
+    mode : object
+        The value given.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> check_speed_mode("graphs")

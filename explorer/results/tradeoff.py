@@ -328,6 +328,15 @@ def pareto_points(points: Sequence[TradeoffPoint]) -> list[TradeoffPoint]:
     Points without a speed-up are left out; the direction is the first point's
     ``higher_is_better``. See :func:`pareto_front` for the rule.
 
+    Parameters
+    ----------
+    points : Sequence[TradeoffPoint]
+        The points.
+
+    Returns
+    -------
+    list[TradeoffPoint]
+
     Examples
     --------
     >>> p = lambda s, v: TradeoffPoint("", s, v)

@@ -70,6 +70,18 @@ _CANCELLABLE = ("prune", "model-speed")
 def failed_rows(config: dict, exc: BaseException) -> list[dict]:
     """The one row that records a cell that could not be measured, with the reason.
 
+    Parameters
+    ----------
+    config : dict
+        The cell's configuration.
+    exc : BaseException
+        Why the cell could not be measured.
+
+    Returns
+    -------
+    list[dict]
+        One row with status ``failed`` and the error (cut to 1000 characters).
+
     Examples
     --------
     >>> (row,) = failed_rows({"cell": "speed"}, RuntimeError("no GPU"))

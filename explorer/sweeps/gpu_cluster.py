@@ -109,6 +109,18 @@ def worker_specs(
     Each worker sees only its device (``CUDA_VISIBLE_DEVICES``), so it is ``cuda:0`` there,
     and advertises ``GPU=1``.
 
+    Parameters
+    ----------
+    devices : Sequence[int]
+        The CUDA device indices, one worker each.
+    local_directory : str or pathlib.Path or None, optional
+        The workers' scratch folder.
+
+    Returns
+    -------
+    dict[str, dict]
+        Specs by worker name (``gpu-<index>``).
+
     Examples
     --------
     >>> spec = worker_specs([2])
@@ -194,6 +206,11 @@ def start_gpu_cluster(devices: Sequence[int], local_directory: str | Path | None
 
 def close_gpu_cluster(client: Any) -> None:
     """Close a client of :func:`start_gpu_cluster` and its cluster.
+
+    Parameters
+    ----------
+    client : Any
+        The client, or None (nothing to close).
 
     Examples
     --------

@@ -204,6 +204,25 @@ class SweepConfig:
 
         A ``model`` that is a path is checked as a checkpoint folder and recorded as its
         absolute path, and ``text`` (required for it) as the text file's absolute path.
+
+        Parameters
+        ----------
+        model : str
+            A bundled model name or a checkpoint folder.
+        methods, patterns, layer_sets, dtypes, tokens : str or sequence
+            The grid's axes, comma-separated or as lists (see the class's parameters).
+        calibration_samples : int, optional
+            Calibration samples given to methods that need them.
+        seed : int, optional
+            Seed of the calibration draw and of the random method.
+        text : str or pathlib.Path or None, optional
+            The text file of a checkpoint folder; refused for a bundled model.
+        speed_mode : str, optional
+            The execution mode pruned 2:4 models are timed in.
+
+        Returns
+        -------
+        SweepConfig
         """
         from explorer.patterns import Pattern
 
@@ -255,7 +274,17 @@ class SweepConfig:
 
     @classmethod
     def from_json(cls, text: str) -> SweepConfig:
-        """Rebuild a configuration from :meth:`to_json`'s text."""
+        """Rebuild a configuration from :meth:`to_json`'s text.
+
+        Parameters
+        ----------
+        text : str
+            JSON written by :meth:`to_json`.
+
+        Returns
+        -------
+        SweepConfig
+        """
         data = json.loads(text)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
@@ -305,6 +334,19 @@ def model_speed_cell(cell: Cell, mode: str, tokens: tuple[int, ...]) -> Cell:
     Its configuration is ``cell``'s with the kind ``"model-speed"``, the mode and token counts, and
     ``of_cell``, the key of the cell whose accuracy row it belongs to.
 
+    Parameters
+    ----------
+    cell : Cell
+        The dense or prune cell whose model is timed.
+    mode : str
+        The execution mode (see :data:`explorer.results.model_speed.SPEED_MODES`).
+    tokens : tuple of int
+        The token counts timed.
+
+    Returns
+    -------
+    Cell
+
     Examples
     --------
     >>> dense = Cell({"cell": "dense", "model": "m", "dtype": "float16"})
@@ -335,6 +377,27 @@ def prune_cell(
     **steps: object,
 ) -> Cell:
     """A prune cell: ``base`` (model, version, dtype, ...), what it prunes, and its extra steps.
+
+    Parameters
+    ----------
+    base : dict
+        The shared part of the configuration (model, version, dtype, ...).
+    method : str
+        The pruning method.
+    pattern : str
+        The sparsity pattern's name.
+    layers : str, optional
+        The layer set pruned.
+    calibration_samples : int, optional
+        Calibration samples for the methods that need them.
+    seed : int, optional
+        Seed of the calibration draw and of the random method.
+    **steps : object
+        Extra steps, added to the configuration as they are (``update="admm"``).
+
+    Returns
+    -------
+    Cell
 
     Examples
     --------

@@ -29,6 +29,15 @@ __all__ = ["needs_gpu", "no_speed_reason", "time_model_cell"]
 def no_speed_reason(config: dict) -> str | None:
     """Why a cell's model has no sparse speed to time, on any machine (None: it has one).
 
+    Parameters
+    ----------
+    config : dict
+        A model-speed cell's configuration (``of``, ``pattern``, ``dtype``).
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> no_speed_reason({"of": "prune", "pattern": "4:8", "dtype": "float16"})
@@ -58,6 +67,15 @@ def no_speed_reason(config: dict) -> str | None:
 def needs_gpu(config: dict) -> bool:
     """Whether a model-speed cell times on a GPU (it has a sparse kernel to time).
 
+    Parameters
+    ----------
+    config : dict
+        A model-speed cell's configuration.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> needs_gpu({"of": "prune", "pattern": "2:4", "dtype": "bfloat16"})
@@ -72,6 +90,18 @@ def time_model_cell(config: dict, cancel: Any = None) -> list[dict]:
     """A model-speed cell's rows: one per token count, with times or the reason there are none.
 
     A timing that fails becomes ``failed`` rows with the error.
+
+    Parameters
+    ----------
+    config : dict
+        The model-speed cell's configuration.
+    cancel : threading.Event or object with ``is_set()``, optional
+        Checked while the pruned model is rebuilt; None never cancels.
+
+    Returns
+    -------
+    list[dict]
+        One row per token count.
 
     Examples
     --------

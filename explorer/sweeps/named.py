@@ -114,6 +114,24 @@ def run_named(
     The sweep's id is ``label`` and a hash of the cells, so the same grid on the same store
     resumes: finished cells are read back, not run again.
 
+    Parameters
+    ----------
+    label : str
+        The grid's name, the start of the sweep's id.
+    cells : list of Cell
+        The cells, in order.
+    store : ResultStore
+        The store the rows go into.
+    progress : bool, optional
+        Whether to show a progress bar.
+    on_rows : callable, optional
+        Called with each cell's rows once they are committed.
+
+    Returns
+    -------
+    list of Row
+        The grid's rows, in the order of ``cells``.
+
     Examples
     --------
     >>> with ResultStore(":memory:") as store:

@@ -22,6 +22,16 @@ __all__ = ["cell_resources", "dead_worker_error", "has_gpu_workers", "is_dask_cl
 def cell_resources(config: dict) -> dict[str, int]:
     """The Dask worker resources a cell's configuration needs.
 
+    Parameters
+    ----------
+    config : dict
+        The cell's configuration.
+
+    Returns
+    -------
+    dict[str, int]
+        ``{"GPU": 1}`` for a cell that runs on a GPU, else empty.
+
     Examples
     --------
     >>> cell_resources({"cell": "speed"}), cell_resources({"cell": "prune", "gpu": True})
@@ -44,6 +54,15 @@ def cell_resources(config: dict) -> dict[str, int]:
 def is_dask_client(executor: Any) -> bool:
     """Whether ``executor`` is a ``distributed.Client`` (it has ``scheduler_info``).
 
+    Parameters
+    ----------
+    executor : Any
+        The executor given to the sweep, or None.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +74,15 @@ def is_dask_client(executor: Any) -> bool:
 
 def has_gpu_workers(client: Any) -> bool:
     """Whether any worker of a Dask client's cluster advertises the resource ``GPU``.
+
+    Parameters
+    ----------
+    client : Any
+        A ``distributed.Client``.
+
+    Returns
+    -------
+    bool
 
     Examples
     --------
@@ -108,6 +136,16 @@ def submit(
 
 def dead_worker_error(exc: BaseException) -> BaseException:
     """The error recorded for a cell whose future failed: a dead worker is said in words.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error the cell's future raised.
+
+    Returns
+    -------
+    BaseException
+        A RuntimeError that says so for a ``KilledWorker``, else ``exc``.
 
     Examples
     --------

@@ -70,6 +70,15 @@ class SweepResult:
         """The sweep's rows, as a :class:`~explorer.results.store.ResultTable`.
 
         Reads ``store`` if given (needed for an in-memory store), else reopens :attr:`db`.
+
+        Parameters
+        ----------
+        store : ResultStore or None, optional
+            The store the sweep wrote to.
+
+        Returns
+        -------
+        ResultTable
         """
         if store is not None:
             return store.query(sweep_id=self.sweep_id, include_reference=False)

@@ -19,6 +19,17 @@ def _skipped(config: dict, reason: str) -> list[dict]:
 def speed_cell(config: dict) -> list[dict]:
     """Time the layer shapes of a cell's layer set, or say why they cannot be timed here.
 
+    Parameters
+    ----------
+    config : dict
+        The speed cell's configuration (``model``, ``pattern``, ``layers``, ``dtype``,
+        ``tokens``).
+
+    Returns
+    -------
+    list[dict]
+        One ``layer-speed`` row per distinct layer shape, or one skipped row with the reason.
+
     Examples
     --------
     >>> speed_cell({"cell": "speed", "pattern": "4:8"})[0]["error"]

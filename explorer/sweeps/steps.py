@@ -49,6 +49,17 @@ STEP_METRICS = (
 def evaluate(bundle: Any, model: nn.Module) -> dict:
     """The bundle's metrics of ``model`` plus ``eval_seconds``.
 
+    Parameters
+    ----------
+    bundle : Any
+        The model bundle, whose ``evaluate`` gives the metrics.
+    model : torch.nn.Module
+        The model evaluated.
+
+    Returns
+    -------
+    dict
+
     Examples
     --------
     >>> from explorer.sweeps.loading import bundle_for
@@ -69,6 +80,19 @@ def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
     Calibrated methods and weight updates get the seeded calibration batches, so the same
     configuration prunes the same weights in every cell that asks (the prune cell, and the
     model-speed cell that times its model).
+
+    Parameters
+    ----------
+    config : dict
+        The cell's configuration (``model``, ``method``, ``pattern``, ``layers``, ``seed``, and
+        the optional steps).
+    cancel : threading.Event or object with ``is_set()``, optional
+        Passed to :func:`explorer.pruning.prune`.
+
+    Returns
+    -------
+    tuple
+        The bundle, the pruned copy and the :class:`~explorer.pruning.PruneResult`.
 
     Examples
     --------
@@ -110,6 +134,15 @@ def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
 def prune_metrics(result: Any) -> dict:
     """What a :class:`~explorer.pruning.PruneResult` records: time, density, layers, steps.
 
+    Parameters
+    ----------
+    result : PruneResult
+        What pruning returned.
+
+    Returns
+    -------
+    dict
+
     Examples
     --------
     >>> from explorer.pruning import prune
@@ -144,6 +177,25 @@ def retrain(bundle: Any, model: nn.Module, masks: Any, config: dict, cancel: Any
     method is fine-tuned on the same data in the same order; distillation reads
     ``recovery["samples"]`` calibration samples drawn with ``recovery["seed"]``, never the
     evaluation data, for at most ``recovery["minutes"]``.
+
+    Parameters
+    ----------
+    bundle : Any
+        The model bundle (training data, calibration, evaluation).
+    model : torch.nn.Module
+        The pruned model, trained in place.
+    masks : Any
+        The keep-masks that training preserves.
+    config : dict
+        The cell's configuration.
+    cancel : threading.Event or object with ``is_set()``, optional
+        Passed to :func:`explorer.pruning.finetune`.
+
+    Returns
+    -------
+    dict
+        ``finetuned``, ``finetune_seconds`` and ``finetune_steps``; empty when the cell asks for
+        neither.
 
     Examples
     --------
@@ -191,6 +243,23 @@ def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: d
     int8 kernel through :func:`explorer.sparsify`. A dense model is quantized whether or not
     it is 2:4; ``metrics["prune_seconds"]`` travels to the int8 row.
 
+    Parameters
+    ----------
+    kind : str
+        The cell's kind (``"dense"`` or ``"prune"``).
+    config : dict
+        The cell's configuration.
+    bundle : Any
+        The model bundle.
+    model : torch.nn.Module
+        The dense or pruned model.
+    metrics : dict
+        The cell's metrics.
+
+    Returns
+    -------
+    list[dict]
+
     Examples
     --------
     >>> int8_rows("dense", {}, None, nn.Linear(1, 1), {})
@@ -232,6 +301,23 @@ def fp8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: di
     FP8 kernel (per-channel weight and per-token activation scales, float32 sums) on any
     device. A dense model is quantized whether or not it is 2:4; ``metrics["prune_seconds"]``
     travels to the FP8 row.
+
+    Parameters
+    ----------
+    kind : str
+        The cell's kind (``"dense"`` or ``"prune"``).
+    config : dict
+        The cell's configuration.
+    bundle : Any
+        The model bundle.
+    model : torch.nn.Module
+        The dense or pruned model.
+    metrics : dict
+        The cell's metrics.
+
+    Returns
+    -------
+    list[dict]
 
     Examples
     --------

@@ -18,7 +18,18 @@ _CLASS = None
 
 
 def binary_rows(value):
-    """Replace 2-D numeric arrays (not 64-bit) in ``value`` by lists of contiguous 1-D rows."""
+    """Replace 2-D numeric arrays (not 64-bit) in ``value`` by lists of contiguous 1-D rows.
+
+    Parameters
+    ----------
+    value : Any
+        A figure's data: dicts, lists, tuples and arrays, nested.
+
+    Returns
+    -------
+    Any
+        ``value`` with those arrays replaced.
+    """
     if isinstance(value, dict):
         return {k: binary_rows(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -65,6 +76,16 @@ def record_messages(fig) -> list[int]:
     """Record the size in bytes (JSON text plus binary buffers) of every update ``fig`` sends.
 
     Returns a list that grows as the figure changes; used by the benchmark and the tests.
+
+    Parameters
+    ----------
+    fig : plotly.graph_objects.FigureWidget
+        The figure to watch.
+
+    Returns
+    -------
+    list[int]
+        The sizes, one per message, appended as they are sent.
     """
     import json
 

@@ -66,6 +66,19 @@ class WrittenFile:
 def default_path(model_name: str, label: str, kind: str) -> Path:
     """``<cache>/exports/<model>-<label>.<ext>`` with unsafe characters replaced.
 
+    Parameters
+    ----------
+    model_name : str
+        The model's name.
+    label : str
+        The run's label.
+    kind : str
+        ``"save"`` (a ``.safetensors`` file) or ``"export"`` (ONNX).
+
+    Returns
+    -------
+    pathlib.Path
+
     Examples
     --------
     >>> default_path("digits-mlp", "magnitude 2:4 all float16", "save").name
@@ -87,6 +100,28 @@ def write_file(
     Without ``path`` the file goes to :func:`default_path` and replaces an earlier one of the
     same name (the dashboard's own cache); a given ``path`` must not exist yet. A database,
     device or folder is refused either way.
+
+    Parameters
+    ----------
+    bundle : ModelBundle
+        The model bundle; its model is written.
+    kind : str
+        ``"save"`` or ``"export"``.
+    path : str or pathlib.Path, optional
+        The file; None for :func:`default_path`.
+    result : PruneResult, optional
+        The pruning result, for the saved checkpoint's masks.
+    label : str, optional
+        The run's label, in the default file name and the provenance.
+    cancel : threading.Event, optional
+        Passed to :func:`explorer.checkpoint.save_sparse`.
+    **check
+        Passed to :func:`explorer.checkpoint.export_onnx` (``dtype``, ``tokens``).
+
+    Returns
+    -------
+    WrittenFile
+        The file, its size against the dense size, and the save or export report.
 
     Examples
     --------

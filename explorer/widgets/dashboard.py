@@ -196,15 +196,35 @@ class Dashboard:
 
     # -- what the parts do ----------------------------------------------------------------
     def on_change(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(event)`` after each change."""
+        """Call ``callback(event)`` after each change.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the event's name (``"model"``, ``"status"``, ...).
+        """
         self.events.on_change(callback)
 
     def say(self, level: str, text: str) -> None:
-        """Show a message in the status line (see :meth:`Events.say`)."""
+        """Show a message in the status line (see :meth:`Events.say`).
+
+        Parameters
+        ----------
+        level : str
+            ``"ok"``, ``"info"``, ``"warn"`` or ``"error"``.
+        text : str
+            The message.
+        """
         self.events.say(level, text)
 
     def load(self, model) -> None:
-        """Switch to another model (see :meth:`Loader.load`); errors go to the status."""
+        """Switch to another model (see :meth:`Loader.load`); errors go to the status.
+
+        Parameters
+        ----------
+        model : str or ModelBundle or torch.nn.Module
+            A model name, a bundle or a module.
+        """
         self.loader.load(model)
 
     def wait(self) -> None:
@@ -212,17 +232,49 @@ class Dashboard:
         self.loader.wait()
 
     def select_layer(self, name: str | None) -> None:
-        """Show layer ``name`` in the mask viewer and the pattern panel."""
+        """Show layer ``name`` in the mask viewer and the pattern panel.
+
+        Parameters
+        ----------
+        name : str or None
+            The layer's name; None clears the selection.
+        """
         self.layer_view.select(name)
 
     def layer_set(self, choice: str, pattern: str = "") -> tuple[str, ...] | None:
-        """The layers the layer-set ``choice`` prunes (see :meth:`LayerView.layer_set`)."""
+        """The layers the layer-set ``choice`` prunes (see :meth:`LayerView.layer_set`).
+
+        Parameters
+        ----------
+        choice : str
+            ``"all"``, ``"one"``, ``"fast"``, ``"mlp"`` or ``"pattern"``.
+        pattern : str, optional
+            The globs on layer names, for ``"pattern"``.
+
+        Returns
+        -------
+        tuple of str or None
+            The layer names; None for the model's own filter.
+        """
         return self.layer_view.layer_set(choice, pattern)
 
     def run(
         self, config: MethodConfig | None = None, wait: bool = False
     ) -> threading.Thread | None:
-        """Prune with ``config`` (default: the method picker's) in a thread; see :class:`Pruning`."""
+        """Prune with ``config`` (default: the method picker's) in a thread; see :class:`Pruning`.
+
+        Parameters
+        ----------
+        config : MethodConfig or None, optional
+            The method, pattern and settings.
+        wait : bool, optional
+            Block until the run ends.
+
+        Returns
+        -------
+        threading.Thread or None
+            The run's thread; None when another job is running or no model is loaded.
+        """
         return self.pruning.run(config, wait)
 
     def cancel(self) -> None:
@@ -230,23 +282,80 @@ class Dashboard:
         self.pruning.cancel()
 
     def speed_of(self, config: MethodConfig, estimate=None):
-        """Where a run's speed-up comes from (see :meth:`Points.speed_of`)."""
+        """Where a run's speed-up comes from (see :meth:`Points.speed_of`).
+
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+        estimate : SpeedEstimate, optional
+            The per-layer estimate, used when nothing measured applies.
+
+        Returns
+        -------
+        SpeedChoice
+        """
         return self.points.speed_of(config, estimate)
 
     def load_point(self, point) -> None:
-        """Load the configuration of a trade-off point: its settings and its masks."""
+        """Load the configuration of a trade-off point: its settings and its masks.
+
+        Parameters
+        ----------
+        point : TradeoffPoint
+            A point of the trade-off plot.
+        """
         self.points.load_point(point)
 
     def save(self, path=None, wait: bool = False) -> threading.Thread | None:
-        """Save the current model as a compressed 2:4 checkpoint (in a thread); see :class:`Files`."""
+        """Save the current model as a compressed 2:4 checkpoint (in a thread); see :class:`Files`.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path, optional
+            The file; None for a default file in the cache folder.
+        wait : bool, optional
+            Block until the file is written.
+
+        Returns
+        -------
+        threading.Thread or None
+            The writing thread; None when a job is running or no model is loaded.
+        """
         return self.files.save(path, wait)
 
     def export(self, path=None, wait: bool = False) -> threading.Thread | None:
-        """Export the current model to ONNX and check it for TensorRT (in a thread)."""
+        """Export the current model to ONNX and check it for TensorRT (in a thread).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path, optional
+            The file; None for a default file in the cache folder.
+        wait : bool, optional
+            Block until the file is written.
+
+        Returns
+        -------
+        threading.Thread or None
+            The writing thread; None when a job is running or no model is loaded.
+        """
         return self.files.export(path, wait)
 
     def run_kernel(self, tokens: int | None = None, dtype: str | None = None):
-        """Run the kernel runner on the selected layer; the result goes to ``kernel_runner.result``."""
+        """Run the kernel runner on the selected layer; the result goes to ``kernel_runner.result``.
+
+        Parameters
+        ----------
+        tokens : int or None, optional
+            Rows of input; None for the page's token count.
+        dtype : str or None, optional
+            The dtype; None for the page's.
+
+        Returns
+        -------
+        KernelResult or None
+            None when no layer is selected or the run was refused (the status says why).
+        """
         if self.selected is None:
             self.say("warn", "select a layer first")
             return None
@@ -290,6 +399,15 @@ def prebuild_first_page(model: str = DEFAULT_MODEL):
     CPU instead of about 13-20 s). ``./dev dashboard`` and Binder's ``postBuild`` call this
     before serving. Returns the cache file's path.
 
+    Parameters
+    ----------
+    model : str, optional
+        A model name the dashboard offers.
+
+    Returns
+    -------
+    pathlib.Path
+
     Raises
     ------
     ValueError
@@ -332,6 +450,22 @@ def page_options(
     the page reads measurements from (opened read-only; without one, the shipped reference
     database). So ``SPARSITY_EXPLORER_MODEL=./my-model SPARSITY_EXPLORER_TEXT=corpus.txt
     voila notebooks/dashboard.ipynb`` serves your own checkpoint.
+
+    Parameters
+    ----------
+    model : str or path-like, optional
+        The notebook's model.
+    text : str or path-like, optional
+        The notebook's text file, for a checkpoint folder.
+    db : str or path-like, optional
+        The notebook's results file.
+    environ : Mapping[str, str] or None, optional
+        The environment to read; None for ``os.environ``.
+
+    Returns
+    -------
+    dict
+        ``model``, and ``text`` and ``store`` (a read-only :class:`ResultStore`) where given.
 
     Raises
     ------

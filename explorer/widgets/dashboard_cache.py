@@ -45,6 +45,22 @@ def _package_version(name: str | None) -> str:
 def cache_path(model: str, cast: str | None, dtype: str, tokens: int) -> Path:
     """The cache file of one model under one setting.
 
+    Parameters
+    ----------
+    model : str
+        The model's name.
+    cast : str or None
+        The dtype the model's weights are cast to, if any.
+    dtype : str
+        The page's dtype.
+    tokens : int
+        The page's token count.
+
+    Returns
+    -------
+    pathlib.Path
+        A file in the cache folder, named by a hash of the setting and the versions involved.
+
     Examples
     --------
     >>> cache_path("minilm", "bfloat16", "bfloat16", 16384).name.startswith("page-minilm-")
@@ -97,7 +113,27 @@ class PageCache:
 
     @classmethod
     def of(cls, name, model: nn.Module, rows, prunable, metric: str, higher_is_better: bool):
-        """The page of ``model`` (its weights are copied)."""
+        """The page of ``model`` (its weights are copied).
+
+        Parameters
+        ----------
+        name : str
+            The model's name.
+        model : torch.nn.Module
+            The model.
+        rows : sequence of LayerRow
+            The layer table; the weights of these layers are kept.
+        prunable : sequence of str
+            The names of the prunable layers.
+        metric : str
+            The model's metric.
+        higher_is_better : bool
+            The metric's direction.
+
+        Returns
+        -------
+        PageCache
+        """
         weights = {r.name: model.get_submodule(r.name).weight.detach().cpu().clone() for r in rows}
         return cls(name, weights, tuple(rows), tuple(prunable), metric, bool(higher_is_better))
 
@@ -106,7 +142,18 @@ class PageCache:
         return skeleton(self.weights)
 
     def save(self, path: Path) -> Path:
-        """Write the page to ``path`` atomically (a temporary file, then a rename)."""
+        """Write the page to ``path`` atomically (a temporary file, then a rename).
+
+        Parameters
+        ----------
+        path : pathlib.Path
+            The cache file.
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "version": _VERSION,
@@ -129,7 +176,17 @@ class PageCache:
 
     @classmethod
     def load(cls, path: Path) -> PageCache | None:
-        """The page stored at ``path``, or None when there is none or it cannot be read."""
+        """The page stored at ``path``, or None when there is none or it cannot be read.
+
+        Parameters
+        ----------
+        path : pathlib.Path
+            The cache file.
+
+        Returns
+        -------
+        PageCache or None
+        """
         if not path.is_file():
             return None
         try:
@@ -162,6 +219,16 @@ class PageCache:
 
 def skeleton(weights: dict[str, torch.Tensor]) -> nn.Module:
     """Bias-free ``nn.Linear`` modules holding ``weights``, nested under their dotted names.
+
+    Parameters
+    ----------
+    weights : dict[str, torch.Tensor]
+        Weights ``(out_features, in_features)`` by dotted layer name.
+
+    Returns
+    -------
+    torch.nn.Module
+        The module, in eval mode.
 
     Examples
     --------

@@ -33,11 +33,36 @@ class Files:
 
         The status line then says where, and the file's size against the dense size;
         ``state.last_file`` holds the :class:`~explorer.widgets.checkpoint_files.WrittenFile`.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path, optional
+            The file; None for a default file in the cache folder.
+        wait : bool, optional
+            Block until the file is written.
+
+        Returns
+        -------
+        threading.Thread or None
+            The writing thread; None when a job is running or no model is loaded.
         """
         return self._file_job("save", path, wait)
 
     def export(self, path=None, wait: bool = False) -> threading.Thread | None:
-        """Export the current model to ONNX and check it for TensorRT (in a thread)."""
+        """Export the current model to ONNX and check it for TensorRT (in a thread).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path, optional
+            The file; None for a default file in the cache folder.
+        wait : bool, optional
+            Block until the file is written.
+
+        Returns
+        -------
+        threading.Thread or None
+            The writing thread; None when a job is running or no model is loaded.
+        """
         return self._file_job("export", path, wait)
 
     def _file_job(self, kind: str, path, wait: bool) -> threading.Thread | None:

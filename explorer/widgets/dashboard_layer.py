@@ -46,6 +46,11 @@ class LayerView:
         After a run the viewer shows the run's mask. Before one it shows what magnitude
         pruning to the picked N:M pattern would keep (computed once per layer and cached),
         since the dense weight keeps everything and every group breaks the pattern.
+
+        Parameters
+        ----------
+        name : str or None
+            The layer's name; None clears the mask viewer.
         """
         if name is None:
             self.mask_viewer.clear()
@@ -73,7 +78,22 @@ class LayerView:
         self.events.emit("layer")
 
     def preview(self, name: str, weight: torch.Tensor, pattern: str) -> torch.Tensor | None:
-        """What magnitude pruning of ``weight`` to ``pattern`` keeps (None if it cannot)."""
+        """What magnitude pruning of ``weight`` to ``pattern`` keeps (None if it cannot).
+
+        Parameters
+        ----------
+        name : str
+            The layer's name, the cache key with ``pattern``.
+        weight : torch.Tensor
+            The layer's weight.
+        pattern : str
+            The pattern's name.
+
+        Returns
+        -------
+        torch.Tensor or None
+            The keep-mask.
+        """
         key = (name, pattern)
         if key not in self.previews:
             from explorer.masks import make_mask
@@ -96,6 +116,17 @@ class LayerView:
         ``choice`` is ``"all"`` (the model's filter), ``"one"`` (the selected layer),
         ``"fast"`` (the layers the table calls fast at 2:4), ``"mlp"`` or ``"pattern"`` (the
         globs in ``pattern``); see :func:`explorer.layer_sets.resolve_layer_set`.
+
+        Parameters
+        ----------
+        choice : str
+            ``"all"``, ``"one"``, ``"fast"``, ``"mlp"`` or ``"pattern"``.
+        pattern : str, optional
+            The globs on layer names, for ``"pattern"``.
+
+        Returns
+        -------
+        tuple of str or None
 
         Raises
         ------

@@ -78,6 +78,11 @@ class Loader:
         With ``background`` and a named model whose first page is cached (see
         :mod:`explorer.widgets.dashboard_cache`), the page is drawn from the cache at once and
         the model loads in a thread; a pruning run waits for it.
+
+        Parameters
+        ----------
+        model : str or ModelBundle or torch.nn.Module
+            A model name, a bundle or a module.
         """
         state, say = self.state, self.events.say
         if state.busy:

@@ -48,6 +48,16 @@ def example_input(bundle):
 
     The row of zeros is sized for its first ``nn.Linear`` (a plain module has no data).
 
+    Parameters
+    ----------
+    bundle : ModelBundle
+        The model bundle.
+
+    Returns
+    -------
+    torch.Tensor or Any
+        The first calibration batch, or ``torch.zeros(1, in_features)``.
+
     Raises
     ------
     ValueError
@@ -164,7 +174,13 @@ class Measure:
         return None if self.gpu() else NO_GPU
 
     def after_run(self, run) -> None:
-        """Time ``run`` now, in the pruning job that just finished it; nothing without a GPU."""
+        """Time ``run`` now, in the pruning job that just finished it; nothing without a GPU.
+
+        Parameters
+        ----------
+        run : Run
+            The finished run.
+        """
         if self.unavailable() is None:
             self.measure(run)
 
@@ -174,6 +190,15 @@ class Measure:
         Progress goes to the progress bar, the outcome to the status line; the dashboard's
         Cancel stops it. ``wait=True`` blocks. Returns the thread, or None (and a warning)
         without a GPU, while another job runs, or when the model is dense.
+
+        Parameters
+        ----------
+        wait : bool, optional
+            Block until the timing ends.
+
+        Returns
+        -------
+        threading.Thread or None
         """
         state, say = self.state, self.events.say
         reason = self.unavailable()
@@ -203,6 +228,15 @@ class Measure:
 
         Returns the measurement, or None when there is none: the point keeps its estimate and
         the status line says why (cancelled, failed, nothing to time), in one line.
+
+        Parameters
+        ----------
+        run : Run
+            The run whose masks the model holds.
+
+        Returns
+        -------
+        MeasuredSpeed or None
         """
         config, events = run.config, self.events
         label = config.label

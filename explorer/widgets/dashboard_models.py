@@ -46,6 +46,16 @@ _DEFAULT_SETTINGS = {"cast": None, "dtype": "float16", "tokens": 1024}
 def settings_for(model) -> dict:
     """The cast, dtype and tokens of ``model`` (a name; anything else gets the defaults).
 
+    Parameters
+    ----------
+    model : str or Any
+        A model name, or anything else.
+
+    Returns
+    -------
+    dict
+        ``cast``, ``dtype`` and ``tokens``.
+
     Examples
     --------
     >>> settings_for(nn.Linear(4, 4))

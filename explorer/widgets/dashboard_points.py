@@ -81,7 +81,19 @@ class Points:
         self.events.say("ok", f"{summary(state)}; dense {bundle.metric} {score:.4g}")
 
     def run_speed(self, config: MethodConfig, masks: dict):
-        """The speed of a run that pruned ``masks``: the layers' estimate, then :meth:`speed_of`."""
+        """The speed of a run that pruned ``masks``: the layers' estimate, then :meth:`speed_of`.
+
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+        masks : dict
+            The run's keep-masks, by layer name.
+
+        Returns
+        -------
+        SpeedChoice
+        """
         rows = self.state.layer_picker.rows
         estimate = estimate_speedup(
             {r.name: r.shape for r in rows},
@@ -95,7 +107,21 @@ class Points:
         return self.speed_of(config, estimate)
 
     def add_run(self, config: MethodConfig, score: float, masks: dict, speed, start: float) -> None:
-        """Add a run's point; ``start`` is when the run began (``time.perf_counter()``)."""
+        """Add a run's point; ``start`` is when the run began (``time.perf_counter()``).
+
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+        score : float
+            The pruned model's metric.
+        masks : dict
+            The run's keep-masks, by layer name.
+        speed : SpeedChoice
+            The run's speed-up and where it comes from.
+        start : float
+            When the run began.
+        """
         bundle = self.state.bundle
         run_details = (len(masks), f"{time.perf_counter() - start:.1f} s")
         details = {**speed.details, **dict(zip(_RUN_DETAILS, run_details, strict=True))}
@@ -122,6 +148,13 @@ class Points:
     def remember(self, config: MethodConfig, speed: MeasuredSpeed) -> None:
         """Keep ``speed``, the run of ``config`` timed whole here, for :meth:`own_speed`.
 
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+        speed : MeasuredSpeed
+            Its model, timed whole.
+
         Examples
         --------
         >>> import torch
@@ -139,6 +172,15 @@ class Points:
 
         ``run`` is a :class:`~explorer.widgets.dashboard_state.Run`; its score and how it went are
         kept. A run without a point only gets the speed back.
+
+        Parameters
+        ----------
+        run : Run
+            The finished run.
+
+        Returns
+        -------
+        SpeedChoice
         """
         speed = self.run_speed(run.config, run.masks)
         old = next((p for p in self.tradeoff.points if p.label == run.config.label), None)
@@ -167,6 +209,17 @@ class Points:
         token count (the store's own rows first, then the reference database's) when every
         prunable layer was pruned 2:4; else ``estimate`` when it rests on measured layers; else
         no data.
+
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+        estimate : SpeedEstimate, optional
+            The per-layer estimate, used when nothing measured applies.
+
+        Returns
+        -------
+        SpeedChoice
         """
         name = getattr(self.state.bundle, "name", None)
         measured = (
@@ -193,6 +246,15 @@ class Points:
         (``layers="all"``), at the run's token count or else the nearest one
         (:func:`explorer.results.model_speed.measured_speed`). None without either: no store,
         no model, no such row, or only some layers pruned (a sweep names no such subset).
+
+        Parameters
+        ----------
+        config : MethodConfig
+            The run's configuration.
+
+        Returns
+        -------
+        MeasuredSpeed or None
         """
         here = self.timed.get(self._key(config))
         if here is not None:
@@ -213,7 +275,13 @@ class Points:
         )
 
     def load_point(self, point: TradeoffPoint) -> None:
-        """Load the configuration of a trade-off point: its settings and its masks."""
+        """Load the configuration of a trade-off point: its settings and its masks.
+
+        Parameters
+        ----------
+        point : TradeoffPoint
+            A point of the trade-off plot.
+        """
         state, say = self.state, self.events.say
         try:
             config = MethodConfig.from_json(point.config)

@@ -74,6 +74,18 @@ class Pruning:
 
         Progress goes to :attr:`progress`, the outcome to :attr:`status` and the trade-off
         plot; :meth:`cancel` stops it and restores the dense weights. ``wait=True`` blocks.
+
+        Parameters
+        ----------
+        config : MethodConfig or None, optional
+            The method, pattern and settings.
+        wait : bool, optional
+            Block until the run ends.
+
+        Returns
+        -------
+        threading.Thread or None
+            The run's thread; None when another job is running or no model is loaded.
         """
         state = self.state
         if state.busy:

@@ -95,6 +95,23 @@ class DashboardState:
         First mark the dashboard busy, clear Cancel and call ``announce()`` (the parts redraw for a
         busy page); the thread is joined before returning with ``wait``.
 
+        Parameters
+        ----------
+        target : callable
+            The job.
+        args : tuple
+            Its arguments.
+        name : str
+            The thread's name.
+        wait : bool, optional
+            Join the thread before returning.
+        announce : callable, optional
+            Called with no arguments once the dashboard is marked busy.
+
+        Returns
+        -------
+        threading.Thread
+
         Examples
         --------
         >>> state = DashboardState(16, "float16")

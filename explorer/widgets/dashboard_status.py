@@ -63,16 +63,35 @@ class Events:
         self._listeners: list[Callable[[str], None]] = []
 
     def on_change(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(event)`` after each change."""
+        """Call ``callback(event)`` after each change.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the event's name.
+        """
         self._listeners.append(callback)
 
     def emit(self, event: str) -> None:
-        """Tell every listener that ``event`` happened."""
+        """Tell every listener that ``event`` happened.
+
+        Parameters
+        ----------
+        event : str
+            The event's name (``"model"``, ``"status"``, ``"progress"``, ...).
+        """
         for callback in list(self._listeners):
             callback(event)
 
     def say(self, level: str, text: str) -> None:
         """Show a message in the status line (``level``: ok, info, warn or error).
+
+        Parameters
+        ----------
+        level : str
+            ``"ok"``, ``"info"``, ``"warn"`` or ``"error"``.
+        text : str
+            The message.
 
         Examples
         --------
@@ -91,7 +110,15 @@ class Events:
         self.emit("status")
 
     def report(self, fraction: float, text: str) -> None:
-        """Move the progress bar to ``fraction`` (0 to 1) with ``text`` beside it."""
+        """Move the progress bar to ``fraction`` (0 to 1) with ``text`` beside it.
+
+        Parameters
+        ----------
+        fraction : float
+            How far the job is, 0 to 1.
+        text : str
+            What it is doing.
+        """
         self.progress = (fraction, text)
         self.emit("progress")
 
@@ -102,7 +129,17 @@ class Events:
 
 
 def summary(state) -> str:
-    """One line on the model of ``state``: its layers and the doctor's verdicts once 2:4."""
+    """One line on the model of ``state``: its layers and the doctor's verdicts once 2:4.
+
+    Parameters
+    ----------
+    state : DashboardState
+        The dashboard's state, with a model loaded.
+
+    Returns
+    -------
+    str
+    """
     picker = state.layer_picker
     verdicts = ", ".join(f"{n} {v}" for v, n in picker.counts().items() if n)
     return (

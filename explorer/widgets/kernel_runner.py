@@ -154,7 +154,24 @@ class KernelRunner:
     def run(
         self, weight: torch.Tensor, name: str = "", tokens: int = 1024, dtype: str = "float16"
     ) -> KernelResult:
-        """Compress ``weight`` and run ``x @ W^T`` with ``tokens`` rows of input in ``dtype``."""
+        """Compress ``weight`` and run ``x @ W^T`` with ``tokens`` rows of input in ``dtype``.
+
+        Parameters
+        ----------
+        weight : torch.Tensor
+            The 2-D weight.
+        name : str, optional
+            The layer's name, for messages.
+        tokens : int, optional
+            Rows of input.
+        dtype : str, optional
+            The dtype of the run.
+
+        Returns
+        -------
+        KernelResult
+            Also kept as :attr:`result`.
+        """
         dtype = dtype_name(parse_dtype(dtype, allowed=_DTYPES))
         if not isinstance(tokens, int) or tokens < 1:
             raise ValueError(f"tokens must be a positive int, got {tokens!r}")

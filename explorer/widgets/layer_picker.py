@@ -94,6 +94,19 @@ def layer_rows(model: nn.Module, dtype: torch.dtype = torch.float16, tokens: int
     The layers come from :mod:`explorer.prunable_layers`, the verdicts from
     :mod:`explorer.diagnosis`.
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    dtype : torch.dtype, optional
+        The dtype the doctor judges the layers in.
+    tokens : int, optional
+        The token count the doctor judges the layers at.
+
+    Returns
+    -------
+    list of LayerRow
+
     Examples
     --------
     >>> from torch import nn
@@ -183,7 +196,13 @@ class LayerPicker:
             self.refresh(model)
 
     def refresh(self, model: nn.Module | None = None) -> None:
-        """Re-read the layers (after pruning, validity changes); keeps the selection if it exists."""
+        """Re-read the layers (after pruning, validity changes); keeps the selection if it exists.
+
+        Parameters
+        ----------
+        model : torch.nn.Module or None, optional
+            A new model to read; None re-reads the current one.
+        """
         self.model = self.model if model is None else model
         self.reason = ""
         try:
@@ -201,7 +220,17 @@ class LayerPicker:
         return [row.name for row in self.rows]
 
     def row(self, name: str) -> LayerRow:
-        """The row of layer ``name``."""
+        """The row of layer ``name``.
+
+        Parameters
+        ----------
+        name : str
+            The layer's name.
+
+        Returns
+        -------
+        LayerRow
+        """
         for row in self.rows:
             if row.name == name:
                 return row
@@ -211,11 +240,23 @@ class LayerPicker:
         )
 
     def on_select(self, callback: Callable[[str | None], None]) -> None:
-        """Call ``callback(name)`` whenever the selection changes."""
+        """Call ``callback(name)`` whenever the selection changes.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the selected layer's name, or None.
+        """
         self._listeners.append(callback)
 
     def select(self, name: str | None) -> None:
-        """Select layer ``name`` (None clears the selection)."""
+        """Select layer ``name`` (None clears the selection).
+
+        Parameters
+        ----------
+        name : str or None
+            The layer's name.
+        """
         if name is not None:
             self.row(name)
         self.selected = name

@@ -366,7 +366,13 @@ class MaskViewer:
 
     # -- state --------------------------------------------------------------------------
     def on_change(self, callback: Callable[[MaskViewer], None]) -> None:
-        """Call ``callback(viewer)`` after every change."""
+        """Call ``callback(viewer)`` after every change.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the viewer.
+        """
         self._listeners.append(callback)
 
     def _changed(self) -> None:
@@ -392,6 +398,17 @@ class MaskViewer:
 
         ``shows`` says what the mask is ("preview after pruning", "the weight as loaded"); the
         zoomed title puts it before its count of groups that break the pattern.
+
+        Parameters
+        ----------
+        mask : torch.Tensor
+            The 2-D keep-mask.
+        name : str or None, optional
+            The layer's name; None keeps the current one.
+        pattern : str or None, optional
+            The N:M pattern groups are marked against; None keeps the current one.
+        shows : str, optional
+            What the mask is, for the title.
         """
         mask = _as_bool_mask(mask)
         self.shows = shows
@@ -411,13 +428,25 @@ class MaskViewer:
         self.mode = "zoom"
 
     def clear(self, message: str = "") -> None:
-        """Show nothing (with ``message`` as the title)."""
+        """Show nothing (with ``message`` as the title).
+
+        Parameters
+        ----------
+        message : str, optional
+            The title.
+        """
         self.mask = self.overview = self.zoomed = None
         self.name, self.mode = message, "empty"
         self._changed()
 
     def click(self, row: float, col: float) -> None:
-        """Zoom to a full-resolution window around weight ``(row, col)``; in a window, go back."""
+        """Zoom to a full-resolution window around weight ``(row, col)``; in a window, go back.
+
+        Parameters
+        ----------
+        row, col : float
+            The weight's position.
+        """
         if self.mask is None:
             return
         if self.mode == "zoom":
@@ -645,7 +674,25 @@ class PermutationView(_PanelRow):
 
     @classmethod
     def from_result(cls, model, result, layer: str, pattern: str | None = None, scores=None):
-        """The view of ``layer`` from a model already reordered by ``permute_channels``."""
+        """The view of ``layer`` from a model already reordered by ``permute_channels``.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model, reordered.
+        result : PermutationResult
+            What ``permute_channels`` returned.
+        layer : str
+            A reordered layer's name.
+        pattern : str or None, optional
+            An N:M pattern; None for the one the result was searched for.
+        scores : torch.Tensor, optional
+            As for the class.
+
+        Returns
+        -------
+        PermutationView
+        """
         from explorer.pruning.permute import full_column_order
 
         if layer not in result.orders:

@@ -44,6 +44,15 @@ def min_calibration(method: str) -> int:
     The pruning method registry (:data:`explorer.pruning.METHODS`) says which methods need
     calibration data; a name it does not know (such as ``"dense"``) needs none.
 
+    Parameters
+    ----------
+    method : str
+        The method's name.
+
+    Returns
+    -------
+    int
+
     Examples
     --------
     >>> min_calibration("wanda"), min_calibration("magnitude"), min_calibration("dense")
@@ -149,7 +158,17 @@ class MethodConfig:
 
     @classmethod
     def from_json(cls, text: str) -> MethodConfig:
-        """Read a configuration written by :meth:`to_json`."""
+        """Read a configuration written by :meth:`to_json`.
+
+        Parameters
+        ----------
+        text : str
+            JSON written by :meth:`to_json`.
+
+        Returns
+        -------
+        MethodConfig
+        """
         data = json.loads(text)
         if data.get("layers") is not None:
             data["layers"] = tuple(data["layers"])

@@ -92,7 +92,17 @@ class PatternPanel:
         self.message = "no layer selected"
 
     def update(self, tensor: torch.Tensor, pattern: str = "2:4", name: str = "") -> None:
-        """Check ``tensor`` (a mask or a weight with zeros in place) against ``pattern``."""
+        """Check ``tensor`` (a mask or a weight with zeros in place) against ``pattern``.
+
+        Parameters
+        ----------
+        tensor : torch.Tensor
+            A mask, or a weight with zeros in place.
+        pattern : str, optional
+            The pattern's name.
+        name : str, optional
+            The layer's name.
+        """
         self.name, self.pattern, self.report = name, str(pattern), None
         try:
             from explorer.checks import check_pattern

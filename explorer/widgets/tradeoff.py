@@ -74,11 +74,23 @@ class TradeoffPlot:
         self._click: list[Callable[[TradeoffPoint], None]] = []
 
     def on_change(self, callback: Callable[[TradeoffPlot], None]) -> None:
-        """Call ``callback(plot)`` after points are added or cleared."""
+        """Call ``callback(plot)`` after points are added or cleared.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the plot.
+        """
         self._listeners.append(callback)
 
     def on_click(self, callback: Callable[[TradeoffPoint], None]) -> None:
-        """Call ``callback(point)`` when a point is clicked."""
+        """Call ``callback(point)`` when a point is clicked.
+
+        Parameters
+        ----------
+        callback : callable
+            Called with the clicked point.
+        """
         self._click.append(callback)
 
     def _changed(self) -> None:
@@ -86,12 +98,26 @@ class TradeoffPlot:
             callback(self)
 
     def add(self, point: TradeoffPoint) -> None:
-        """Add a point; a point with the same label replaces the old one."""
+        """Add a point; a point with the same label replaces the old one.
+
+        Parameters
+        ----------
+        point : TradeoffPoint
+            The point.
+        """
         self.points = [p for p in self.points if p.label != point.label] + [point]
         self._changed()
 
     def clear(self, metric: str | None = None, higher_is_better: bool | None = None) -> None:
-        """Remove every point (and optionally switch the metric)."""
+        """Remove every point (and optionally switch the metric).
+
+        Parameters
+        ----------
+        metric : str or None, optional
+            The new metric; None keeps the current one.
+        higher_is_better : bool or None, optional
+            The new metric's direction; None keeps the current one.
+        """
         self.points = []
         self.metric = self.metric if metric is None else metric
         if higher_is_better is not None:
@@ -180,7 +206,17 @@ class TradeoffPlot:
         return out
 
     def click(self, index: int) -> TradeoffPoint:
-        """Report a click on point ``index`` to the listeners and return the point."""
+        """Report a click on point ``index`` to the listeners and return the point.
+
+        Parameters
+        ----------
+        index : int
+            The point's index in :attr:`points`.
+
+        Returns
+        -------
+        TradeoffPoint
+        """
         if not 0 <= index < len(self.points):
             raise ValueError(f"no point {index}; the plot has {len(self.points)} points")
         point = self.points[index]

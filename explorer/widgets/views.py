@@ -30,6 +30,15 @@ def on_main_thread(fn):
     Widget messages sent from a worker thread can race the kernel's handling of messages from
     the browser (traitlets then coalesce plotly's value-then-None updates and the browser
     never sees them); the kernel's IO loop serialises them. Outside a kernel ``fn`` runs as is.
+
+    Parameters
+    ----------
+    fn : callable
+        The function to wrap.
+
+    Returns
+    -------
+    callable
     """
 
     def call(*args, **kwargs):
@@ -62,7 +71,21 @@ def _go():
 
 
 def mask_figure(viewer, height: int = 420, on_click=None, width: int | None = None):
-    """A heatmap ``FigureWidget`` that redraws when ``viewer`` changes; a click zooms."""
+    """A heatmap ``FigureWidget`` that redraws when ``viewer`` changes; a click zooms.
+
+    Parameters
+    ----------
+    viewer : MaskViewer
+        The viewer drawn.
+    height, width : int, optional
+        The figure's size in pixels (no width: plotly's).
+    on_click : callable, optional
+        ``on_click(row, col)``; None for ``viewer.click``.
+
+    Returns
+    -------
+    plotly.graph_objects.FigureWidget
+    """
     go = _go()
     # The layout goes into the constructor: updates sent before the figure is displayed
     # are not applied by the front end.
@@ -91,7 +114,15 @@ def mask_figure(viewer, height: int = 420, on_click=None, width: int | None = No
 
 
 def comparison_box(comparison, height: int = 360):
-    """Three heatmaps in a row; a click in any zooms all three."""
+    """Three heatmaps in a row; a click in any zooms all three.
+
+    Parameters
+    ----------
+    comparison : MaskComparison
+        The comparison.
+    height : int, optional
+        The figures' height in pixels.
+    """
     w = load_ipywidgets()
     figs = [mask_figure(p, height, on_click=comparison.click) for p in comparison.panels]
     for fig in figs:
@@ -151,6 +182,19 @@ def tradeoff_figure(plot, height: int = 380, follow: bool = True, width: int | N
     points without a speed-up sit in a strip of their own on the right. With ``follow`` the
     figure redraws itself when points are added; without, it is a snapshot (the dashboard
     replaces the snapshot instead, see :class:`DashboardView`).
+
+    Parameters
+    ----------
+    plot : TradeoffPlot
+        The trade-off plot.
+    height, width : int, optional
+        The figure's size in pixels (no width: plotly's).
+    follow : bool, optional
+        Redraw when points are added.
+
+    Returns
+    -------
+    plotly.graph_objects.FigureWidget
     """
     go = _go()
     layout = {

@@ -82,6 +82,19 @@ def ordering_checks(rows: list[Any], model: str) -> list[tuple[bool, str]]:
 
     At 2:4: SparseGPT and Wanda beat magnitude, random is worst. Per method: 50% unstructured
     is at least as good as 4:8, which is at least as good as 2:4.
+
+    Parameters
+    ----------
+    rows : list
+        Result rows (``model``, ``method``, ``pattern``, ``metric``, ``value``, ``error``).
+    model : str
+        The model whose rows are checked.
+
+    Returns
+    -------
+    list of tuple of (bool, str)
+        Whether each ordering holds, and the sentence saying it; empty when the model has no
+        pruned rows.
     """
     mine = [
         r
@@ -131,7 +144,17 @@ def ordering_checks(rows: list[Any], model: str) -> list[tuple[bool, str]]:
 
 
 def render(results: Any) -> str:
-    """The generated markdown: machine, settings, one table per model, ordering checks."""
+    """The generated markdown: machine, settings, one table per model, ordering checks.
+
+    Parameters
+    ----------
+    results : Any
+        The results, with ``meta`` (a dict) and ``rows``.
+
+    Returns
+    -------
+    str
+    """
     meta = results.meta
     out = [
         f"Measured {meta.get('date', '?')} on {meta.get('cpu', '?')}, {meta.get('cores', '?')} "
@@ -252,6 +275,18 @@ def write_markdown(results: Any, path: str | Path) -> Path:
     """Write :func:`render`'s markdown into ``path`` between :data:`BEGIN` and :data:`END`.
 
     An existing file keeps everything outside the markers; a new one gets a title.
+
+    Parameters
+    ----------
+    results : Any
+        The results, with ``meta`` and ``rows``.
+    path : str or pathlib.Path
+        The Markdown file; its parent folders are made.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
     """
     path = Path(path)
     block = f"{BEGIN}\n{render(results)}\n{END}"
@@ -271,7 +306,20 @@ def write_markdown(results: Any, path: str | Path) -> Path:
 
 
 def write_json(results: Any, path: str | Path) -> Path:
-    """Write ``results.to_dict()`` as JSON (NaN written as null)."""
+    """Write ``results.to_dict()`` as JSON (NaN written as null).
+
+    Parameters
+    ----------
+    results : Any
+        The results, with a ``to_dict()`` method.
+    path : str or pathlib.Path
+        The JSON file; its parent folders are made.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
     path = Path(path)
 
     def clean(obj: Any) -> Any:

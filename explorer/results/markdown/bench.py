@@ -70,6 +70,15 @@ def format_table(rows: list[dict]) -> str:
 
     Times are milliseconds per call; ``x`` columns are speedups over dense in the same mode.
 
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> rows = [dict(suite="matmul", m=8, n=8, k=8, dtype="float16", impl=i, mode=md, ms=t)
@@ -125,6 +134,15 @@ def format_table(rows: list[dict]) -> str:
 
 def format_targets(rows: list[dict]) -> str:
     """The benchmark's speed-up targets against the measured ones (explorer eager, torch eager, graph).
+
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -185,6 +203,15 @@ def format_targets(rows: list[dict]) -> str:
 def format_mlp(rows: list[dict]) -> str:
     """Every variant of the MLP block: time, speedup over the dense block and the fused one.
 
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows; those of suite ``mlp`` are used.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> rows = [dict(suite="mlp", label="b", dtype="float16", impl=i, mode="eager", ms=t)
@@ -239,6 +266,15 @@ def _pct(v) -> str:
 def format_decode(rows: list[dict]) -> str:
     """The per-layer decode table: the decode kernel (16-bit and int8) and cuSPARSELt over dense.
 
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows; those of suite ``decode`` and case ``layer`` are used.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> print(format_decode([dict(suite="decode", case="layer", label="4096x4096@1",
@@ -279,6 +315,15 @@ def format_models(rows: list[dict]) -> str:
     """The whole-model table: dense and sparse in each execution mode, with the ceiling.
 
     The modes are eager, ``torch.compile``'s default mode and CUDA graphs (``reduce-overhead``).
+
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows; those of suite ``models`` are used.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -339,7 +384,21 @@ def format_models(rows: list[dict]) -> str:
 
 
 def render_markdown(rows: list[dict], env: dict, command: str) -> str:
-    """The whole generated Markdown page (targets, matmul table, CSR/BSR, kernel)."""
+    """The whole generated Markdown page (targets, matmul table, CSR/BSR, kernel).
+
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows.
+    env : dict
+        The environment (GPU, versions), listed at the top.
+    command : str
+        The command that generated the page, named at the top.
+
+    Returns
+    -------
+    str
+    """
     parts = [
         "# Benchmark: dense vs 2:4 sparse (generated)",
         "",
@@ -493,6 +552,15 @@ def format_generate(rows: list[dict]) -> str:
     The speedups of ``sparsify()`` and ``decode=True``, with their token agreement; time to first
     token rows last.
 
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows; those of suite ``generate`` are used.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> print(format_generate([dict(suite="generate", model="m", dtype="bfloat16", batch=8,
@@ -551,6 +619,15 @@ def format_generate(rows: list[dict]) -> str:
 
 def format_host(rows: list[dict]) -> str:
     """The host-cost table: microseconds per call, dense and the explorer's.
+
+    Parameters
+    ----------
+    rows : list[dict]
+        Benchmark rows; those of suite ``host`` are used.
+
+    Returns
+    -------
+    str
 
     Examples
     --------

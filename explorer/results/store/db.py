@@ -462,7 +462,15 @@ class ResultStore:
                 raise self._explain(exc) from exc
 
     def add_sweep(self, sweep_id: str, config: Mapping) -> None:
-        """Remember a sweep's grid (kept from its first run)."""
+        """Remember a sweep's grid (kept from its first run).
+
+        Parameters
+        ----------
+        sweep_id : str
+            The sweep's id.
+        config : Mapping
+            The sweep's grid, stored as canonical JSON.
+        """
         with self.transaction() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO sweeps (sweep_id, created, config) VALUES (?, ?, ?)",
@@ -471,7 +479,17 @@ class ResultStore:
 
     # -- reading -------------------------------------------------------------------------------
     def done_cells(self, sweep_id: str) -> dict[str, str]:
-        """``{cell_key: status}`` of a sweep's cells (their first rows) already in the store."""
+        """``{cell_key: status}`` of a sweep's cells (their first rows) already in the store.
+
+        Parameters
+        ----------
+        sweep_id : str
+            The sweep's id.
+
+        Returns
+        -------
+        dict[str, str]
+        """
         rows = self._read(
             "SELECT cell_key, status FROM results WHERE sweep_id = ? AND cell_key IS NOT NULL "
             "AND cell_key NOT LIKE '%#%'",
@@ -556,6 +574,20 @@ class ResultStore:
         The file is written whole or not at all; this store, or any SQLite file, at ``path``
         is refused unless ``force=True``.
 
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The CSV file.
+        force : bool, optional
+            Write even over an SQLite file or a store.
+        **filters
+            Passed to :meth:`query`.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written.
+
         Examples
         --------
         >>> import tempfile, pathlib
@@ -570,7 +602,22 @@ class ResultStore:
         return self.query(**filters).to_csv(path, force=force, protect=protect)
 
     def export_json(self, path: str | Path, *, force: bool = False, **filters) -> Path:
-        """Write the rows (see :meth:`query` for filters) to a JSON file (as :meth:`export_csv`)."""
+        """Write the rows (see :meth:`query` for filters) to a JSON file (as :meth:`export_csv`).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The JSON file.
+        force : bool, optional
+            Write even over an SQLite file or a store.
+        **filters
+            Passed to :meth:`query`.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written.
+        """
         protect = [self.path, *(r.path for r in self._references)]
         check_output(path, protect=protect, force=force, what="JSON export")
         return self.query(**filters).to_json(path, force=force, protect=protect)
@@ -594,6 +641,15 @@ class ResultStore:
 
         Returns the attached read-only store, or ``None`` when ``path`` is omitted and no
         reference database is shipped.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path or None, optional
+            The database to attach, opened read-only; None for the shipped reference.
+
+        Returns
+        -------
+        ResultStore or None
         """
         ref = ResultStore(path, readonly=True) if path is not None else ResultStore.reference()
         if ref is not None:
@@ -609,6 +665,16 @@ class ResultStore:
         """Copy the whole database to ``dest`` as one self-contained file (no WAL side files).
 
         This is how a reference database is made from a measured ``results.db``.
+
+        Parameters
+        ----------
+        dest : str or pathlib.Path
+            The new file; an existing path is refused.
+
+        Returns
+        -------
+        pathlib.Path
+            ``dest``.
         """
         dest = Path(dest).expanduser()
         if os.path.lexists(dest):

@@ -111,7 +111,17 @@ def claim_cell(
 
 
 def release(store: ResultStore, writer: str, sweep_id: str | None = None) -> None:
-    """Drop ``writer``'s leases (of one sweep, or all)."""
+    """Drop ``writer``'s leases (of one sweep, or all).
+
+    Parameters
+    ----------
+    store : ResultStore
+        The store holding the leases.
+    writer : str
+        The writer whose leases are dropped.
+    sweep_id : str or None, optional
+        Only this sweep's leases; None drops all of the writer's.
+    """
     with store.transaction() as conn:
         if sweep_id is None:
             conn.execute("DELETE FROM leases WHERE writer = ?", (writer,))

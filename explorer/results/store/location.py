@@ -91,6 +91,17 @@ def _recover_hint(path: Path) -> str:
 def damaged(path: Path, problem: str) -> StoreError:
     """The error for a results database that SQLite finds damaged; it names the way out.
 
+    Parameters
+    ----------
+    path : pathlib.Path
+        The database file.
+    problem : str
+        What SQLite reported; shortened to 300 characters.
+
+    Returns
+    -------
+    StoreError
+
     Examples
     --------
     >>> str(damaged(Path("r.db"), "page 7 is never used")).split(";")[0]
@@ -106,7 +117,21 @@ def damaged(path: Path, problem: str) -> StoreError:
 
 
 def explain(exc: sqlite3.Error, path: Path, timeout: float) -> StoreError:
-    """Turn an SQLite error into a :class:`StoreError` naming ``path`` and what to do."""
+    """Turn an SQLite error into a :class:`StoreError` naming ``path`` and what to do.
+
+    Parameters
+    ----------
+    exc : sqlite3.Error
+        The error SQLite raised.
+    path : pathlib.Path
+        The database file.
+    timeout : float
+        The lock timeout in seconds, named when the database was locked.
+
+    Returns
+    -------
+    StoreError
+    """
     text = str(exc)
     low = text.lower()
     if "disk is full" in low:

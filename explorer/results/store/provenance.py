@@ -73,6 +73,15 @@ def physical_index(visible: str | None) -> int | None:
     Unset, the first visible device is device 0; a UUID or MIG entry gives None (the index is
     then looked up from the UUID where NVML can).
 
+    Parameters
+    ----------
+    visible : str or None
+        The value of ``CUDA_VISIBLE_DEVICES``, or None when unset.
+
+    Returns
+    -------
+    int or None
+
     Examples
     --------
     >>> physical_index(None), physical_index("3,0,1"), physical_index("GPU-8f1c"), physical_index("")

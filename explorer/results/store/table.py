@@ -60,7 +60,19 @@ class Row:
     source: str = "local"
 
     def get(self, name: str, default: object = None) -> object:
-        """Look ``name`` up in the row's fields, then metrics, config and provenance."""
+        """Look ``name`` up in the row's fields, then metrics, config and provenance.
+
+        Parameters
+        ----------
+        name : str
+            A field, metric, config or provenance name.
+        default : object, optional
+            Returned when the name is found nowhere.
+
+        Returns
+        -------
+        object
+        """
         if name in _BASE:
             return getattr(self, name)
         for part in (self.metrics, self.config, self.provenance):
@@ -202,6 +214,20 @@ class ResultTable(Sequence):
         The file is written beside ``path`` and renamed over it, so a crash never leaves half
         a file. An SQLite file (or a store in ``protect``) there is refused unless ``force``.
 
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The CSV file.
+        force : bool, optional
+            Write even over an SQLite file or a protected store.
+        protect : Iterable of str or pathlib.Path, optional
+            Store files that must not be overwritten.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written.
+
         Examples
         --------
         >>> import tempfile, pathlib
@@ -227,6 +253,20 @@ class ResultTable(Sequence):
         self, path: str | Path, *, force: bool = False, protect: Iterable[str | Path] = ()
     ) -> Path:
         """Write the rows to ``path`` as a JSON list of nested objects (safely, as :meth:`to_csv`).
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The JSON file.
+        force : bool, optional
+            Write even over an SQLite file or a protected store.
+        protect : Iterable of str or pathlib.Path, optional
+            Store files that must not be overwritten.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written.
 
         Examples
         --------
