@@ -916,14 +916,14 @@ class SparseLinear(nn.Module):
                 # that): this capture runs dense; an eager call builds the plan
                 route = DENSE
         if route.kind == "dense":
-            y = self._dense_forward(x2, fuse)
-            if self.activation != "none" and not fuse:
-                y = apply_activation(y, self.activation)
+            # the activation belongs to the dense route whether or not a sparse kernel fuses it
+            act = self.activation != "none"
+            y = self._dense_forward(x2, act)
             if x2.dtype == x.dtype and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
-                self._remember(x, self._dense_call(fuse), clock, any_dims=True)
+                self._remember(x, self._dense_call(act), clock, any_dims=True)
                 if dense_always and len(self._dense_any) < 64:
-                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = self._dense_call(fuse)
+                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = self._dense_call(act)
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2

@@ -150,7 +150,10 @@ def test_compiled_default_mode_matches_eager():
             out = compiled(x)
         ref = dense(x)
     torch._dynamo.reset()
-    assert relerr(out, eager) < 1e-3
+    # at 64 tokens a default-mode compile traces dense matmuls (a host-bound size), while the
+    # eager model may take a sparse route its clock chose: the two differ by the rounding of two
+    # bf16 products (about 3e-3), never by more
+    assert relerr(out, eager) < 1e-2, (relerr(out, eager), relerr(eager, ref))
     assert relerr(out, ref) < 3e-2
 
 

@@ -247,6 +247,22 @@ def test_remembered_calls_serve_any_strides_and_a_later_capture(mode):
         assert relerr(sl(fresh), ref(fresh)) < 2e-3  # eager again after the capture
 
 
+def test_an_activation_the_kernel_does_not_fuse_stays_in_every_later_call(monkeypatch):
+    """Where cuSPARSELt refused to fuse the activation, each route applies it after the product,
+    also in the calls a layer remembers for inputs it has seen (the dense route's included)."""
+    import explorer.gpu.sparse_linear as sparse_linear_module
+    from explorer.gpu import SparseLinear
+
+    monkeypatch.setattr(sparse_linear_module, "_UNFUSED", {(torch.half, "relu")})
+    lin = _linear(256, 256)
+    sl = SparseLinear.from_linear(lin, activation="relu", keep_dense=True)
+    for rows in (1, 3, 16, 64):
+        x = torch.randn(rows, 256, device=DEV, dtype=torch.half)
+        ref = torch.relu(nn.functional.linear(x.double(), lin.weight.double(), lin.bias.double()))
+        for _ in range(3):  # decide, then the remembered calls
+            assert relerr(sl(x), ref) < 2e-3
+
+
 def test_probe_rejects_a_wrong_result():
     from explorer.gpu import SparseLinear
 
