@@ -223,7 +223,7 @@ def sparsify(
     >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     >>> report = sparsify(model.half().cuda(), prune=True, measure=False)  # doctest: +GPU
     >>> [(fqn, why.split(" (")[0]) for fqn, why in report.skipped]
-    [('2', 'shape 10x64 is off the alignment rule')]
+    [('2', 'float16 sparse weights need rows and columns in multiples of 16')]
     >>> type(model[0]).__name__
     'SparseLinear'
     """

@@ -310,7 +310,7 @@ def tune_weight(
     Examples
     --------
     >>> from explorer import make_mask
-    >>> w = torch.randn(256, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
+    >>> w = torch.randn(1024, 512, dtype=torch.half, device="cuda")  # doctest: +GPU
     >>> w = w.masked_fill(~make_mask(w, "2:4"), 0)
     >>> sorted(tune_weight(w, tokens=[1024], layouts=["cc"]))
     [(1024, 'cc')]
@@ -399,9 +399,9 @@ def tune_problems(
     --------
     >>> import pathlib, tempfile
     >>> table = pathlib.Path(tempfile.mkdtemp()) / "algorithms.json"
-    >>> found = tune_problems([Problem(256, 64, 512)], table=table, progress=False)  # doctest: +GPU
+    >>> found = tune_problems([Problem(1024, 64, 512)], table=table, progress=False)  # doctest: +GPU
     >>> list(found), table.exists()
-    ([Problem(256x512 @ 64 tokens, float16, cc)], True)
+    ([Problem(1024x512 @ 64 tokens, float16, cc)], True)
     """
     import subprocess
     import sys

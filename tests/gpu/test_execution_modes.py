@@ -139,7 +139,9 @@ def test_compiled_default_mode_matches_eager():
     torch.manual_seed(0)
     dense = _Block()
     model = copy.deepcopy(dense)
-    rep = sparsify(model, tokens=(64, 16), tune=False)
+    # measure=False: every block swapped whatever its speed (256-wide layers are slower sparse on
+    # the GPU, and timed routes would keep them all dense)
+    rep = sparsify(model, tokens=(64, 16), tune=False, measure=False)
     assert rep.fused, rep
     x = torch.randn(4, 16, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():

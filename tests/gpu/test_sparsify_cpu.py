@@ -102,7 +102,8 @@ def test_explaining_the_skips_checks_each_pattern_once(monkeypatch):
         return real(tensor, pattern)
 
     for module in list(sys.modules.values()):  # every module that imported it counts too
-        if module.__name__.startswith("explorer") and getattr(module, "check_pattern", 0) is real:
+        name = getattr(module, "__name__", "")  # sys.modules may hold objects that are no module
+        if name.startswith("explorer") and getattr(module, "check_pattern", 0) is real:
             monkeypatch.setattr(module, "check_pattern", counted)
     # the path of a machine without a GPU, also where one is present (this file is its test)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
