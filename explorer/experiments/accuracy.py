@@ -159,12 +159,34 @@ def _model_meta(dense: dict, settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def split(text: str) -> list[str]:
-    """``"a, b,,c"`` -> ``["a", "b", "c"]``."""
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``.
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated items.
+
+    Returns
+    -------
+    list of str
+        The items, stripped, empty ones dropped.
+    """
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.accuracy [--models ...] [--out ...]``."""
+    """Command line: ``python -m explorer.experiments.accuracy [--models ...] [--out ...]``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: ``sys.argv``).
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m explorer.experiments.accuracy", description=__doc__.split("\n\n")[0]
     )

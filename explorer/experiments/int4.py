@@ -44,6 +44,18 @@ __all__ = ["common_group_size", "main", "run", "to_markdown"]
 def common_group_size(widths: Sequence[int], largest: int = 128) -> int:
     """The largest multiple of 4 up to ``largest`` dividing every width.
 
+    Parameters
+    ----------
+    widths : sequence of int
+        The layers' widths (``in_features``).
+    largest : int, default 128
+        The largest group size allowed.
+
+    Returns
+    -------
+    int
+        The group size.
+
     Raises
     ------
     ValueError
@@ -69,6 +81,16 @@ def run(
     progress: bool = True,
 ) -> list[dict]:
     """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model.
+
+    Parameters
+    ----------
+    models : sequence of str, default ("fashion-mlp",)
+        Names of the models to load.
+    group_size : int, default 128
+        The largest int4 group size; each model uses :func:`common_group_size` of its pruned
+        layers' widths up to it.
+    progress : bool, default True
+        Show pruning progress bars.
 
     Returns
     -------
@@ -124,6 +146,16 @@ def _row(bundle, name: str, g: int, config: str, model, seconds: float | None) -
 def to_markdown(rows: list[dict]) -> str:
     """One table per model.
 
+    Parameters
+    ----------
+    rows : list of dict
+        The rows of :func:`run`.
+
+    Returns
+    -------
+    str
+        The markdown tables.
+
     Examples
     --------
     >>> print(to_markdown([dict(model="m", metric="accuracy", config="dense", value=0.9,
@@ -150,7 +182,18 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G]``."""
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G]``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: ``sys.argv``).
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="fashion-mlp")
     p.add_argument("--group-size", type=int, default=128)

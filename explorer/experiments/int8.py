@@ -80,6 +80,16 @@ def _columns(r: Any, quant: str | None, metric: str) -> dict:
 def to_markdown(rows: list[dict]) -> str:
     """One table per model: configurations as rows, the headline metric as the value.
 
+    Parameters
+    ----------
+    rows : list of dict
+        The experiment's rows (``model``, ``metric``, ``method``, ``config``, ``value``).
+
+    Returns
+    -------
+    str
+        The markdown tables.
+
     Examples
     --------
     >>> print(to_markdown([dict(model="m", metric="accuracy", method="-", config="dense",
@@ -98,7 +108,18 @@ def _run(a: argparse.Namespace, models: list[str], methods: list[str]) -> list[d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int8 [--models ...] [--gpu]``."""
+    """Command line: ``python -m explorer.experiments.int8 [--models ...] [--gpu]``.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments (default: ``sys.argv``).
+
+    Returns
+    -------
+    int
+        The exit status.
+    """
     description = __doc__.splitlines()[0]
     return run_cli(
         argv, description, DEFAULT_MODELS, "magnitude,sparsegpt", _add_arguments, _run, to_markdown

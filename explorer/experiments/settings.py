@@ -32,6 +32,21 @@ def model_settings(
 ) -> dict[str, Any]:
     """One model's settings: :data:`DEFAULTS`, its :data:`RECOVERY` if asked, then overrides.
 
+    Parameters
+    ----------
+    name : str
+        The model's name.
+    overrides : dict, optional
+        Settings that replace the defaults' (top-level keys).
+    recovery_minutes : float, optional
+        When given and the model has :data:`RECOVERY` settings, adds them under ``"recovery"``
+        with this many minutes.
+
+    Returns
+    -------
+    dict
+        The merged settings (a new dict).
+
     Examples
     --------
     >>> model_settings("smollm2", {"calibration": 4}, recovery_minutes=2)["recovery"]["minutes"]

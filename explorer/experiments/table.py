@@ -72,7 +72,18 @@ class Results:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Results:
-        """Inverse of :meth:`to_dict` (``null`` numbers come back as NaN)."""
+        """Inverse of :meth:`to_dict` (``null`` numbers come back as NaN).
+
+        Parameters
+        ----------
+        data : dict
+            A dict made by :meth:`to_dict` (``rows`` and optionally ``meta``).
+
+        Returns
+        -------
+        Results
+            The result set.
+        """
         rows = []
         for row in data["rows"]:
             fixed = {k: (math.nan if v is None and k in _FLOATS else v) for k, v in row.items()}
@@ -81,7 +92,18 @@ class Results:
 
     @classmethod
     def merge(cls, parts: Sequence[Results]) -> Results:
-        """One result set from runs of different models (their rows and model settings)."""
+        """One result set from runs of different models (their rows and model settings).
+
+        Parameters
+        ----------
+        parts : sequence of Results
+            The runs to merge; a row measured in two of them keeps the first one's value.
+
+        Returns
+        -------
+        Results
+            The merged result set.
+        """
         if not parts:
             raise ValueError("merge needs at least one Results")
         meta = dict(parts[0].meta)
@@ -149,6 +171,18 @@ def table_rows(rows: Iterable[Any], headline: dict | None = None) -> list[Row]:
 
     A failed cell becomes a line with its ``error``, the metric named by its model's dense row
     (kept in ``headline``, ``{model: (metric, higher_is_better)}``, across calls when given).
+
+    Parameters
+    ----------
+    rows : iterable
+        Store rows or committed cell rows (dicts with the same fields).
+    headline : dict, optional
+        ``{model: (metric, higher_is_better)}``, filled from dense rows and read for the others.
+
+    Returns
+    -------
+    list of Row
+        One line per row.
 
     Examples
     --------

@@ -42,6 +42,22 @@ def child_lines(
     ``deadline()``, where given, is read before each wait: a :func:`time.monotonic` time past
     which the child is killed too (the caller can move it, e.g. per problem).
 
+    Parameters
+    ----------
+    proc : subprocess.Popen
+        The child, started with ``stdout=subprocess.PIPE`` in text mode.
+    start_s : float, default CHILD_START_S
+        Seconds to wait for the first line.
+    silence_s : float, default CHILD_SILENCE_S
+        Seconds to wait for each next line.
+    deadline : callable, optional
+        Returns a :func:`time.monotonic` time past which the child is killed.
+
+    Yields
+    ------
+    str
+        Each line, with its newline.
+
     Examples
     --------
     >>> import subprocess, sys

@@ -98,6 +98,18 @@ def padded_tokens(tokens: int, dtype: torch.dtype) -> int:
     the next multiple of 1/16 of the enclosing power of two (at most 6.25% padding, 16 plans per
     octave).
 
+    Parameters
+    ----------
+    tokens : int
+        The input's token count.
+    dtype : torch.dtype
+        The weight's dtype.
+
+    Returns
+    -------
+    int
+        The padded count.
+
     Examples
     --------
     >>> padded_tokens(5, torch.float16), padded_tokens(1000, torch.float16)
@@ -123,6 +135,18 @@ def decision_tokens(tokens: int, dtype: torch.dtype) -> int:
     ``tokens`` itself up to :data:`EXACT_TOKENS_UP_TO`, else :func:`padded_tokens` (one decision per
     plan).
 
+    Parameters
+    ----------
+    tokens : int
+        The input's token count.
+    dtype : torch.dtype
+        The weight's dtype.
+
+    Returns
+    -------
+    int
+        The count the decision is kept for.
+
     Examples
     --------
     >>> decision_tokens(1, torch.float16), decision_tokens(16, torch.float16)
@@ -142,6 +166,16 @@ _LOCK = threading.Lock()
 
 def handle(device: int | None = None) -> int:
     """The cuSPARSELt handle of ``device`` (created once per device, lives for the process).
+
+    Parameters
+    ----------
+    device : int, optional
+        The CUDA device index (default: the current device).
+
+    Returns
+    -------
+    int
+        The handle.
 
     Examples
     --------
@@ -385,7 +419,15 @@ class Plan:
 
     # -- epilogue pointers ---------------------------------------------------------------------
     def set_bias(self, bias_ptr: int, _mm: int | None = None) -> None:
-        """Point the fused bias at ``bias_ptr`` (a device vector of ``m`` entries)."""
+        """Point the fused bias at ``bias_ptr`` (a device vector of ``m`` entries).
+
+        Parameters
+        ----------
+        bias_ptr : int
+            The bias's device pointer.
+        _mm : int, optional
+            The matmul descriptor to set it on (default: the plan's own).
+        """
         L = _bindings()
         v = ctypes.c_void_p(int(bias_ptr))
         mm = self._res.mm if _mm is None else _mm
@@ -409,6 +451,19 @@ class Plan:
         """Launch ``D = A @ B`` on the current stream (raw device pointers; no checks).
 
         ``alpha_ptr`` is a device vector of ``m`` floats when the plan has ``alpha_vector``.
+
+        Parameters
+        ----------
+        a_ptr : int
+            The compressed weight ``A``.
+        b_ptr : int
+            The activations ``B``.
+        d_ptr : int
+            The output ``D``.
+        alpha_ptr : int, default 0
+            The ``alpha`` vector, or 0 for a scalar alpha of 1.
+        c_ptr : int, default 0
+            The ``C`` operand, or 0 for ``d_ptr``.
         """
         self._streams[0] = _stream_ptr(self.device)
         try:
@@ -436,6 +491,18 @@ class Plan:
         It launches on the current stream, for a caller that runs the same weight many times (a
         layer's fast path). It raises :class:`CusparseltRefused` where ``run`` would, and
         ``RuntimeError`` once the plan is closed.
+
+        Parameters
+        ----------
+        a_ptr : int
+            The compressed weight ``A``.
+        alpha_ptr : int, default 0
+            The ``alpha`` vector, or 0 for a scalar alpha of 1.
+
+        Returns
+        -------
+        callable
+            ``launch(b_ptr, d_ptr)``.
         """
         mm, h, plan, ws = self._matmul, self.h, self._plan_ptr, self._ws_ptr
         alpha, beta = alpha_ptr or self._alpha_ptr, self._beta_ptr
@@ -455,7 +522,24 @@ class Plan:
         return launch
 
     def search(self, a_ptr: int, b_ptr: int, d_ptr: int, alpha_ptr: int = 0) -> int:
-        """Run ``matmul_search`` (the library times its configs) and return the chosen id."""
+        """Run ``matmul_search`` (the library times its configs) and return the chosen id.
+
+        Parameters
+        ----------
+        a_ptr : int
+            The compressed weight ``A``.
+        b_ptr : int
+            The activations ``B``.
+        d_ptr : int
+            The output ``D``.
+        alpha_ptr : int, default 0
+            The ``alpha`` vector, or 0 for a scalar alpha of 1.
+
+        Returns
+        -------
+        int
+            The config id chosen.
+        """
         L = _bindings()
         self._streams[0] = _stream_ptr(self.device)
         L.matmul_search(
@@ -518,7 +602,20 @@ class PlanCache:
         self.evictions = 0
 
     def get(self, key: PlanKey, bias_ptr: int = 0) -> Plan:
-        """The plan for ``key`` (and bias pointer), built on first use."""
+        """The plan for ``key`` (and bias pointer), built on first use.
+
+        Parameters
+        ----------
+        key : PlanKey
+            The plan's problem and settings.
+        bias_ptr : int, default 0
+            The fused bias's device pointer, or 0 for none.
+
+        Returns
+        -------
+        Plan
+            The plan.
+        """
         k = (key, bias_ptr)
         plan = self._plans.get(k)
         if plan is not None:
@@ -578,6 +675,11 @@ def check_weight(weight: torch.Tensor) -> None:
     """Raise unless ``weight`` is a 2-D CUDA tensor of a cuSPARSELt dtype and shape.
 
     The message names what is off (type, device, rank, dtype or alignment) and the fix.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The weight to check.
     """
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
@@ -619,6 +721,15 @@ class _SparseDesc:
 def check_24(weight: torch.Tensor, _op: int = _OP_N, _raw: bool = False) -> bool:
     """True if the CUDA ``weight[out, in]`` is 2:4 along ``in`` (``sp_mma_prune_check2``).
 
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The CUDA weight, of a cuSPARSELt dtype and shape.
+    _op : int
+        cuSPARSELt's operation on the weight (default: not transposed).
+    _raw : bool, default False
+        Return the check's raw int result (0: valid) instead of a bool.
+
     Examples
     --------
     >>> check_24(torch.zeros(64, 64, dtype=torch.float16, device="cuda"))  # doctest: +GPU
@@ -647,6 +758,16 @@ def check_24(weight: torch.Tensor, _op: int = _OP_N, _raw: bool = False) -> bool
 
 def is_24(weight: torch.Tensor) -> bool:
     """True if every group of 4 along the last dimension has at most 2 nonzeros (torch ops).
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The tensor to check.
+
+    Returns
+    -------
+    bool
+        False also where the last dimension is not a multiple of 4.
 
     Examples
     --------
@@ -761,6 +882,17 @@ def matmul(
         ``[out]`` float32 per-output-channel scale, fused into the kernel.
     out_dtype : torch.dtype, optional
         Defaults to the first entry of ``CUSPARSELT_DTYPES[dtype]``.
+    alg : int
+        Algorithm config id, or -1 for the library default.
+    split_k : int
+        Split-K factor, or 0 for the library's heuristic.
+    cache : PlanCache, optional
+        Where the plan is kept (default: :func:`default_cache`).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[tokens, out]`` in ``out_dtype``.
 
     Examples
     --------

@@ -94,6 +94,20 @@ def decode_matmul_reference(
     The sum runs in float32 (as the kernel's tensor-core accumulation does), int8 values are
     scaled per row, and the result is rounded once to ``x``'s dtype.
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        The input, ``(..., in_features)``.
+    weight : CompressedWeight
+        The compressed 2:4 weight, ``(out_features, in_features)`` once decompressed.
+    bias : torch.Tensor, optional
+        Added to the result.
+
+    Returns
+    -------
+    torch.Tensor
+        ``x @ W^T + b`` in ``x``'s dtype.
+
     Examples
     --------
     >>> w = torch.tensor([[0.0, 2.0, 0.0, 1.0] * 4])
@@ -111,6 +125,22 @@ def default_warps(rows: int, k: int, tokens: int, sms: int) -> int:
     """Warps per block: enough blocks x warps to keep every SM busy, within the register budget.
 
     A block covers 16 rows and its warps split K, so small ``rows`` take more warps per block.
+
+    Parameters
+    ----------
+    rows : int
+        The weight's rows (output features).
+    k : int
+        The weight's columns (input features).
+    tokens : int
+        Rows of the input.
+    sms : int
+        The GPU's multiprocessor count.
+
+    Returns
+    -------
+    int
+        The warps per block, a power of two.
 
     Examples
     --------

@@ -96,6 +96,16 @@ _ARG_KINDS = ("u64",) * 6 + ("i32",) * 4 + ("u64", "i64", "i64")
 def token_tiles(tokens: int) -> int:
     """Token tiles of 8 the kernel is compiled for: 1, 2, 4 or 8.
 
+    Parameters
+    ----------
+    tokens : int
+        Rows of the input.
+
+    Returns
+    -------
+    int
+        The tiles, a power of two up to 8.
+
     Examples
     --------
     >>> [token_tiles(t) for t in (1, 8, 9, 16, 17, 33, 64)]
@@ -107,7 +117,18 @@ def token_tiles(tokens: int) -> int:
 
 @cache
 def multiprocessor_count(device: int) -> int:
-    """Streaming multiprocessors of CUDA device ``device`` (read once per process)."""
+    """Streaming multiprocessors of CUDA device ``device`` (read once per process).
+
+    Parameters
+    ----------
+    device : int
+        The CUDA device index.
+
+    Returns
+    -------
+    int
+        The multiprocessor count.
+    """
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
@@ -161,14 +182,31 @@ class Int4LaunchConfig:
         return 512 * self.warps + stages
 
     def max_warps(self, tiles: int) -> int:
-        """Most warps per block for ``tiles`` token tiles (launch bound and shared memory)."""
+        """Most warps per block for ``tiles`` token tiles (launch bound and shared memory).
+
+        Parameters
+        ----------
+        tiles : int
+            Token tiles of 8 (1, 2, 4 or 8).
+
+        Returns
+        -------
+        int
+            The most warps per block.
+        """
         top = _MAX_THREADS[(self.method == "spa", tiles, self.ahead)] // 32
         if self.method == "spa":
             top = min(top, _SHARED_LIMIT // (512 + self.ahead * _STAGE_BYTES))
         return top
 
     def check(self, tiles: int) -> None:
-        """Raise unless the kernel for ``tiles`` token tiles takes this many warps."""
+        """Raise unless the kernel for ``tiles`` token tiles takes this many warps.
+
+        Parameters
+        ----------
+        tiles : int
+            Token tiles of 8 (1, 2, 4 or 8).
+        """
         top = self.max_warps(tiles)
         if not 1 <= self.warps <= top:
             raise ValueError(
@@ -177,7 +215,20 @@ class Int4LaunchConfig:
             )
 
     def kernel_name(self, dtype: torch.dtype, tokens: int) -> str:
-        """The kernel's name in ``decode24_int4.cu`` for ``tokens`` rows of ``dtype``."""
+        """The kernel's name in ``decode24_int4.cu`` for ``tokens`` rows of ``dtype``.
+
+        Parameters
+        ----------
+        dtype : torch.dtype
+            The activations' dtype (bfloat16, else float16).
+        tokens : int
+            Rows of the input.
+
+        Returns
+        -------
+        str
+            The kernel's name.
+        """
         kind = "bf16" if dtype == torch.bfloat16 else "f16"
         step = "s" if self.method == "spa" else "d"
         return f"int4_{self.method}_{kind}_t{8 * token_tiles(tokens)}_{step}{self.ahead}"
@@ -197,6 +248,22 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
     blocks per SM. Above 8 tokens the expansion kernel, whose activation loads are wider, with
     about 16 warps per SM over the grid (a block covers 16 rows and its warps split K, so
     layers with few rows take more warps per block).
+
+    Parameters
+    ----------
+    rows : int
+        The weight's rows (output features).
+    k : int
+        The weight's columns (input features).
+    tokens : int
+        Rows of the input.
+    sms : int
+        The GPU's multiprocessor count.
+
+    Returns
+    -------
+    Int4LaunchConfig
+        The kernel, warps and stages.
 
     Examples
     --------
@@ -229,6 +296,11 @@ def check_int4_layout(weight: Int4Weight) -> None:
 
     It needs K and G multiples of 128, G dividing K, and position nibbles that are ordered pairs
     (the message names what is off).
+
+    Parameters
+    ----------
+    weight : Int4Weight
+        The 2:4 int4 weight.
     """
     k = weight.shape[1]
     g = weight.group_size
@@ -325,6 +397,20 @@ def decode_int4_reference(
     Built on :func:`explorer.lowbit.int4_reference` (the dense masked product of the
     dequantized weight), on ``x``'s device, rounded once to ``x``'s dtype.
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        The input, ``(..., in_features)``.
+    weight : Int4Weight
+        The 2:4 int4 weight, ``(out_features, in_features)``.
+    bias : torch.Tensor, optional
+        Added to the result.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., out_features)`` in ``x``'s dtype.
+
     Examples
     --------
     >>> from explorer.lowbit import compress_int4
@@ -383,6 +469,16 @@ def chunk_group_multiplier(group_size: int) -> int:
     The kernel finds the scale group of 128-column chunk ``i`` as ``(i * multiplier) >> 32``, which
     equals ``i // (G / 128)`` for every chunk index below ``2^16`` (K up to 8M columns), without a
     division.
+
+    Parameters
+    ----------
+    group_size : int
+        Input columns per scale ``G``, a multiple of 128.
+
+    Returns
+    -------
+    int
+        The multiplier.
 
     Examples
     --------
@@ -598,11 +694,33 @@ class Int4DecodeCall:
         return y
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """The launch the compiled op runs (``x`` of ``[tokens, K]`` or with leading dims)."""
+        """The launch the compiled op runs (``x`` of ``[tokens, K]`` or with leading dims).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., K)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The product, ``(..., out_features)``.
+        """
         return self(x.reshape(-1, self._k)).reshape(*x.shape[:-1], self._shape[1])
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., K)``.
+
+        Returns
+        -------
+        torch.Tensor
+            An empty tensor of the output's shape and dtype.
+        """
         return x.new_empty((*x.shape[:-1], self._shape[1]), dtype=self._dtype)
 
     def __repr__(self) -> str:

@@ -108,6 +108,18 @@ def pick_route(times: Mapping[Route, float], margin: float = SPARSE_MARGIN) -> R
     Dense is kept unless the fastest route on the 2:4 weight (cuSPARSELt or decode) takes at
     most ``margin`` of its time; without a dense time the fastest route wins.
 
+    Parameters
+    ----------
+    times : mapping of Route to float
+        Each route's measured time in milliseconds (``None`` or NaN where it failed).
+    margin : float, default SPARSE_MARGIN
+        The largest fraction of dense's time a route on the 2:4 weight may take and be kept.
+
+    Returns
+    -------
+    Route
+        The route to keep.
+
     Raises
     ------
     ValueError
@@ -138,6 +150,18 @@ def pick_route(times: Mapping[Route, float], margin: float = SPARSE_MARGIN) -> R
 def nearest_route(tokens: int, decided: Mapping[int, Route]) -> Route | None:
     """The decision of the measured token count nearest to ``tokens`` (on a log scale).
 
+    Parameters
+    ----------
+    tokens : int
+        The token count to decide for.
+    decided : mapping of int to Route
+        The decisions of the measured token counts.
+
+    Returns
+    -------
+    Route or None
+        The nearest count's route; None when nothing is decided.
+
     Examples
     --------
     >>> decided = {16: DENSE, 4096: Route("sparse", "cc")}
@@ -153,6 +177,16 @@ def nearest_route(tokens: int, decided: Mapping[int, Route]) -> Route | None:
 
 def check_mode(mode: str) -> str:
     """``mode`` if it is one of :data:`MODES`, else a ``ValueError`` that names them.
+
+    Parameters
+    ----------
+    mode : str
+        The mode to check.
+
+    Returns
+    -------
+    str
+        ``mode``.
 
     Examples
     --------
@@ -177,6 +211,16 @@ def clock_for(mode: str) -> str:
 
     Eager calls and ``torch.compile``'s default mode pay the host's time to issue each call
     (back-to-back calls measure it); under CUDA graphs only the GPU's time counts.
+
+    Parameters
+    ----------
+    mode : str
+        One of :data:`MODES`.
+
+    Returns
+    -------
+    str
+        ``"gpu"`` for ``"graphs"``, else ``"wall"``.
 
     Examples
     --------
@@ -218,7 +262,18 @@ class Decision:
     wall: dict
 
     def times(self, clock: str) -> dict:
-        """``{Route: ms}`` by ``clock`` (``"gpu"`` or ``"wall"``); the other if that is empty."""
+        """``{Route: ms}`` by ``clock`` (``"gpu"`` or ``"wall"``); the other if that is empty.
+
+        Parameters
+        ----------
+        clock : str
+            ``"gpu"`` or ``"wall"``.
+
+        Returns
+        -------
+        dict
+            ``{Route: ms}``.
+        """
         first, other = (self.gpu, self.wall) if clock == "gpu" else (self.wall, self.gpu)
         return first or other
 
@@ -230,6 +285,16 @@ class Decision:
         its gain would be host time alone, which a model's other calls hide (the GPU then
         waits on the slower kernel), and one layer's wall time swings by more than 10% on a
         busy host.
+
+        Parameters
+        ----------
+        clock : str
+            ``"gpu"`` or ``"wall"``.
+
+        Returns
+        -------
+        Route
+            The route kept.
 
         Examples
         --------
@@ -252,6 +317,16 @@ class Decision:
 
         False where either GPU time is missing: a route that could not be captured is judged by the
         wall clock alone.
+
+        Parameters
+        ----------
+        route : Route
+            The route to compare with dense.
+
+        Returns
+        -------
+        bool
+            True where the route reads the 2:4 weight and its GPU time exceeds dense's.
 
         Examples
         --------
@@ -279,6 +354,18 @@ class Decision:
         GPU time is short (under four times ``op_ms``) the op's host time adds to its GPU
         time: a sparse route must beat dense by more than ``op_ms``. Longer matmuls keep the
         GPU busy while the host issues the next call: there the GPU times decide.
+
+        Parameters
+        ----------
+        op_ms : float
+            The sparse op's host time per call, in milliseconds.
+        tokens : int, optional
+            Rows of the input; at decode sizes the answer is True.
+
+        Returns
+        -------
+        bool
+            True for a traced dense matmul, False for the sparse op.
 
         Examples
         --------

@@ -94,6 +94,20 @@ def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int =
     ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the smaller on
     a tie; else False (the layer's own routes).
 
+    Parameters
+    ----------
+    verdicts : mapping of int to bool
+        The whole-model checks' ``{tokens: dense?}``.
+    tokens : int
+        The token count to decide for.
+    decode_up_to : int, default 64
+        The largest decode size.
+
+    Returns
+    -------
+    bool
+        True where the layer runs dense.
+
     Examples
     --------
     >>> eager_verdict({16: True, 4096: False}, 1), eager_verdict({16: True}, 128)
@@ -119,6 +133,20 @@ def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
     ``tokens`` sequences of one token at decode sizes (up to 64), else the fewest sequences whose
     length divides ``tokens`` and fits the model's positions (``max_position_embeddings``: BERT's
     512 gives 8 x 512 for 4096 tokens). None for any other model, and where no such length exists.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (a Hugging Face model has ``config.vocab_size``).
+    tokens : int
+        Total tokens of the inputs.
+    device : torch.device or str
+        Where the inputs are made.
+
+    Returns
+    -------
+    dict or None
+        ``{"input_ids": ids}``, or None.
 
     Examples
     --------

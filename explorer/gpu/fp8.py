@@ -36,6 +36,16 @@ FP8_MAX = 448.0
 def row_scales(t: torch.Tensor) -> torch.Tensor:
     """One float32 scale per row of ``t``: ``max|row| / 448``, or 1 for an all-zero row.
 
+    Parameters
+    ----------
+    t : torch.Tensor
+        The tensor, rows along the last dimension.
+
+    Returns
+    -------
+    torch.Tensor
+        float32 scales, ``t.shape[:-1]``.
+
     Examples
     --------
     >>> row_scales(torch.tensor([[0.0, -896.0], [0.0, 0.0]])).tolist()
@@ -115,6 +125,11 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     2 ulp of float32, not correctly rounded), which moves that value by one fp8 step (the GPU
     tests allow one value in a thousand).
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        The activations, ``(..., in_features)``.
+
     Returns
     -------
     (torch.Tensor, torch.Tensor)
@@ -147,6 +162,16 @@ def fused_signature(x2: torch.Tensor) -> tuple:
     The dtype of the contiguous 2-D input ``x2`` and which of its sizes are 1. At most six kernels
     in all (three dtypes, one row or more), below torch.compile's recompile limit of eight. An input
     whose signature has run outside a CUDA-graph capture runs fused inside one.
+
+    Parameters
+    ----------
+    x2 : torch.Tensor
+        The contiguous 2-D input.
+
+    Returns
+    -------
+    tuple
+        ``(dtype, rows == 1, columns == 1)``.
 
     Examples
     --------
@@ -322,6 +347,15 @@ def fp8_reference_model(
     A layer is swapped where :func:`explorer.sparsify` would swap it in FP8: accepted by
     ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``, to see FP8 alone on a
     dense model), and both sizes multiples of 32.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to copy; it is left unchanged.
+    filter_fn : callable, optional
+        ``filter_fn(linear, fqn)``: False leaves a Linear as it is.
+    require_24 : bool, default True
+        Swap only Linears whose weight is 2:4 along its inputs.
 
     Returns
     -------

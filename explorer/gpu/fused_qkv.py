@@ -34,6 +34,16 @@ def find_qkv(module: nn.Module) -> tuple[str, str, str] | None:
     Only plain ``nn.Linear`` children with the same input size, dtype and device count, and
     never a cross-attention module (its key and value read another input).
 
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The attention module to look in.
+
+    Returns
+    -------
+    (str, str, str) or None
+        The three children's names, or None.
+
     Examples
     --------
     >>> class Attn(nn.Module):
@@ -146,6 +156,16 @@ class SparseQKV(nn.Module):
         The memory lasts until the three parts have been served (or another input comes), and
         an input changed in place is computed again. Under ``torch.compile`` the same logic is
         traced, so the graph holds one product, and nothing is left in memory after it.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The attention's input.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            The q, k and v views.
         """
         compiling = torch.compiler.is_compiling()
         version = 0 if compiling else x._version
@@ -168,6 +188,11 @@ class SparseQKV(nn.Module):
         """Choose the stacked product's routes for execution mode ``mode``.
 
         See ``SparseLinear``.
+
+        Parameters
+        ----------
+        mode : {"auto", "eager", "compile", "graphs"}
+            The execution mode.
         """
         self.proj.set_mode(mode)
 

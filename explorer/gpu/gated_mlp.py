@@ -33,6 +33,16 @@ def _is_silu(act) -> bool:
 def is_gated_mlp(module: nn.Module) -> bool:
     """True if ``module`` is a known SwiGLU block (``gate_proj``, ``up_proj``, ``down_proj``, SiLU).
 
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module to test.
+
+    Returns
+    -------
+    bool
+        True for a SwiGLU block this layer can replace.
+
     Examples
     --------
     >>> is_gated_mlp(nn.Linear(4, 4))
@@ -182,20 +192,59 @@ class SparseGatedMLP(nn.Module):
         return self.run(x)
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., hidden)``.
+
+        Returns
+        -------
+        torch.Tensor
+            An empty tensor of the output's shape and dtype.
+        """
         return self.down.fake_output(x)
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward the compiled op runs: the eager one (each part takes its fast path)."""
+        """The forward the compiled op runs: the eager one (each part takes its fast path).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., hidden)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The block's output.
+        """
         return self.run(x)
 
     def set_mode(self, mode: str) -> None:
-        """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``)."""
+        """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``).
+
+        Parameters
+        ----------
+        mode : {"auto", "eager", "compile", "graphs"}
+            The execution mode.
+        """
         self.gate_up.set_mode(mode)
         self.down.set_mode(mode)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        """The eager forward: the fused gate/up product, the SwiGLU kernel, the down product."""
+        """The eager forward: the fused gate/up product, the SwiGLU kernel, the down product.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., hidden)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The block's output, ``(..., hidden)``.
+        """
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
         if x.dim() == 2:
             return self.down.run(self._swiglu(self.gate_up.run(x)))

@@ -46,6 +46,17 @@ _DECODE_MAX_TOKENS = 64
 def torch_int4_takes(rows: int, k: int, group_size: int, dtype: torch.dtype) -> str | None:
     """Why torch's int4 weight-only kernel cannot run a layer (None: it can).
 
+    Parameters
+    ----------
+    rows, k, group_size : int
+        The layer's output and input features, and its input columns per scale.
+    dtype : torch.dtype
+        The activations' dtype.
+
+    Returns
+    -------
+    str or None
+
     Examples
     --------
     >>> torch_int4_takes(4096, 4096, 128, torch.bfloat16) is None
@@ -66,6 +77,10 @@ def torch_int4_takes(rows: int, k: int, group_size: int, dtype: torch.dtype) -> 
 
 def torch_int4_parts(weight: Int4Weight) -> tuple[torch.Tensor, torch.Tensor]:
     """The same dequantized weight in the layout torch's int4 kernel is built from.
+
+    Parameters
+    ----------
+    weight : Int4Weight
 
     Returns
     -------
@@ -227,6 +242,16 @@ class Int4Linear(nn.Module):
         Codes and scales are kept exactly (e.g. from a checkpoint:
         :func:`explorer.checkpoint.read_int4_weights`).
 
+        Parameters
+        ----------
+        weight, linear : Int4Weight, torch.nn.Linear
+            The stored weight (moved to ``linear``'s device) and the CUDA layer it replaces.
+        mode : {"auto", "eager", "compile", "graphs"}
+
+        Returns
+        -------
+        Int4Linear
+
         Raises
         ------
         ValueError
@@ -264,7 +289,12 @@ class Int4Linear(nn.Module):
 
     # -- routes ------------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
-        """Choose routes by the clock of ``mode`` from now on."""
+        """Choose routes by the clock of ``mode`` from now on.
+
+        Parameters
+        ----------
+        mode : {"auto", "eager", "compile", "graphs"}
+        """
         self.mode = check_mode(mode)
         self._routes.clear()
 
@@ -273,6 +303,16 @@ class Int4Linear(nn.Module):
 
         Both routes are timed by both clocks once per problem; inside a CUDA-graph capture the
         nearest measured count decides, dense if none.
+
+        Parameters
+        ----------
+        tokens, clock : int, str
+            Rows of the input, and ``"gpu"`` or ``"wall"``.
+
+        Returns
+        -------
+        Route
+            ``DENSE`` or ``DECODE``.
         """
         if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
             return DENSE
@@ -297,7 +337,17 @@ class Int4Linear(nn.Module):
         return dict(self._routes)
 
     def route_times(self, tokens: int, clock: str) -> dict:
-        """``{Route: ms}`` measured at ``tokens`` rows by ``clock`` (empty if not measured)."""
+        """``{Route: ms}`` measured at ``tokens`` rows by ``clock`` (empty if not measured).
+
+        Parameters
+        ----------
+        tokens, clock : int, str
+            Rows of the input, and ``"gpu"`` or ``"wall"``.
+
+        Returns
+        -------
+        dict
+        """
         decision = BOOK.decided(self._problem(), tokens)
         return {} if decision is None else decision.times(clock)
 
@@ -332,7 +382,18 @@ class Int4Linear(nn.Module):
         return self.run(x)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        """The eager forward: the route chosen for this row count."""
+        """The eager forward: the route chosen for this row count.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(..., out_features)`` in the layer's dtype.
+        """
         if x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has {x.shape[-1]} features in its last dimension, expected "
@@ -352,11 +413,29 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """What the compiled op runs (``mode="graphs"``)."""
+        """What the compiled op runs (``mode="graphs"``): :meth:`run`.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return self.run(x)
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x``."""
+        """An empty tensor shaped like the output for ``x``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+
+        Returns
+        -------
+        torch.Tensor
+        """
         return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.dtype)
 
     def _dense(self, x: torch.Tensor) -> torch.Tensor:

@@ -93,6 +93,20 @@ def _function(name: str, fn: str, device: int):
 def compiled_function(name: str, fn: str, device: int):
     """Kernel ``fn`` of ``kernels/<name>.cu``, compiled once per device (a CuPy ``Function``).
 
+    Parameters
+    ----------
+    name : str
+        The kernel file's name, without ``.cu``.
+    fn : str
+        The kernel's name in it.
+    device : int
+        The CUDA device index.
+
+    Returns
+    -------
+    cupy.cuda.Function
+        The compiled kernel.
+
     Examples
     --------
     >>> compiled_function("silu_mul", "silu_mul_f16", 0).name  # doctest: +GPU
@@ -125,6 +139,24 @@ def launch(
     to the CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which
     a model calling kernels per layer pays on every call. CuPy launches where the driver call cannot
     (another device than the current one).
+
+    Parameters
+    ----------
+    name : str
+        The kernel file's name, without ``.cu``.
+    fn : str
+        The kernel's name in it.
+    tensor : torch.Tensor
+        A CUDA tensor on the device to launch on.
+    grid : int or tuple of int
+        Blocks per grid dimension.
+    args : tuple
+        The kernel's arguments, numpy scalars (``uint64`` for pointers, ``uint32``, ``int32``,
+        ``int64``, ``float32``).
+    block : tuple of int, default (_THREADS,)
+        Threads per block dimension.
+    shared : int, default 0
+        Dynamic shared memory in bytes.
     """
     dev = tensor.device.index or 0
     if dev == torch.cuda.current_device():
@@ -148,7 +180,18 @@ def launch(
 
 @contextlib.contextmanager
 def cupy_stream(dev: int):
-    """CuPy's device ``dev`` and torch's current stream on it, for a CuPy launch."""
+    """CuPy's device ``dev`` and torch's current stream on it, for a CuPy launch.
+
+    Parameters
+    ----------
+    dev : int
+        The CUDA device index.
+
+    Yields
+    ------
+    None
+        Inside the block, CuPy launches go to torch's current stream on ``dev``.
+    """
     cp = require("cupy", "gpu")
     with cp.cuda.Device(dev), _stream(dev):
         yield
@@ -213,6 +256,18 @@ def _check_nm(n: int, m: int, last: int) -> None:
 def nm_mask_reference(scores: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
     """CPU reference of :func:`nm_mask`: keep the ``n`` largest of each ``m`` (ties: lower index).
 
+    Parameters
+    ----------
+    scores : torch.Tensor
+        Groups of ``m`` run along the last dimension; NaN ranks lowest.
+    n, m : int, default 2, 4
+        Keep ``n`` of every ``m``.
+
+    Returns
+    -------
+    torch.Tensor
+        Bool mask of ``scores``' shape.
+
     Examples
     --------
     >>> nm_mask_reference(torch.tensor([[1.0, 4.0, 3.0, 2.0]])).int().tolist()
@@ -235,6 +290,13 @@ def nm_mask(scores: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
     ----------
     scores : torch.Tensor
         CUDA tensor; groups of ``m`` run along the last dimension.
+    n, m : int, default 2, 4
+        Keep ``n`` of every ``m``.
+
+    Returns
+    -------
+    torch.Tensor
+        Bool mask of ``scores``' shape.
 
     Examples
     --------
@@ -329,6 +391,18 @@ def _zmask(dtype: torch.dtype) -> int:
 def nm_histogram_reference(tensor: torch.Tensor, n: int = 2, m: int = 4) -> NMHistogram:
     """CPU reference of :func:`nm_histogram`.
 
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        Groups of ``m`` run along the last dimension.
+    n, m : int, default 2, 4
+        At most ``n`` nonzeros in every ``m`` is valid.
+
+    Returns
+    -------
+    NMHistogram
+        The counts and the first invalid group.
+
     Examples
     --------
     >>> nm_histogram_reference(torch.tensor([[1.0, 0, 2, 0, 1, 1, 1, 0]])).counts
@@ -355,6 +429,18 @@ def nm_histogram(tensor: torch.Tensor, n: int = 2, m: int = 4) -> NMHistogram:
 
     Groups of ``m`` run along the last dimension; a group is valid with at most ``n`` nonzeros
     (the definition of :func:`explorer.checks.check_pattern`).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        CUDA tensor; groups of ``m`` run along the last dimension.
+    n, m : int, default 2, 4
+        At most ``n`` nonzeros in every ``m`` is valid.
+
+    Returns
+    -------
+    NMHistogram
+        The counts and the first invalid group.
 
     Examples
     --------
@@ -442,6 +528,20 @@ def block_density_reference(
     mask: torch.Tensor, max_cells: int = 512, tile: tuple[int, int] | None = None
 ) -> torch.Tensor:
     """CPU reference of :func:`block_density`.
+
+    Parameters
+    ----------
+    mask : torch.Tensor
+        The mask; dimensions after the first are flattened into columns.
+    max_cells : int, default 512
+        Cells per side of the output (the tile size is chosen so the grid fits).
+    tile : (int, int), optional
+        Explicit tile height and width.
+
+    Returns
+    -------
+    torch.Tensor
+        float32 fraction of True per tile.
 
     Examples
     --------
@@ -533,6 +633,16 @@ def _split_gate_up(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def silu_mul_reference(gu: torch.Tensor) -> torch.Tensor:
     """CPU reference of :func:`silu_mul`: ``silu(gate) * up`` in float32, rounded once.
 
+    Parameters
+    ----------
+    gu : torch.Tensor
+        ``[tokens, 2 * hidden]``, gate in the first half of the last dimension, up in the second.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[tokens, hidden]`` in ``gu``'s dtype, on the CPU.
+
     Examples
     --------
     >>> silu_mul_reference(torch.tensor([[0.0, 2.0, 5.0, 3.0]])).tolist()
@@ -554,6 +664,16 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
 
     Other layouts, dtypes other than float16/bfloat16, and sizes that are not whole 16-byte
     vectors fall back to torch (same result up to one rounding).
+
+    Parameters
+    ----------
+    gu : torch.Tensor
+        CUDA ``[tokens, 2 * hidden]``, gate first, up second.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[tokens, hidden]`` in ``gu``'s dtype.
 
     Examples
     --------
@@ -646,7 +766,18 @@ class SiluMulCall:
         self._up_bytes = hidden * torch.empty((), dtype=dtype).element_size()
 
     def fits(self, gu: torch.Tensor) -> bool:
-        """Whether ``gu`` is the row-major, 16-byte aligned input this call was made for."""
+        """Whether ``gu`` is the row-major, 16-byte aligned input this call was made for.
+
+        Parameters
+        ----------
+        gu : torch.Tensor
+            The fused gate/up output.
+
+        Returns
+        -------
+        bool
+            True where this call can run on it.
+        """
         return (
             gu.dtype == self._dtype
             and gu.shape[0] == self._shape[0]
@@ -680,6 +811,18 @@ _TILE = 32
 
 def transpose_rows_reference(d: torch.Tensor, tokens: int | None = None) -> torch.Tensor:
     """CPU reference of :func:`transpose_rows`: ``d[:, :tokens].T`` as a row-major tensor.
+
+    Parameters
+    ----------
+    d : torch.Tensor
+        The 2-D tensor to transpose.
+    tokens : int, optional
+        Columns of ``d`` to keep (default: all).
+
+    Returns
+    -------
+    torch.Tensor
+        ``d[:, :tokens].T``, row-major, on the CPU.
 
     Examples
     --------

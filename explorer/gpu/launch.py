@@ -47,6 +47,16 @@ def argument_slots(kinds: Sequence[str]) -> list[ctypes._SimpleCData]:
 
     The kinds are ``"u64"`` (pointers), ``"u32"``, ``"i32"``, ``"i64"`` and ``"f32"``.
 
+    Parameters
+    ----------
+    kinds : sequence of str
+        One kind per argument.
+
+    Returns
+    -------
+    list of ctypes values
+        The slots, zero-initialised.
+
     Raises
     ------
     ValueError
@@ -88,7 +98,18 @@ def _driver():
 
 
 def current_stream(device: int) -> int:
-    """Torch's current CUDA stream on ``device`` as a raw handle (no Python stream object)."""
+    """Torch's current CUDA stream on ``device`` as a raw handle (no Python stream object).
+
+    Parameters
+    ----------
+    device : int
+        The CUDA device index.
+
+    Returns
+    -------
+    int
+        The stream's raw handle.
+    """
     return torch._C._cuda_getCurrentRawStream(device)
 
 
@@ -137,6 +158,19 @@ class Launcher:
     ) -> None:
         """Launch with ``values`` (one per parameter) on ``stream`` (a raw handle).
 
+        Parameters
+        ----------
+        grid : (int, int, int)
+            Blocks per grid dimension.
+        block : (int, int, int)
+            Threads per block dimension.
+        shared : int
+            Dynamic shared memory in bytes.
+        stream : int
+            The raw stream handle.
+        values : sequence of int
+            One value per kernel parameter.
+
         Raises
         ------
         LaunchRefused
@@ -153,6 +187,19 @@ class Launcher:
         values: Sequence[int],
     ) -> None:
         """Launch with ``values`` for the parameters not fixed at construction, in order.
+
+        Parameters
+        ----------
+        grid : (int, int, int)
+            Blocks per grid dimension.
+        block : (int, int, int)
+            Threads per block dimension.
+        shared : int
+            Dynamic shared memory in bytes.
+        stream : int
+            The raw stream handle.
+        values : sequence of int
+            The values of the parameters not fixed at construction, in order.
 
         Raises
         ------

@@ -54,6 +54,18 @@ def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
     The device and the dtype first, then the capability and alignment rules of
     :func:`explorer.sparse_rules.why_not_24` (the doctor's), then the weight's 2:4 pattern.
 
+    Parameters
+    ----------
+    linear : torch.nn.Linear
+        The layer.
+    dtype : torch.dtype
+        The dtype it would run in.
+
+    Returns
+    -------
+    str or None
+        The reason, or None.
+
     Examples
     --------
     >>> eligibility(nn.Linear(64, 10), torch.float16)

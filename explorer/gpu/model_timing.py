@@ -36,6 +36,18 @@ def call_model(model: torch.nn.Module, inputs) -> object:
 
     ``model(**inputs)`` for a mapping, ``model(*inputs)`` for a tuple, else ``model(inputs)``.
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    inputs : mapping, tuple or object
+        Keyword arguments, positional arguments, or the one argument.
+
+    Returns
+    -------
+    object
+        What the model returns.
+
     Examples
     --------
     >>> call_model(torch.nn.Linear(4, 2), torch.ones(3, 4)).shape
@@ -51,6 +63,16 @@ def call_model(model: torch.nn.Module, inputs) -> object:
 
 def input_tokens(inputs) -> int:
     """Tokens per call of an example input: ``input_ids``' elements, else a tensor's rows.
+
+    Parameters
+    ----------
+    inputs : mapping, tuple or torch.Tensor
+        The example input, as :func:`call_model` takes it.
+
+    Returns
+    -------
+    int
+        Tokens per call.
 
     Raises
     ------
@@ -90,6 +112,24 @@ def time_forward(model: torch.nn.Module, inputs, mode: str, iters: int = 5, reps
     back-to-back eager calls with CUDA events (wall time, the host's included where it is the
     longer).
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, on a CUDA device.
+    inputs : mapping, tuple or object
+        Its input, as :func:`call_model` takes it.
+    mode : str
+        ``"graphs"`` for CUDA-graph replay; any other mode times eager calls.
+    iters : int, default 5
+        Forwards per timed repetition.
+    reps : int, default 5
+        Timed repetitions; the median is kept.
+
+    Returns
+    -------
+    float
+        Milliseconds per forward.
+
     Raises
     ------
     RuntimeError
@@ -109,6 +149,20 @@ def gpu_busy(model: torch.nn.Module, inputs, calls: int = 3) -> float | None:
     """Share of the wall time of ``calls`` back-to-back eager forwards that the GPU is busy.
 
     Kernel time summed by the profiler over CUDA-event wall time; None if unavailable.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, on a CUDA device.
+    inputs : mapping, tuple or object
+        Its input, as :func:`call_model` takes it.
+    calls : int, default 3
+        Forwards profiled.
+
+    Returns
+    -------
+    float or None
+        The GPU's busy share of the wall time, or None.
     """
     from torch.profiler import ProfilerActivity, profile
 

@@ -40,6 +40,16 @@ _LIB.define("sparse_forward(Tensor x, int module_id) -> Tensor")
 def register(module: torch.nn.Module) -> int:
     """Give ``module`` an id for the op; it needs ``run_compiled(x)`` and ``fake_output(x)``.
 
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module; it is held by a weak reference.
+
+    Returns
+    -------
+    int
+        The module's id.
+
     Examples
     --------
     >>> class Twice(torch.nn.Module):
@@ -89,7 +99,20 @@ torch.library.register_fake("explorer::sparse_forward", _fake, lib=_LIB)
 
 
 def forward(x: torch.Tensor, module_id: int) -> torch.Tensor:
-    """Run registered module ``module_id`` on ``x`` through the op."""
+    """Run registered module ``module_id`` on ``x`` through the op.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        The input.
+    module_id : int
+        An id from :func:`register`.
+
+    Returns
+    -------
+    torch.Tensor
+        The module's ``run_compiled(x)``.
+    """
     return torch.ops.explorer.sparse_forward(x, module_id)
 
 
@@ -114,6 +137,16 @@ def call_overhead_us(measure: bool = False) -> float:
 
     A compiled model pays this on every sparse call and not on a traced dense matmul, so
     routes for ``torch.compile``'s default mode are chosen with it counted.
+
+    Parameters
+    ----------
+    measure : bool, default False
+        Measure it if not measured yet.
+
+    Returns
+    -------
+    float
+        Microseconds per call; 0 without CUDA or until measured.
     """
     if not torch.cuda.is_available():
         return 0.0

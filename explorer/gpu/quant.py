@@ -26,6 +26,11 @@ _EPS = 1e-12
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``weight[out, in]`` to int8 with one float32 scale per output channel.
 
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The 2-D weight, ``[out, in]``.
+
     Returns
     -------
     (torch.Tensor, torch.Tensor)
@@ -48,6 +53,16 @@ def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x[tokens, in]`` to int8 with one scale per token (row).
 
+    Parameters
+    ----------
+    x : torch.Tensor
+        The activations, rows along the last dimension.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``q`` (int8, same shape) and ``scale`` (float32, ``x.shape[:-1]``).
+
     Examples
     --------
     >>> q, s = quantize_per_token(torch.tensor([[1.0, -0.5]]))
@@ -61,6 +76,18 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``q * scale`` per row (float32).
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        The 2-D int8 values.
+    scale : torch.Tensor
+        One scale per row of ``q``.
+
+    Returns
+    -------
+    torch.Tensor
+        float32, ``q``'s shape.
 
     Examples
     --------
@@ -119,6 +146,15 @@ def int8_reference(
     A layer is swapped where :func:`explorer.sparsify` would swap it in int8: accepted by
     ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``, to see int8 alone on a
     dense model), and both sizes multiples of 32.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to copy; it is left unchanged.
+    filter_fn : callable, optional
+        ``filter_fn(linear, fqn)``: False leaves a Linear as it is.
+    require_24 : bool, default True
+        Swap only Linears whose weight is 2:4 along its inputs.
 
     Returns
     -------

@@ -58,6 +58,17 @@ def swap_reference_linears(
     ``filter_fn``, 2:4 along its inputs (unless ``require_24=False``), and both sizes multiples
     of 32 (:func:`explorer.sparse_rules.sparse_multiple` of 8-bit types).
 
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to copy; it is left unchanged.
+    make_layer : callable
+        ``make_layer(linear, fqn)``: the module that replaces an eligible Linear.
+    filter_fn : callable, optional
+        ``filter_fn(linear, fqn)``: False leaves a Linear as it is.
+    require_24 : bool, default True
+        Swap only Linears whose weight is 2:4 along its inputs.
+
     Returns
     -------
     (torch.nn.Module, list of str)

@@ -27,6 +27,16 @@ def time_both_clocks(fn: Callable[[], object]) -> tuple[float | None, float]:
     cost excluded; ``None`` where ``fn`` cannot be captured. Wall: back-to-back eager calls
     (median of 3 x 10), what eager mode and ``torch.compile``'s default mode pay, the host's
     time to issue each call included wherever it is longer than the GPU's.
+
+    Parameters
+    ----------
+    fn : callable
+        The call to time, without arguments.
+
+    Returns
+    -------
+    (float or None, float)
+        Milliseconds per call by the GPU clock and by the wall clock.
     """
     wall = eager_ms(fn, iters=10, reps=3, warmup=2)
     try:
@@ -59,16 +69,54 @@ class RouteBook:
         self._problems: dict[Hashable, dict[int, Decision]] = {}
 
     def decided(self, problem: Hashable, tokens: int) -> Decision | None:
-        """The decision measured for ``problem`` at ``tokens``, or None."""
+        """The decision measured for ``problem`` at ``tokens``, or None.
+
+        Parameters
+        ----------
+        problem : hashable
+            The problem's key.
+        tokens : int
+            Rows of the input.
+
+        Returns
+        -------
+        Decision or None
+            The decision, or None.
+        """
         return self._problems.get(problem, {}).get(tokens)
 
     def nearest(self, problem: Hashable, tokens: int, clock: str) -> Route | None:
-        """The route by ``clock`` of the nearest token count measured for ``problem``."""
+        """The route by ``clock`` of the nearest token count measured for ``problem``.
+
+        Parameters
+        ----------
+        problem : hashable
+            The problem's key.
+        tokens : int
+            Rows of the input.
+        clock : str
+            ``"gpu"`` or ``"wall"``.
+
+        Returns
+        -------
+        Route or None
+            The route, or None when nothing is measured for ``problem``.
+        """
         decided = self._problems.get(problem, {})
         return nearest_route(tokens, {k: d.route(clock) for k, d in decided.items()})
 
     def record(self, problem: Hashable, tokens: int, decision: Decision) -> None:
-        """Keep ``decision`` for ``problem`` at ``tokens``."""
+        """Keep ``decision`` for ``problem`` at ``tokens``.
+
+        Parameters
+        ----------
+        problem : hashable
+            The problem's key.
+        tokens : int
+            Rows of the input.
+        decision : Decision
+            The decision to keep.
+        """
         self._problems.setdefault(problem, {})[tokens] = decision
 
     def decide(
@@ -79,6 +127,22 @@ class RouteBook:
         timer: Callable[[Callable[[], object]], tuple[float | None, float]] = time_both_clocks,
     ) -> Decision | None:
         """Time ``calls`` by both clocks, keep and return the decision (None if no call).
+
+        Parameters
+        ----------
+        problem : hashable
+            The problem's key.
+        tokens : int
+            Rows of the input.
+        calls : mapping of Route to callable
+            The call of each route, without arguments.
+        timer : callable, default time_both_clocks
+            ``timer(call)`` -> ``(gpu ms or None, wall ms)``.
+
+        Returns
+        -------
+        Decision or None
+            The decision, or None when ``calls`` is empty.
 
         Examples
         --------
@@ -105,6 +169,11 @@ class RouteBook:
         For every problem ``matches`` accepts whose dense weight was kept, and where none is
         measured yet: copy the decisions where both clocks chose a sparse-weight route to the same
         problem without the dense weight (its dense times left out).
+
+        Parameters
+        ----------
+        matches : callable
+            ``matches(problem)``: True for the problems to copy from.
         """
         for problem, decided in list(self._problems.items()):
             if not (isinstance(problem, tuple) and problem[-1] and matches(problem)):

@@ -55,11 +55,21 @@ def search_algorithm(
         The compressed weight and its dense masked original (the reference).
     tokens : int
         Token count to tune for.
+    epilogue : {"none", "relu", "gelu"}
+        The epilogue fused into the plans (applied to the reference too).
     method : {"time", "search"}
         ``"time"`` times every config id with CUDA events; ``"search"`` asks
         ``matmul_search`` and checks its choice (falling back to ``"time"``).
+    out_dtype : torch.dtype, optional
+        Dtype of the product (default: the first cuSPARSELt allows for the weight's dtype).
+    rtol : float
+        Largest relative error (Frobenius norm) of a correct product.
+    iters : int
+        Timed iterations per config.
     isolate : bool
         Try the configs in a child process (default) rather than in this one.
+    timeout : float
+        Seconds to wait for the child to exit once its output has ended.
     layout : {"cc", "rr", "rc", "cr"}
         Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
     budget_s : float

@@ -29,6 +29,18 @@ def apply_activation(y: torch.Tensor, activation: str) -> torch.Tensor:
 
     ReLU in place; GELU with the tanh approximation, as cuSPARSELt's fused epilogue computes it.
 
+    Parameters
+    ----------
+    y : torch.Tensor
+        The product.
+    activation : str
+        ``"relu"``, ``"gelu"``, or anything else for none.
+
+    Returns
+    -------
+    torch.Tensor
+        The result (``y`` itself for ReLU and for none).
+
     Examples
     --------
     >>> apply_activation(torch.tensor([-1.0, 2.0]), "relu").tolist()
@@ -45,6 +57,18 @@ def rows_from_transposed(y: torch.Tensor, tokens: int) -> torch.Tensor:
     """Row-major ``Y[:tokens]`` from the transposed view of ``Y^T`` a sparse product returned.
 
     The explorer's tiled transpose kernel; padded tokens are dropped in the same pass.
+
+    Parameters
+    ----------
+    y : torch.Tensor
+        The transposed view of ``Y^T``, ``[n, out]``.
+    tokens : int
+        Rows to keep.
+
+    Returns
+    -------
+    torch.Tensor
+        Row-major ``[tokens, out]``.
     """
     from explorer.gpu.kernels import transpose_rows
 
@@ -64,6 +88,28 @@ def run_plan(
 
     The input is brought to the plan's layout (free when it already is in it); the output is
     ``Y`` for a ``"?c"`` layout and a transposed view of a row-major ``Y^T`` for ``"?r"``.
+
+    Parameters
+    ----------
+    plan : Plan
+        The cuSPARSELt plan.
+    weight_ptr : int
+        The compressed weight's device pointer.
+    x2 : torch.Tensor
+        The 2-D input, ``[n, in]``.
+    out_features : int
+        The weight's rows.
+    out_dtype : torch.dtype
+        The output's dtype.
+    n : int, optional
+        Rows of the plan (default: ``x2``'s).
+    alpha_ptr : int, default 0
+        The ``alpha`` vector's device pointer, or 0 for none.
+
+    Returns
+    -------
+    torch.Tensor
+        ``Y``, ``[n, out]`` (a transposed view for a ``"?r"`` layout).
     """
     n = x2.shape[0] if n is None else n
     lay = plan.key.layout
@@ -94,6 +140,28 @@ def sparse_call(
     ``transpose``: the ``Y^T`` output is copied to row-major. A row-major route at exactly
     ``n`` rows binds everything but the input and output pointers once: the eager call with
     the least host time.
+
+    Parameters
+    ----------
+    plan : Plan
+        The cuSPARSELt plan, built for ``n`` rows.
+    weight_ptr : int
+        The compressed weight's device pointer.
+    out_features : int
+        The weight's rows.
+    out_dtype : torch.dtype
+        The output's dtype.
+    n : int
+        Rows of the plan.
+    t : int
+        Rows of the input.
+    transpose : bool
+        Copy a ``Y^T`` output to row-major.
+
+    Returns
+    -------
+    callable
+        ``call(x2)``: ``[t, out]`` for a ``[t, in]`` input.
     """
     if not transpose and n == t and plan.key.layout == "cc":
         return _bound(plan, weight_ptr, (n, out_features), out_dtype)

@@ -282,6 +282,11 @@ class SparseLinear(nn.Module):
 
         Measured decisions are kept per clock, so switching back and forth measures nothing
         twice.
+
+        Parameters
+        ----------
+        mode : {"auto", "eager", "compile", "graphs"}
+            The execution mode.
         """
         self.mode = check_mode(mode)
         self._routes.clear()
@@ -292,6 +297,11 @@ class SparseLinear(nn.Module):
         """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product.
 
         It is fused into the kernel where cuSPARSELt allows (for folding a following ``nn.ReLU``).
+
+        Parameters
+        ----------
+        activation : {"none", "relu", "gelu"}
+            The activation.
         """
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r} unknown; expected one of {ACTIVATIONS}")
@@ -496,6 +506,13 @@ class SparseLinear(nn.Module):
         size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
         host-bound model at 16 tokens is host-bound at 1. CUDA graphs and compiled models keep
         their own decisions. A layer without its dense weight has nothing to fall back to.
+
+        Parameters
+        ----------
+        tokens : int
+            The token count.
+        keep : bool, default True
+            Keep dense there; False takes the measured routes again.
         """
         if self._dense is None:
             return
@@ -744,6 +761,16 @@ class SparseLinear(nn.Module):
         this token count by the clock of the layer's mode (both clocks for ``"auto"``, which decides
         at each call), counting the compiled op's host cost against sparse routes. Token counts
         never measured, or not known while tracing (symbolic sizes), go to the op.
+
+        Parameters
+        ----------
+        tokens : int or symbolic size
+            Rows of the input.
+
+        Returns
+        -------
+        bool
+            True for a traced matmul, False for the op.
         """
         if not self._traced_dense or self._force is not None:
             return False
@@ -752,7 +779,18 @@ class SparseLinear(nn.Module):
         return C.decision_tokens(tokens, self.dtype) in self._traced_dense
 
     def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
-        """The dense route written as torch calls a compiler can trace and fuse."""
+        """The dense route written as torch calls a compiler can trace and fuse.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The layer's output.
+        """
         w = self._dense
         y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
         if self.activation != "none":
@@ -764,6 +802,16 @@ class SparseLinear(nn.Module):
 
         Seen before means the same shape, strides, device and dtype; one call then costs about the
         host time of ``F.linear``. Any other input takes the full path, which chooses and remembers.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The layer's output, ``(..., out_features)``.
         """
         # an input shape that runs dense by every clock this layer may be timed by (its mode's,
         # or both for "auto"): found by shape, device and dtype alone, with no capture check and
@@ -780,7 +828,18 @@ class SparseLinear(nn.Module):
         return self._forward(x)
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward the compiled op runs (``torch.compile``): :meth:`run`'s fast path."""
+        """The forward the compiled op runs (``torch.compile``): :meth:`run`'s fast path.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The layer's output, ``(..., out_features)``.
+        """
         clock = self._clock_now()
         fast = self._fast_table(clock).get((x.shape, x.stride(), x.get_device(), x.dtype))
         if fast is not None:
@@ -820,7 +879,18 @@ class SparseLinear(nn.Module):
         )
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x`` (what the compiled op returns)."""
+        """An empty tensor shaped like the output for ``x`` (what the compiled op returns).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor
+            An empty tensor of the output's shape and dtype.
+        """
         return x.new_empty((*x.shape[:-1], self.out_features), dtype=self._result_dtype(x))
 
     def _result_dtype(self, x: torch.Tensor) -> torch.dtype:

@@ -97,7 +97,18 @@ class SparsifyReport:
     model: nn.Module | None = field(default=None, repr=False)
 
     def reason(self, fqn: str) -> str | None:
-        """Why ``fqn`` was kept dense (None if it was swapped)."""
+        """Why ``fqn`` was kept dense (None if it was swapped).
+
+        Parameters
+        ----------
+        fqn : str
+            The layer's name.
+
+        Returns
+        -------
+        str or None
+            The reason, or None.
+        """
         return dict(self.skipped).get(fqn)
 
     def layer_estimate(self, tokens: int, clock: str | None = None) -> tuple[float, float] | None:
@@ -108,6 +119,18 @@ class SparsifyReport:
         (``model_speeds``) or run ``sparsity-explorer bench --suites models`` for whole
         models. ``clock`` picks the times (``"wall"`` or ``"gpu"``); by default the first
         recorded.
+
+        Parameters
+        ----------
+        tokens : int
+            The token count.
+        clock : {"wall", "gpu"}, optional
+            The clock whose times are summed (default: the first recorded).
+
+        Returns
+        -------
+        (float, float) or None
+            Dense and chosen milliseconds, or None where no times were recorded at ``tokens``.
         """
         clock = clock or next((t.clock for t in self.timings), None)
         rows = [

@@ -23,7 +23,18 @@ SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repeti
 
 
 def call_s(fn: Callable[[], object]) -> float:
-    """Wall time of one synchronized call (seconds), after one warm-up call."""
+    """Wall time of one synchronized call (seconds), after one warm-up call.
+
+    Parameters
+    ----------
+    fn : callable
+        The call, without arguments.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
     fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -37,6 +48,22 @@ def eager_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7, warmup: i
 
     Back-to-back calls include whatever host time the device waits for, so a host-bound path
     shows its real per-call cost.
+
+    Parameters
+    ----------
+    fn : callable
+        The call, without arguments.
+    iters : int, default 20
+        Back-to-back calls per repetition.
+    reps : int, default 7
+        Timed repetitions.
+    warmup : int, default 5
+        Untimed calls first.
+
+    Returns
+    -------
+    float
+        Milliseconds per call.
     """
     for _ in range(warmup):
         fn()
@@ -54,7 +81,22 @@ def eager_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7, warmup: i
 
 
 def graph_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7) -> float:
-    """Median per-call time of ``iters`` calls captured in one CUDA graph and replayed."""
+    """Median per-call time of ``iters`` calls captured in one CUDA graph and replayed.
+
+    Parameters
+    ----------
+    fn : callable
+        The call, without arguments; it must be capturable.
+    iters : int, default 20
+        Calls captured in the graph.
+    reps : int, default 7
+        Timed replays.
+
+    Returns
+    -------
+    float
+        Milliseconds per call.
+    """
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -81,7 +123,20 @@ def graph_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7) -> float:
 
 
 def host_us(fn: Callable[[], object], iters: int = 200) -> float:
-    """Host time to issue one call (microseconds), measured without synchronizing inside."""
+    """Host time to issue one call (microseconds), measured without synchronizing inside.
+
+    Parameters
+    ----------
+    fn : callable
+        The call, without arguments.
+    iters : int, default 200
+        Calls timed.
+
+    Returns
+    -------
+    float
+        Microseconds per call.
+    """
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -98,6 +153,18 @@ def round_order(names: list[str], round_index: int) -> list[str]:
 
     Each round starts one name further on, so that over the rounds every callable takes every
     place in turn.
+
+    Parameters
+    ----------
+    names : list of str
+        The callables' names.
+    round_index : int
+        The round, from 0.
+
+    Returns
+    -------
+    list of str
+        ``names`` rotated by ``round_index``.
 
     Examples
     --------
@@ -131,6 +198,19 @@ def interleaved_runs(
     after a synchronization: a host-bound model's time depends on its place in the round.
     ``setup[name]()``, where given, runs before that callable's warm-up and before each of its
     rounds, outside the timed calls (e.g. swapping modules into the model it calls).
+
+    Parameters
+    ----------
+    fns : dict of str to callable
+        The calls, without arguments, by name.
+    rounds : int, default 7
+        Rounds timed.
+    iters : int, default 5
+        Back-to-back calls per callable and round.
+    warmup : int, default 3
+        Untimed calls of each callable first.
+    setup : dict of str to callable, optional
+        Run before a callable's warm-up and rounds, untimed.
 
     Returns
     -------
@@ -172,6 +252,16 @@ def interleaved_runs(
 def paired_ratio(base: list[float], other: list[float]) -> float:
     """The median over rounds of ``base / other``, each pair taken in the same round.
 
+    Parameters
+    ----------
+    base, other : list of float
+        Times per round, the same number of rounds.
+
+    Returns
+    -------
+    float
+        The median ratio.
+
     Examples
     --------
     >>> paired_ratio([10.0, 20.0, 10.0], [5.0, 20.0, 8.0])
@@ -184,6 +274,22 @@ def interleaved_ms(
     fns: dict[str, Callable[[], object]], rounds: int = 7, iters: int = 5, warmup: int = 3
 ) -> dict[str, float]:
     """Medians of :func:`interleaved_runs`: each callable's per-call time (milliseconds).
+
+    Parameters
+    ----------
+    fns : dict of str to callable
+        The calls, without arguments, by name.
+    rounds : int, default 7
+        Rounds timed.
+    iters : int, default 5
+        Back-to-back calls per callable and round.
+    warmup : int, default 3
+        Untimed calls of each callable first.
+
+    Returns
+    -------
+    dict of str to float
+        ``{name: ms per call}``.
 
     Examples
     --------

@@ -39,6 +39,16 @@ def schema_version() -> str:
 def compress(weight: torch.Tensor) -> torch.Tensor:
     """``torch._cslt_compress`` with a clear error for CPU tensors.
 
+    Parameters
+    ----------
+    weight : torch.Tensor
+        The 2:4 CUDA weight, ``[out, in]``.
+
+    Returns
+    -------
+    torch.Tensor
+        The compressed weight.
+
     Examples
     --------
     >>> w = torch.tensor([[1.0, 0.0, -2.0, 0.0] * 64] * 64, device="cuda")  # doctest: +GPU
@@ -59,6 +69,26 @@ def sparse_mm(
     split_k: int = 1,
 ) -> torch.Tensor:
     """``x @ W^T`` (+ bias) through ``torch._cslt_sparse_mm``, output ``[tokens, out]``.
+
+    Parameters
+    ----------
+    compressed : torch.Tensor
+        From :func:`compress`.
+    x : torch.Tensor
+        ``[tokens, in]`` CUDA input.
+    bias : torch.Tensor, optional
+        ``[out]`` vector added.
+    out_dtype : torch.dtype, optional
+        The output's dtype (default: the op's).
+    alg_id : int, default 0
+        Algorithm config id (0: the op's default).
+    split_k : int, default 1
+        Split-K factor (1: none).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[tokens, out]``.
 
     Examples
     --------

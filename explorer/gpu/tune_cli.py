@@ -34,6 +34,16 @@ DEFAULT_TOKENS = (4096, 1024, 16)
 def family_shapes(name: str) -> list[tuple[int, int, str]]:
     """``(out, in, role)`` of the sparse products ``sparsify`` runs for a model family.
 
+    Parameters
+    ----------
+    name : str
+        One of :data:`FAMILIES`.
+
+    Returns
+    -------
+    list of (int, int, str)
+        One entry per product.
+
     Examples
     --------
     >>> family_shapes("llama-3.2-1b")
@@ -64,7 +74,18 @@ def _problems(families, tokens, dtypes):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point (``sparsity-explorer tune --help``)."""
+    """Command-line entry point (``sparsity-explorer tune --help``).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 2 without a CUDA GPU.
+    """
     p = argparse.ArgumentParser(
         prog="sparsity-explorer tune",
         description="Find the fastest correct cuSPARSELt algorithm for the layers of common "

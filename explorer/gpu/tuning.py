@@ -130,6 +130,26 @@ def lookup(
     With ``nearest=True`` a problem never tuned at ``n`` tokens takes the config tuned for the
     same shape, dtypes and layout at the nearest token count (by ratio, within a factor of 8):
     a candidate the caller must still time against the default, never a verdict.
+
+    Parameters
+    ----------
+    device : int
+        The CUDA device index.
+    m, n, k : int
+        Output features, (padded) tokens and input features.
+    dtype, out_dtype : torch.dtype or str
+        The weight's and the output's dtype.
+    layout : str
+        The operand layouts, e.g. ``"cc"``.
+    epilogue : str, default "none"
+        The fused epilogue.
+    nearest : bool, default False
+        Fall back to the nearest token count tuned.
+
+    Returns
+    -------
+    int or None
+        The config id, or None.
     """
     key = _key(device, m, n, k, dtype, out_dtype, layout, epilogue)
     with _LOCK:
@@ -160,6 +180,18 @@ def search_counts(counts: Iterable[int], limit: int = MAX_SEARCHED_COUNTS) -> tu
     bounded per shape however many counts are asked for; the others reuse the nearest
     searched count's config (:func:`lookup` with ``nearest=True``).
 
+    Parameters
+    ----------
+    counts : iterable of int
+        The token counts; those below 1 are dropped.
+    limit : int, default MAX_SEARCHED_COUNTS
+        The most counts kept.
+
+    Returns
+    -------
+    tuple of int
+        The counts kept, ascending.
+
     Examples
     --------
     >>> search_counts([4096, 16])
@@ -187,6 +219,11 @@ def deferred_search(progress: bool = False) -> Iterator[list]:
     A model's layers are built inside the block and measured after it: a layer looks its
     tuned configs up when it first times its routes, so the batch lands in time. The searches
     count in :func:`search_stats` like any other. Blocks nest; the outermost one searches.
+
+    Parameters
+    ----------
+    progress : bool, default False
+        Show a progress bar while the batch is searched.
 
     Yields
     ------
@@ -223,7 +260,13 @@ def deferred_search(progress: bool = False) -> Iterator[list]:
 
 
 def clear(disk: bool = False) -> None:
-    """Forget the tuned algorithms (in memory; also the file with ``disk=True``)."""
+    """Forget the tuned algorithms (in memory; also the file with ``disk=True``).
+
+    Parameters
+    ----------
+    disk : bool, default False
+        Also delete the table's file.
+    """
     global _TABLE
     with _LOCK:
         _TABLE = {}
@@ -276,6 +319,16 @@ SEARCH_MIN_WEIGHTS = 1 << 18
 def worth_searching(m: int, k: int) -> bool:
     """Whether an ``m x k`` weight is large enough to search its algorithm for.
 
+    Parameters
+    ----------
+    m, k : int
+        The weight's rows and columns.
+
+    Returns
+    -------
+    bool
+        True where ``m * k`` is at least :data:`SEARCH_MIN_WEIGHTS`.
+
     Examples
     --------
     >>> worth_searching(4096, 4096), worth_searching(1024, 512), worth_searching(512, 256)
@@ -299,6 +352,10 @@ def tune_weight(
         The CUDA 2:4 weight ``[out, in]`` in the matmul's dtype (float16 or bfloat16).
     tokens : iterable of int
         Token counts to tune for (each is padded as the layer pads it).
+    out_dtype : torch.dtype, optional
+        The output's dtype (default: the first cuSPARSELt allows for ``weight``'s dtype).
+    epilogue : {"none", "relu", "gelu"}
+        The epilogue fused into the plans.
     layouts : iterable of str
         Operand layouts to tune.
 
@@ -389,6 +446,19 @@ def tune_problems(
     values); every config id is checked against the dense product and timed; the fastest
     correct one is remembered in the user's table (or ``table``). Problems already in the
     table are skipped.
+
+    Parameters
+    ----------
+    problems : iterable of Problem
+        The problems to tune; duplicates and weights too small to search are skipped.
+    device : int, default 0
+        The CUDA device index.
+    table : Path, optional
+        The table to remember results in (default: the user's).
+    progress : bool, default True
+        Show a progress bar.
+    timeout : float, default 900.0
+        Seconds to wait for a child to exit once its output has ended.
 
     Returns
     -------

@@ -157,7 +157,16 @@ def _distinct_weights(rows: int, cols: int, seed: int) -> torch.Tensor:
 @_exercise("1.1", "reshape to (rows, cols // 4, 4), take .abs().topk(2, dim=-1).indices, "
            "scatter True into a zero bool tensor of that shape, reshape back")  # fmt: skip
 def mask_24(fn: Callable[[torch.Tensor], torch.Tensor]) -> tuple[bool, str]:
-    """Exercise 1.1: ``fn(weight)`` returns the 2:4 keep-mask (2 largest ``|w|`` of every 4)."""
+    """Exercise 1.1: ``fn(weight)`` returns the 2:4 keep-mask (2 largest ``|w|`` of every 4).
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    Verdict
+    """
     from explorer import check_pattern, make_mask
 
     for rows, cols, seed in ((1, 8, 0), (4, 16, 1), (32, 64, 2)):
@@ -180,7 +189,16 @@ def mask_24(fn: Callable[[torch.Tensor], torch.Tensor]) -> tuple[bool, str]:
 
 @_exercise("1.2", "choose which 4 of the 8 positions to keep: math.comb(8, 4)")
 def keep_pattern_count(answer: int) -> tuple[bool, str]:
-    """Exercise 1.2: how many keep-patterns a 4:8 group has."""
+    """Exercise 1.2: how many keep-patterns a 4:8 group has.
+
+    Parameters
+    ----------
+    answer : int
+
+    Returns
+    -------
+    Verdict
+    """
     value = _number(answer)
     if value == math.comb(8, 4):
         return True, "C(8, 4) = 70 ways to keep 4 of 8; 2:4 has only C(4, 2) = 6."
@@ -192,7 +210,16 @@ def keep_pattern_count(answer: int) -> tuple[bool, str]:
 @_exercise("1.3", "values: half the entries at 2 bytes each; metadata: a 2-bit position per "
            "kept value. Divide by the dense bytes (2 per entry)")  # fmt: skip
 def compressed_fraction(answer: float) -> tuple[bool, str]:
-    """Exercise 1.3: a compressed 16-bit 2:4 weight's size as a fraction of the dense one."""
+    """Exercise 1.3: a compressed 16-bit 2:4 weight's size as a fraction of the dense one.
+
+    Parameters
+    ----------
+    answer : float
+
+    Returns
+    -------
+    Verdict
+    """
     value = _number(answer)
     expected = (0.5 * 2 + 0.5 * 2 / 8) / 2  # values + 2-bit indices of the kept half
     if abs(value - expected) < 1e-3:
@@ -208,7 +235,16 @@ def compressed_fraction(answer: float) -> tuple[bool, str]:
 @_exercise("2.1", "the norm of each input feature over the tokens is x.norm(dim=0) (shape [in]); "
            "multiply weight.abs() by it, broadcast along the rows")  # fmt: skip
 def wanda_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[bool, str]:
-    """Exercise 2.1: ``fn(weight, x)`` returns Wanda's scores ``|W_ij| * ||x_j||_2``."""
+    """Exercise 2.1: ``fn(weight, x)`` returns Wanda's scores ``|W_ij| * ||x_j||_2``.
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    Verdict
+    """
     from explorer import make_mask
 
     g = torch.Generator().manual_seed(3)
@@ -230,7 +266,19 @@ def wanda_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tu
 def best_method(
     answer: str, scores: Mapping[str, float], higher_is_better: bool = True
 ) -> tuple[bool, str]:
-    """Exercise 2.2: the method whose pruned model scored best (``scores``: method -> metric)."""
+    """Exercise 2.2: the method whose pruned model scored best (``scores``: method -> metric).
+
+    Parameters
+    ----------
+    answer : str
+    scores : mapping of str to float
+        Method -> the metric its pruned model scored.
+    higher_is_better : bool, default True
+
+    Returns
+    -------
+    Verdict
+    """
     if not isinstance(answer, str):
         raise _Wrong(f"expected a method name such as 'magnitude', got {answer!r:.60}")
     if answer not in scores:
@@ -245,7 +293,23 @@ def best_method(
 @_exercise("2.3", "explorer.finetune(bundle.model, result, bundle.train_data, steps=200, "
            "progress=False), then bundle.evaluate()[bundle.metric]")  # fmt: skip
 def finetuned(answer: float, bundle: Any, result: Any, before: float) -> tuple[bool, str]:
-    """Exercise 2.3: fine-tuning with the masks held raised the metric and kept the zeros."""
+    """Exercise 2.3: fine-tuning with the masks held raised the metric and kept the zeros.
+
+    Parameters
+    ----------
+    answer : float
+        The learner's metric after fine-tuning.
+    bundle : ModelBundle
+        The fine-tuned model's bundle.
+    result : PruneResult
+        The pruning result whose ``masks`` must still hold.
+    before : float
+        The metric before fine-tuning.
+
+    Returns
+    -------
+    Verdict
+    """
     value = _number(answer)
     model = dict(bundle.model.named_modules())
     for name, mask in result.masks.items():
@@ -265,7 +329,17 @@ def finetuned(answer: float, bundle: Any, result: Any, before: float) -> tuple[b
 @_exercise("3.1", "16-bit activations need rows in multiples of 8, 8-bit in multiples of 16: "
            "round 100 up to each")  # fmt: skip
 def padded_tokens(answer: Sequence[int]) -> tuple[bool, str]:
-    """Exercise 3.1: 100 tokens padded for a 16-bit and for an 8-bit sparse matmul."""
+    """Exercise 3.1: 100 tokens padded for a 16-bit and for an 8-bit sparse matmul.
+
+    Parameters
+    ----------
+    answer : sequence of int
+        The learner's pair: padded tokens for 16-bit, then for 8-bit.
+
+    Returns
+    -------
+    Verdict
+    """
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise _Wrong(f"expected a pair (16-bit, 8-bit), got {answer!r:.60}")
     got = tuple(_number(a) for a in answer)
@@ -279,7 +353,18 @@ def padded_tokens(answer: Sequence[int]) -> tuple[bool, str]:
 @_exercise("3.2", "the low nibble (byte & 0xF) is the first group; in a nibble, bits 0-1 are "
            "the first position and bits 2-3 the second")  # fmt: skip
 def metadata_positions(answer: Sequence[Sequence[int]], cw: Any) -> tuple[bool, str]:
-    """Exercise 3.2: the positions of row 0's first two groups, decoded from its first byte."""
+    """Exercise 3.2: the positions of row 0's first two groups, decoded from its first byte.
+
+    Parameters
+    ----------
+    answer : sequence of sequence of int
+    cw : CompressedWeight
+        The compressed weight whose first metadata byte is decoded.
+
+    Returns
+    -------
+    Verdict
+    """
     expected = [tuple(p) for p in cw.positions()[0, :2].tolist()]
     try:
         got = [tuple(int(i) for i in pair) for pair in answer]
@@ -296,7 +381,16 @@ def metadata_positions(answer: Sequence[Sequence[int]], cw: Any) -> tuple[bool, 
 @_exercise("3.3", "out = torch.zeros(cw.shape, dtype=cw.values.dtype); "
            "out.scatter_(1, cw.columns(), cw.values)")  # fmt: skip
 def decompress(fn: Callable[[Any], torch.Tensor]) -> tuple[bool, str]:
-    """Exercise 3.3: ``fn(cw)`` rebuilds the dense weight from values and positions."""
+    """Exercise 3.3: ``fn(cw)`` rebuilds the dense weight from values and positions.
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    Verdict
+    """
     from explorer import compress, make_mask
 
     for rows, cols, seed in ((2, 8, 4), (16, 64, 5)):
@@ -313,7 +407,18 @@ def decompress(fn: Callable[[Any], torch.Tensor]) -> tuple[bool, str]:
 @_exercise("4.1", "print(report) lists each layer's findings; the code is the stable name in "
            "report.reasons(layer)[i].code")  # fmt: skip
 def finding_code(answer: str, report: Any, layer: str) -> tuple[bool, str]:
-    """Exercise 4.1: the code of the finding that stops ``layer`` from being fast."""
+    """Exercise 4.1: the code of the finding that stops ``layer`` from being fast.
+
+    Parameters
+    ----------
+    answer : str
+    report : DoctorReport
+    layer : str
+
+    Returns
+    -------
+    Verdict
+    """
     reasons = [f for f in report.reasons(layer) if f.severity in ("warn", "error")]
     codes = [f.code for f in reasons]
     if not isinstance(answer, str):
@@ -331,7 +436,18 @@ def finding_code(answer: str, report: Any, layer: str) -> tuple[bool, str]:
 @_exercise("4.2", "the doctor wants 16-bit (not float32) and enough tokens per call that the "
            "product passes the size it names; keep the tokens a multiple of 8")  # fmt: skip
 def doctor_fix(answer: Mapping[str, Any], model: torch.nn.Module) -> tuple[bool, str]:
-    """Exercise 4.2: ``{"dtype": ..., "tokens": ...}`` for which every layer is fast on an H100."""
+    """Exercise 4.2: ``{"dtype": ..., "tokens": ...}`` for which every layer is fast on an H100.
+
+    Parameters
+    ----------
+    answer : mapping
+    model : torch.nn.Module
+        The model the doctor examines (for an H100).
+
+    Returns
+    -------
+    Verdict
+    """
     from explorer import doctor
 
     if not isinstance(answer, Mapping) or set(answer) != {"dtype", "tokens"}:
@@ -356,7 +472,16 @@ def doctor_fix(answer: Mapping[str, Any], model: torch.nn.Module) -> tuple[bool,
 @_exercise("4.3", "Amdahl's law: the time left is (1 - fraction) + fraction / layer_speedup; "
            "the speedup is 1 over that")  # fmt: skip
 def end_to_end(fn: Callable[[float, float], float]) -> tuple[bool, str]:
-    """Exercise 4.3: ``fn(fraction, layer_speedup)``, the whole model's speedup (Amdahl)."""
+    """Exercise 4.3: ``fn(fraction, layer_speedup)``, the whole model's speedup (Amdahl).
+
+    Parameters
+    ----------
+    fn : callable
+
+    Returns
+    -------
+    Verdict
+    """
     cases = ((0.7, 1.46), (1.0, 2.0), (0.0, 2.0), (0.5, 1.0), (0.9, 0.8))
     for fraction, speedup in cases:
         got = _number(_call(fn, fraction, speedup))
@@ -369,7 +494,22 @@ def end_to_end(fn: Callable[[float, float], float]) -> tuple[bool, str]:
 @_exercise("4.4", "keep the frontier points whose metric is within the tolerance of dense, "
            "then take the one with the largest speedup")  # fmt: skip
 def choice(answer: str, plot: Any, dense: float, tolerance: float) -> tuple[bool, str]:
-    """Exercise 4.4: the label of the fastest frontier point within ``tolerance`` of dense."""
+    """Exercise 4.4: the label of the fastest frontier point within ``tolerance`` of dense.
+
+    Parameters
+    ----------
+    answer : str
+        The learner's label of a point of ``plot``.
+    plot : TradeoffPlot
+        The trade-off plot (``points``, ``frontier()``, ``higher_is_better``).
+    dense : float
+        The dense model's metric.
+    tolerance : float
+
+    Returns
+    -------
+    Verdict
+    """
     labels = [p.label for p in plot.points]
     if not isinstance(answer, str) or answer not in labels:
         raise _Wrong(f"expected one of the plot's labels, e.g. {labels[0]!r}; got {answer!r:.60}")

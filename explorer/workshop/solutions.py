@@ -171,7 +171,18 @@ def fill_file(notebook: str | Path, dest: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m explorer.workshop.solutions NOTEBOOK DEST``."""
+    """``python -m explorer.workshop.solutions NOTEBOOK DEST``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        ``[NOTEBOOK, DEST]`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 2 on a wrong number of arguments.
+    """
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m explorer.workshop.solutions NOTEBOOK DEST", file=sys.stderr)
