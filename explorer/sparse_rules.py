@@ -200,9 +200,7 @@ def min_capability(dtype: torch.dtype) -> tuple[int, int]:
     >>> min_capability(torch.float8_e4m3fn)
     (8, 9)
     """
-    if is_eight_bit(dtype) and dtype.is_floating_point:
-        return max(FP8_MIN_CAPABILITY, MIN_CAPABILITY)
-    return MIN_CAPABILITY
+    return FP8_MIN_CAPABILITY if is_eight_bit(dtype) and dtype.is_floating_point else MIN_CAPABILITY
 
 
 def _dotted(capability: tuple[int, int]) -> str:
@@ -393,18 +391,14 @@ def layer_obstacles(
     >>> [o.code for o in layer_obstacles(10, 30, torch.float16, capability=(7, 5))]
     ['capability', 'align', 'width']
     """
-    found = [o for o in (dtype_obstacle(dtype),) if o is not None]
+    found = [dtype_obstacle(dtype)]
     if capability is not None:
         found += capability_obstacles(capability, dtype, device_name)
     found += [
-        o
-        for o in (
-            alignment_obstacle(out_features, in_features, dtype),
-            pattern_obstacle(in_features, pattern),
-        )
-        if o is not None
+        alignment_obstacle(out_features, in_features, dtype),
+        pattern_obstacle(in_features, pattern),
     ]
-    return found
+    return [o for o in found if o is not None]
 
 
 def why_not_24(

@@ -813,9 +813,8 @@ class SparseLinear(nn.Module):
         torch.Tensor
             The layer's output, ``(..., out_features)``.
         """
-        # an input shape that runs dense by every clock this layer may be timed by (its mode's,
-        # or both for "auto"): found by shape, device and dtype alone, with no capture check and
-        # no strides, and run as one F.linear (decode sizes, where eager models are host-bound)
+        # a shape dense by every clock this layer may run by: one F.linear, found by shape, device
+        # and dtype alone (no capture check, no strides; decode sizes, eager is host-bound there)
         dense = self._dense_any.get((x.shape, x.get_device(), x.dtype))
         if dense is not None:
             return dense(x)
@@ -991,9 +990,10 @@ class SparseLinear(nn.Module):
             y = self._dense_forward(x2, act)
             if x2.dtype == x.dtype and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
-                self._remember(x, self._dense_call(act), clock, any_dims=True)
+                call = self._dense_call(act)
+                self._remember(x, call, clock, any_dims=True)
                 if dense_always and len(self._dense_any) < 64:
-                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = self._dense_call(act)
+                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = call
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2

@@ -8,25 +8,17 @@ from dataclasses import asdict, dataclass, replace
 
 from explorer.patterns import Pattern
 
-# METHODS is the registry's names, given by the module's __getattr__ when asked
-__all__ = ["METHODS", "PATTERNS", "MethodConfig", "MethodPicker", "min_calibration"]  # noqa: F822
+__all__ = ["PATTERNS", "MethodConfig", "MethodPicker", "available_methods", "min_calibration"]
 
 #: Patterns offered in the dropdown (any pattern :class:`explorer.patterns.Pattern` parses works).
 PATTERNS = ("2:4", "4:8", "1:4", "unstructured:0.5", "block16:0.5", "rows:0.25")
 
 
-def __getattr__(name: str) -> tuple[str, ...]:
-    # ``METHODS``: the methods offered, read from the registry when first asked (the widgets
-    # import explorer.pruning lazily, so it cannot be read when this module is imported)
-    if name == "METHODS":
-        return available_methods()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def available_methods() -> tuple[str, ...]:
     """The methods the pruning method registry (:data:`explorer.pruning.METHODS`) holds.
 
-    ``explorer.widgets.method_picker.METHODS`` is the same tuple.
+    Read at each call (the widgets import :mod:`explorer.pruning` lazily), so a method
+    registered later is offered too.
 
     Examples
     --------
