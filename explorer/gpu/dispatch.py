@@ -24,10 +24,12 @@ __all__ = [
     "DENSE",
     "MODES",
     "SPARSE_MARGIN",
+    "VERDICTS_BY_MODE",
     "Decision",
     "Route",
     "check_mode",
     "clock_for",
+    "dense_needed",
     "nearest_route",
     "pick_route",
 ]
@@ -228,6 +230,53 @@ def clock_for(mode: str) -> str:
     ('gpu', 'wall', 'wall')
     """
     return "gpu" if check_mode(mode) == "graphs" else "wall"
+
+
+#: The verdicts a layer's dense weight serves in each mode: its clocks' routes, and for the modes
+#: a model may be compiled in by default (``"auto"``, ``"compile"``) the compiled model's traced
+#: matmul (:meth:`Decision.compiled_dense`).
+VERDICTS_BY_MODE = {
+    "auto": ("gpu", "wall", "compile"),
+    "eager": ("wall",),
+    "compile": ("wall", "compile"),
+    "graphs": ("gpu",),
+}
+
+
+def dense_needed(mode: str, verdicts) -> bool:
+    """Whether a layer run in ``mode`` needs its dense weight kept.
+
+    ``verdicts`` holds, per measured token count, ``{"gpu": bool, "wall": bool, "compile":
+    bool}``: whether the GPU clock, the wall clock, and a model compiled in
+    ``torch.compile``'s default mode run that count dense. The dense weight is needed where
+    any verdict of the mode says dense. A model sparsified for ``"auto"`` may be compiled in the
+    default mode, which runs decode sizes as traced dense matmuls (host-bound there, see
+    :meth:`Decision.compiled_dense`): without the dense weight it would call the sparse op
+    instead and pay the op's host time, so the dense weight stays even where every clock chose
+    a sparse route.
+
+    Parameters
+    ----------
+    mode : str
+        One of :data:`MODES`.
+    verdicts : iterable of dict
+        One ``{verdict: chose dense}`` per measured token count.
+
+    Returns
+    -------
+    bool
+        True to keep the dense weight.
+
+    Examples
+    --------
+    >>> decode_sizes = [{"gpu": False, "wall": False, "compile": True}]
+    >>> dense_needed("auto", decode_sizes), dense_needed("compile", decode_sizes)
+    (True, True)
+    >>> dense_needed("eager", decode_sizes), dense_needed("graphs", decode_sizes)
+    (False, False)
+    """
+    wanted = VERDICTS_BY_MODE[check_mode(mode)]
+    return any(v.get(name, False) for v in verdicts for name in wanted)
 
 
 #: Token counts up to which a model compiled in ``torch.compile``'s default mode is host-bound

@@ -27,6 +27,7 @@ from explorer.gpu.dispatch import (
     Route,
     check_mode,
     clock_for,
+    dense_needed,
 )
 from explorer.gpu.eager_check import eager_verdict
 from explorer.gpu.route_timing import BOOK
@@ -416,6 +417,19 @@ class SparseLinear(nn.Module):
         self._routes.clear()
         self._forget_fast_paths()
         self._traced_dense = ()
+
+    def needs_dense(self) -> bool:
+        """Whether a measured token count runs the dense weight in this layer's mode.
+
+        By the clocks of the mode, and, for ``"auto"`` and ``"compile"``, by a model compiled in
+        ``torch.compile``'s default mode (see :func:`~explorer.gpu.dispatch.dense_needed`).
+
+        Returns
+        -------
+        bool
+            False where :meth:`drop_dense` frees memory nothing would use.
+        """
+        return dense_needed(self.mode, self._dense_at.values())
 
     @property
     def decode_kept(self) -> bool:

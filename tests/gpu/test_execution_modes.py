@@ -224,6 +224,33 @@ def test_auto_mode_traces_small_layers_dense_for_the_default_compile():
     assert sl.traces_dense(4096) == sl.measured()[4096].compiled_dense(op_ms)
 
 
+@pytest.mark.parametrize("mode", ["auto", "graphs"])
+def test_decode_blocks_keep_the_dense_weight_a_default_compile_runs(mode):
+    from explorer.gpu import SparseGatedMLP, sparsify
+
+    torch.manual_seed(2)
+    model = nn.Sequential(LlamaMLP(256, 1024, torch.bfloat16))
+    sparsify(model, tokens=(16,), tune=False, decode=True, mode=mode)
+    mlp = model[0]
+    if not isinstance(mlp, SparseGatedMLP):
+        pytest.skip("the block stayed dense on this GPU: nothing to compile")
+    parts = (mlp.gate_up, mlp.down)
+    # "auto" may be compiled in the default mode, which runs decode sizes as the compiler's own
+    # dense matmuls: the dense weights stay for it; "graphs" never traces dense at 16 tokens
+    # where the GPU clock chose a sparse route
+    if mode == "auto":
+        assert all(p.dense_kept and p.traces_dense(16) for p in parts)
+    else:
+        assert all(p.dense_kept == p.needs_dense() for p in parts)
+    x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = mlp(x)
+        torch._dynamo.reset()
+        out = torch.compile(model)(x)
+    torch._dynamo.reset()
+    assert relerr(out, ref) < 2e-2
+
+
 def test_copies_pickles_and_moves():
     from explorer.gpu import sparsify
 

@@ -8,7 +8,15 @@ import ctypes
 import pytest
 import torch
 
-from explorer.gpu.dispatch import DECODE, DENSE, Decision, Route, check_mode, clock_for
+from explorer.gpu.dispatch import (
+    DECODE,
+    DENSE,
+    Decision,
+    Route,
+    check_mode,
+    clock_for,
+    dense_needed,
+)
 from explorer.gpu.model_timing import ModelSpeed, input_tokens
 from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
 
@@ -24,6 +32,25 @@ def test_every_mode_has_a_clock_and_unknown_modes_name_the_choices():
     }
     with pytest.raises(ValueError, match=r"'reduce-overhead' unknown.*graphs"):
         check_mode("reduce-overhead")
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "needed"),
+    [
+        # every clock chose sparse, but a default-mode compile runs decode sizes dense
+        ({"gpu": False, "wall": False, "compile": True}, {"auto", "compile"}),
+        ({"gpu": True, "wall": False, "compile": False}, {"auto", "graphs"}),
+        ({"gpu": False, "wall": True, "compile": False}, {"auto", "eager", "compile"}),
+        ({"gpu": False, "wall": False, "compile": False}, set()),
+    ],
+)
+def test_the_dense_weight_stays_where_a_verdict_of_the_mode_runs_it(verdicts, needed):
+    sparse_elsewhere = {"gpu": False, "wall": False, "compile": False}
+    for mode in ("auto", "eager", "compile", "graphs"):
+        assert dense_needed(mode, [sparse_elsewhere, verdicts]) == (mode in needed), mode
+    assert not dense_needed("auto", [])
+    with pytest.raises(ValueError, match="unknown"):
+        dense_needed("notebook", [verdicts])
 
 
 def test_a_route_faster_on_the_gpu_but_slower_on_the_host_is_not_taken_by_wall_time():
