@@ -17,7 +17,7 @@ import torch
 
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
-from explorer.gpu.timing import host_us, interleaved_ms
+from explorer.gpu.routes.timing import host_us, interleaved_ms
 
 
 def _parts(model, x):

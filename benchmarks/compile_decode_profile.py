@@ -19,7 +19,7 @@ import torch
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.dtypes import parse_dtype
 from explorer.gpu import sparsify
-from explorer.gpu.timing import interleaved_runs, paired_ratio
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
 
 def _profile(fn, label: str, top: int = 8) -> None:

@@ -12,7 +12,7 @@ import copy
 import torch
 
 from explorer.bench.models import MODEL_SPECS, build_model
-from explorer.gpu.timing import interleaved_ms
+from explorer.gpu.routes.timing import interleaved_ms
 
 
 def main() -> None:

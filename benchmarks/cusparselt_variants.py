@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from explorer.gpu.timing import eager_ms as cuda_ms
+from explorer.gpu.routes.timing import eager_ms as cuda_ms
 
 COL, ROW = 1, 2
 OP_N, OP_T = 0, 1

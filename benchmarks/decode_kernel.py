@@ -32,7 +32,14 @@ def _problems(tokens, dtype, seed):
 def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
     """Per-layer time of each warp count, to check :func:`default_warps` picks well."""
     from explorer.bench.decode import _rotating_ms
-    from explorer.gpu.decode import _MAX_WARPS, _sms, _tiles, decode_matmul, default_warps, pack
+    from explorer.gpu.cuda.decode import (
+        _MAX_WARPS,
+        _sms,
+        _tiles,
+        decode_matmul,
+        default_warps,
+        pack,
+    )
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -64,8 +71,8 @@ def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
     import cupy as cp
 
     from explorer.bench.decode import _rotating_ms
-    from explorer.gpu.decode import _launch, pack
-    from explorer.gpu.kernels import kernel_dir
+    from explorer.gpu.cuda.decode import _launch, pack
+    from explorer.gpu.cuda.kernels import kernel_dir
 
     src = (kernel_dir() / "decode24.cu").read_text()
     assert "#pragma unroll 2\n    for (int ch" in src

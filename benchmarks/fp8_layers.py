@@ -4,9 +4,9 @@ For each layer shape (out x in) at the given token counts, on one GPU, GPU time 
 replays (medians): bf16 dense (``F.linear``), FP8 dense (``torch._scaled_mm`` with row-wise
 scales: per-token activation scales, per-channel weight scales), and FP8 2:4 through the
 explorer's cuSPARSELt plans with the library's default algorithm and with the algorithm
-searched for the shape (``explorer.gpu.search``, in a child process, within its time budget).
+searched for the shape (``explorer.gpu.library.search``, in a child process, within its time budget).
 Each FP8 route is timed twice: the matmul alone on an already quantized input, and with the
-activation's per-token quantization (``explorer.gpu.fp8.quantize_activations``) and the scales
+activation's per-token quantization (``explorer.gpu.modules.fp8.quantize_activations``) and the scales
 applied, which is what a layer pays. Every route's output is checked against the float64
 product of the same quantized operands. Run on a GPU (capability 8.9 or newer)::
 
@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from explorer.bench import environment
-from explorer.gpu import cusparselt as C
-from explorer.gpu import fp8
-from explorer.gpu.search import search_algorithm
-from explorer.gpu.timing import graph_ms
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library.search import search_algorithm
+from explorer.gpu.modules import fp8
+from explorer.gpu.routes.timing import graph_ms
 from explorer.masks import make_mask
 
 SHAPES_8B = "4096x4096,1024x4096,14336x4096,4096x14336"

@@ -12,8 +12,8 @@ import torch
 
 from explorer.bench.runner import llama_mlp, mask24
 from explorer.gpu import SparseGatedMLP
-from explorer.gpu.kernels import silu_mul
-from explorer.gpu.timing import eager_ms as ms
+from explorer.gpu.cuda.kernels import silu_mul
+from explorer.gpu.routes.timing import eager_ms as ms
 
 
 def report(dtype: torch.dtype, tokens: int) -> None:

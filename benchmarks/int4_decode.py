@@ -9,8 +9,8 @@ that the copies hold three times the L2 cache, so each call reads its weight fro
 * dense bf16 ``F.linear`` (cuBLAS);
 * torch's int4 weight-only kernel (``aten._weight_int4pack_mm`` on a weight packed by
   ``aten._convert_weight_to_int4pack``, group 128, inner_k_tiles 8);
-* the explorer's 16-bit 2:4 decode kernel (``explorer.gpu.decode.DecodeCall``);
-* the 2:4 + int4 kernel (``explorer.gpu.decode_int4.Int4DecodeCall``), default launch.
+* the explorer's 16-bit 2:4 decode kernel (``explorer.gpu.cuda.decode.DecodeCall``);
+* the 2:4 + int4 kernel (``explorer.gpu.cuda.decode_int4.Int4DecodeCall``), default launch.
 
 It prints the errors of a quick check, the graph-replay time of the smallest call (the fixed
 cost of a launch), a sweep of launch settings (feeding, warps per block, chunks in flight) at
@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from explorer.bench.decode import DECODE_SHAPES, copy_bandwidth
-from explorer.gpu.decode import DecodeCall, pack
-from explorer.gpu.decode_int4 import (
+from explorer.gpu.cuda.decode import DecodeCall, pack
+from explorer.gpu.cuda.decode_int4 import (
     Int4DecodeCall,
     Int4LaunchConfig,
     decode_int4_matmul,
@@ -45,7 +45,7 @@ from explorer.gpu.decode_int4 import (
     pack_int4_weight,
     token_tiles,
 )
-from explorer.gpu.timing import graph_ms, host_us
+from explorer.gpu.routes.timing import graph_ms, host_us
 from explorer.lowbit import Int4Weight
 from explorer.masks import make_mask
 
@@ -212,7 +212,7 @@ def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
     """The weight loads with L2 prefetch hints, against the shipped build (1 and 16 tokens)."""
     import cupy as cp
 
-    from explorer.gpu.kernels import kernel_dir
+    from explorer.gpu.cuda.kernels import kernel_dir
 
     src = (kernel_dir() / "decode24_int4.cu").read_text()
     line = '#define INT4_WEIGHT_LOAD "ld.global.nc.L1::no_allocate.v4.u32"'

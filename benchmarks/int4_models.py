@@ -2,7 +2,7 @@
 
 Three copies of one model of :data:`explorer.bench.models.MODEL_SPECS` (random weights, every
 Linear but ``lm_head`` pruned 2:4): the bf16 model; "int4 dense", every pruned Linear an
-:class:`~explorer.gpu.int4_linear.Int4Linear` kept on torch's int4 weight-only kernel (the
+:class:`~explorer.gpu.modules.int4_linear.Int4Linear` kept on torch's int4 weight-only kernel (the
 baseline a user deploying int4 has); and ``sparsify(model, dtype="int4")``, which offers each
 layer the 2:4 + int4 decode kernel. Each run is timed eagerly and with CUDA graphs
 (``torch.compile(mode="reduce-overhead")``, the int4 models set to ``mode="graphs"``), the
@@ -25,8 +25,8 @@ from torch import nn
 from explorer.bench import environment
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.gpu import set_mode, sparsify
-from explorer.gpu.int4_linear import Int4Linear
-from explorer.gpu.timing import interleaved_runs, paired_ratio
+from explorer.gpu.modules.int4_linear import Int4Linear
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
 
 def _pruned(module: nn.Module, name: str) -> bool:

@@ -18,10 +18,10 @@ import torch
 
 from explorer.bench.runner import mask24
 from explorer.dtypes import dtype_name
-from explorer.gpu import cusparselt as C
-from explorer.gpu import kernels as K
-from explorer.gpu import tuning
-from explorer.gpu.timing import eager_ms, host_us
+from explorer.gpu.cuda import kernels as K
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library import tuning
+from explorer.gpu.routes.timing import eager_ms, host_us
 
 SHAPES = {  # name: (out, in)
     "1B qkv": (3072, 2048),

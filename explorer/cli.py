@@ -344,7 +344,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def _tune(argv: list[str]) -> int:
-    from explorer.gpu.tune_cli import main as tune  # the gpu package loads torch on first use
+    from explorer.gpu.library.tune_cli import main as tune  # torch loads on first use
 
     return tune(argv)
 

@@ -39,13 +39,13 @@ LARGE_MODULES = {
     "explorer/checkpoint/onnx_check.py": 520,
     "explorer/cli.py": 668,
     "explorer/diagnosis.py": 543,
-    "explorer/gpu/cusparselt.py": 939,
-    "explorer/gpu/decode_int4.py": 728,
-    "explorer/gpu/int4_linear.py": 504,
-    "explorer/gpu/kernels.py": 875,
-    "explorer/gpu/model_swap.py": 783,
-    "explorer/gpu/sparse_linear.py": 1156,
-    "explorer/gpu/tuning.py": 628,
+    "explorer/gpu/library/cusparselt.py": 939,
+    "explorer/gpu/cuda/decode_int4.py": 728,
+    "explorer/gpu/modules/int4_linear.py": 504,
+    "explorer/gpu/cuda/kernels.py": 875,
+    "explorer/gpu/swap/model_swap.py": 783,
+    "explorer/gpu/modules/sparse_linear.py": 1134,
+    "explorer/gpu/library/tuning.py": 628,
     "explorer/results/markdown/bench.py": 651,
     "explorer/results/speedup.py": 511,
     "explorer/results/store/db.py": 722,
@@ -321,6 +321,56 @@ def test_no_import_cycle_at_import_time():
     assert cycles == [], "modules that import each other:\n" + "\n".join(
         " <-> ".join(group) for group in cycles
     )
+
+
+#: The rooms of ``explorer.gpu``, each with the rooms its modules may import (anywhere in the
+#: module, lazy imports included): imports run one way, from the model-level swap down to the
+#: route rules.
+GPU_ROOMS = {
+    "routes": set(),
+    "library": {"routes"},
+    "cuda": {"routes"},
+    "modules": {"routes", "library", "cuda"},
+    "swap": {"routes", "library", "cuda", "modules"},
+}
+
+
+def gpu_room_imports() -> list[str]:
+    """``module -> room`` for every import of ``explorer.gpu`` that runs against the rooms' order."""
+    wrong = []
+    for module, path in _modules().items():
+        parts = module.split(".")
+        if parts[:2] != ["explorer", "gpu"] or len(parts) < 4:
+            continue
+        room = parts[2]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [_resolve(module, path, node)]
+                names += [f"{names[0]}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = name.split(".")
+                if target[:2] == ["explorer", "gpu"] and len(target) > 2 and target[2] in GPU_ROOMS:
+                    if target[2] != room and target[2] not in GPU_ROOMS[room]:
+                        wrong.append(f"{module} imports {'.'.join(target[:3])}")
+    return sorted(set(wrong))
+
+
+def test_every_gpu_module_lives_in_a_room():
+    loose = [
+        m
+        for m in _modules()
+        if m.startswith("explorer.gpu.") and m.count(".") == 2 and m.split(".")[2] not in GPU_ROOMS
+    ]
+    assert loose == [], f"modules of explorer.gpu outside its rooms {sorted(GPU_ROOMS)}: {loose}"
+
+
+def test_gpu_rooms_import_one_way():
+    wrong = gpu_room_imports()
+    assert wrong == [], "imports against the rooms' order:\n" + "\n".join(wrong)
 
 
 def test_no_module_grows_past_its_ceiling():

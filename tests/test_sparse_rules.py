@@ -133,8 +133,8 @@ def fake_cuda_linear(out_features, in_features):
 
 
 def test_sparsify_and_cusparselt_read_the_rules(monkeypatch):
-    from explorer.gpu import cusparselt
-    from explorer.gpu.model_swap import eligibility
+    from explorer.gpu.library import cusparselt
+    from explorer.gpu.swap.model_swap import eligibility
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")

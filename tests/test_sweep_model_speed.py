@@ -79,7 +79,7 @@ class FakeTimer:
         return inputs
 
     def sparsify(self, model, mode, tokens, filter_fn):
-        from explorer.gpu.sparsify_report import SparsifyReport
+        from explorer.gpu.swap.sparsify_report import SparsifyReport
 
         model.sparse = True
         return SparsifyReport(mode=mode)

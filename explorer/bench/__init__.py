@@ -234,7 +234,7 @@ def environment() -> dict:
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
         env["cuda"] = torch.version.cuda
         try:
-            from explorer.gpu.cusparselt import library_version
+            from explorer.gpu.library.cusparselt import library_version
 
             env["cusparselt"] = library_version()
         except Exception as exc:  # the header shows why the version is unknown; timing goes on

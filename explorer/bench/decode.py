@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.timing import graph_ms
+from explorer.gpu.routes.timing import graph_ms
 
 __all__ = ["DECODE_SHAPES", "DECODE_TOKENS", "bench_decode", "check_decode", "copy_bandwidth"]
 
@@ -89,7 +89,7 @@ def check_decode(
     list of dict
         One row per (shape, dtype, tokens).
     """
-    from explorer.gpu.decode import decode_matmul, pack
+    from explorer.gpu.cuda.decode import decode_matmul, pack
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rows = []
@@ -153,8 +153,8 @@ def bench_decode(
         One row per (shape, dtype, tokens): times in ms, ratios over dense, bytes moved and the
         achieved share of the copy bandwidth.
     """
-    from explorer.gpu.decode import decode_matmul, pack
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.cuda.decode import decode_matmul, pack
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))

@@ -22,7 +22,7 @@ import statistics
 import torch
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.timing import paired_ratio
+from explorer.gpu.routes.timing import paired_ratio
 
 __all__ = ["bench_generate"]
 

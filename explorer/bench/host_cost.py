@@ -2,7 +2,7 @@
 
 Eager notebooks and ``torch.compile``'s default mode pay the host's time to issue every call;
 on a fast GPU a decode step is often bound by it. This suite measures, without synchronizing
-inside the loop (:func:`explorer.gpu.timing.host_us`), the microseconds one call costs on the
+inside the loop (:func:`explorer.gpu.routes.timing.host_us`), the microseconds one call costs on the
 host:
 
 - the decode kernel's launch against ``F.linear`` on the same layer (1 and 16 tokens);
@@ -106,8 +106,8 @@ def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 1024, log=None
     import copy
 
     from explorer.gpu import SparseGatedMLP, SparseLinear, SparseQKV
-    from explorer.gpu import decode as D
-    from explorer.gpu.timing import host_us
+    from explorer.gpu.cuda import decode as D
+    from explorer.gpu.routes.timing import host_us
 
     say = (lambda msg: print(f"[host] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     rows = []

@@ -4,7 +4,7 @@
 dashboard call. Given a pruned, dense-masked model and one example input, it makes a
 sparsified copy with :func:`explorer.sparsify` (routes chosen for the execution mode), then at
 each token count times dense and sparse forwards in that mode (medians of CUDA events after
-warm-up, through :mod:`explorer.gpu.model_timing`), with the dense model's GPU-busy share and
+warm-up, through :mod:`explorer.gpu.swap.model_timing`), with the dense model's GPU-busy share and
 the ceiling estimate beside them (:func:`explorer.bench.models.ceiling`). The
 :class:`ModelSpeedResult` it returns shows itself in one line and as a table, and turns into
 ``model-speed`` rows (:mod:`explorer.results.model_speed`); on a machine without a CUDA GPU it
@@ -24,7 +24,7 @@ from explorer import _html
 from explorer.bench.model_timer import CudaModelTimer, inputs_at
 from explorer.bench.models import ceiling
 from explorer.dtypes import dtype_name
-from explorer.gpu.model_timing import ModelSpeed, input_tokens
+from explorer.gpu.swap.model_timing import ModelSpeed, input_tokens
 from explorer.results.model_speed import DEFAULT_SPEED_MODE, check_speed_mode, model_speed_row
 
 __all__ = ["TIMED_DTYPES", "ModelSpeedResult", "measure_model_speed"]
@@ -46,7 +46,7 @@ class ModelSpeedResult:
     tokens : tuple of int
         The token counts asked for, one per entry of :attr:`speeds` when measured.
     speeds : tuple of ModelSpeed
-        One :class:`~explorer.gpu.model_timing.ModelSpeed` per token count (its ``tokens``
+        One :class:`~explorer.gpu.swap.model_timing.ModelSpeed` per token count (its ``tokens``
         are those of the input timed; its ``mode`` the mode the forwards really ran in).
     ceilings : tuple of float or None
         Per token count: the dense time with the swapped layers' time replaced by their

@@ -1,7 +1,7 @@
 """The GPU side of a whole-model timing: placing a model, sparsifying it, timing its forwards.
 
 :class:`CudaModelTimer` is the collaborator :func:`explorer.bench.model_speed.measure_model_speed`
-hands the GPU work to, through the public helpers of :mod:`explorer.gpu.model_timing`
+hands the GPU work to, through the public helpers of :mod:`explorer.gpu.swap.model_timing`
 (``time_forward``, ``gpu_busy``) and :func:`explorer.sparsify`; a test hands it a fake with the
 same methods instead, so the measurement's logic runs on a CPU. :func:`inputs_at` resizes one
 example input to a token count. CUDA is touched only when a method is called.
@@ -32,7 +32,7 @@ def inputs_at(example, tokens: int):
 
     Token ids ``[batch, seq]`` (and the masks beside them) keep their sequence length, cut to
     ``tokens`` when longer, and repeat along the batch: ``ceil(tokens / seq)`` rows, so the
-    count can round up (:func:`explorer.gpu.model_timing.input_tokens` says the count timed).
+    count can round up (:func:`explorer.gpu.swap.model_timing.input_tokens` says the count timed).
     Feature rows ``[rows, features]`` repeat to ``tokens`` rows. Values are the example's own,
     so ids stay in the vocabulary.
 
@@ -214,7 +214,7 @@ class CudaModelTimer:
         -------
         tuple of (str, float)
         """
-        from explorer.gpu.model_timing import call_model, time_forward
+        from explorer.gpu.swap.model_timing import call_model, time_forward
 
         if mode == "compile":
             torch._dynamo.reset()
@@ -247,7 +247,7 @@ class CudaModelTimer:
         -------
         float or None
         """
-        from explorer.gpu.model_timing import gpu_busy
+        from explorer.gpu.swap.model_timing import gpu_busy
 
         return gpu_busy(model, inputs)
 
@@ -269,8 +269,8 @@ class CudaModelTimer:
         -------
         tuple of (float, float) or None
         """
-        from explorer.gpu.cusparselt import decision_tokens
-        from explorer.gpu.dispatch import clock_for
+        from explorer.gpu.library.cusparselt import decision_tokens
+        from explorer.gpu.routes.dispatch import clock_for
 
         return report.layer_estimate(decision_tokens(tokens, dtype), clock=clock_for(mode))
 

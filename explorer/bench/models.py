@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.cusparselt import decision_tokens
-from explorer.gpu.timing import interleaved_runs, paired_ratio
+from explorer.gpu.library.cusparselt import decision_tokens
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
 __all__ = [
     "MODEL_SPECS",
@@ -437,7 +437,7 @@ def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> N
     a model run that way.
 
     The variants of one compile mode are compiled together and timed side by side, round
-    after round (:func:`~explorer.gpu.timing.interleaved_runs`): a default-mode compiled decode
+    after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled decode
     step is host-bound, and timed one after the other its ratio to dense drifts with the
     host's speed. Each speedup is the median of the rounds' paired ratios.
     """

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.search import search_algorithm
-from explorer.gpu.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
+from explorer.gpu.library.search import search_algorithm
+from explorer.gpu.routes.timing import SLOW_S, call_s, eager_ms, graph_ms, host_us
 from explorer.masks import make_mask
 
 __all__ = [
@@ -127,9 +127,9 @@ def bench_matmul(
     -------
     list of dict
     """
-    from explorer.gpu import cusparselt as C
-    from explorer.gpu import torch_backend as TB
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.library import cusparselt as C
+    from explorer.gpu.library import torch_backend as TB
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     dev = "cuda"
     base = dict(suite="matmul", m=m, n=n, k=k, dtype=dtype_name(dtype), alg=alg)
@@ -371,7 +371,7 @@ def bench_check_kernel(gib: float = 1.0) -> list[dict]:
     -------
     list of dict
     """
-    from explorer.gpu import kernels as K
+    from explorer.gpu.cuda import kernels as K
 
     numel = int(gib * 2**30) // 2
     numel -= numel % 4096

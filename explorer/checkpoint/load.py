@@ -432,7 +432,7 @@ def load_sparse(
         Where to put the model afterwards (default: where it is; the CPU for a rebuilt one).
     sparse_linear : bool
         Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt), or
-        a 2:4 + int4 layer by :class:`~explorer.gpu.int4_linear.Int4Linear` on its stored codes
+        a 2:4 + int4 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on its stored codes
         and scales; needs a CUDA ``device``.
     dtype : torch.dtype, optional
         ``SparseLinear``'s dtype (default: the weight's if 16-bit, else float16).
@@ -556,8 +556,8 @@ def _to_sparse_linear(
 
     Every layer is built first, and swapped in only once all are built.
     """
-    from explorer.gpu.int4_linear import Int4Linear
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     built: dict[str, nn.Module] = {}
     kept: dict[str, str] = {}

@@ -4,6 +4,14 @@ CuPy and nvmath-python are imported lazily, so ``import explorer.gpu`` works on 
 the first call that needs a GPU raises a clear error when there is none. The public names load
 on first use, so a submodule that needs no torch (``tune_cli``'s ``--help``) stays light.
 
+The package has five rooms; imports run one way, from the top of this list to the bottom:
+
+- :mod:`explorer.gpu.swap`: ``sparsify``, ``set_mode``, the whole-model check and the report.
+- :mod:`explorer.gpu.modules`: ``SparseLinear``, the fused blocks, their options and weights.
+- :mod:`explorer.gpu.library` (cuSPARSELt: binding, plans, algorithm search, tuning tables) and
+  :mod:`explorer.gpu.cuda` (the explorer's own kernels, their launches, the compiled op).
+- :mod:`explorer.gpu.routes`: which route a layer takes (pure rules), and the timing behind it.
+
 Examples
 --------
 >>> import explorer.gpu
@@ -17,13 +25,13 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from explorer.gpu.fused_qkv import SparseQKV
-    from explorer.gpu.gated_mlp import SparseGatedMLP
-    from explorer.gpu.model_swap import set_mode, sparsify
-    from explorer.gpu.model_timing import ModelSpeed
-    from explorer.gpu.sparse_linear import SparseLinear
-    from explorer.gpu.sparse_options import SparseOptions
-    from explorer.gpu.sparsify_report import SparsifyReport
+    from explorer.gpu.modules.fused_qkv import SparseQKV
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP
+    from explorer.gpu.modules.sparse_linear import SparseLinear
+    from explorer.gpu.modules.sparse_options import SparseOptions
+    from explorer.gpu.swap.model_swap import set_mode, sparsify
+    from explorer.gpu.swap.model_timing import ModelSpeed
+    from explorer.gpu.swap.sparsify_report import SparsifyReport
 
 __all__ = [
     "ModelSpeed",
@@ -37,14 +45,14 @@ __all__ = [
 ]
 
 _HOMES = {
-    "ModelSpeed": "explorer.gpu.model_timing",
-    "set_mode": "explorer.gpu.model_swap",
-    "SparseGatedMLP": "explorer.gpu.gated_mlp",
-    "SparseLinear": "explorer.gpu.sparse_linear",
-    "SparseOptions": "explorer.gpu.sparse_options",
-    "SparseQKV": "explorer.gpu.fused_qkv",
-    "SparsifyReport": "explorer.gpu.sparsify_report",
-    "sparsify": "explorer.gpu.model_swap",
+    "ModelSpeed": "explorer.gpu.swap.model_timing",
+    "set_mode": "explorer.gpu.swap.model_swap",
+    "SparseGatedMLP": "explorer.gpu.modules.gated_mlp",
+    "SparseLinear": "explorer.gpu.modules.sparse_linear",
+    "SparseOptions": "explorer.gpu.modules.sparse_options",
+    "SparseQKV": "explorer.gpu.modules.fused_qkv",
+    "SparsifyReport": "explorer.gpu.swap.sparsify_report",
+    "sparsify": "explorer.gpu.swap.model_swap",
 }
 
 

@@ -63,7 +63,7 @@ def model_grid(
     int8, gpu : bool
         Also evaluate every model in int8 (the exact reference), and through the GPU kernel.
     fp8 : bool
-        Also evaluate every model in FP8 e4m3 (:mod:`explorer.gpu.fp8`'s reference).
+        Also evaluate every model in FP8 e4m3 (:mod:`explorer.gpu.modules.fp8`'s reference).
     dtype : str
         The weights' dtype of the dense and pruned rows (``"bfloat16"``: rounded to it).
 

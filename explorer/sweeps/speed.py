@@ -90,8 +90,8 @@ def _search_together(problems: list[tuple[int, int, int]], dtype: str) -> None:
     Each problem is searched within the search budget, so that the benchmark finds them all in this
     GPU's table instead of starting a child per shape and layout.
     """
-    from explorer.gpu.cusparselt import padded_tokens
-    from explorer.gpu.tuning import Problem, tune_problems
+    from explorer.gpu.library.cusparselt import padded_tokens
+    from explorer.gpu.library.tuning import Problem, tune_problems
 
     torch_dtype = getattr(torch, dtype)
     tune_problems(

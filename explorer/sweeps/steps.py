@@ -238,7 +238,7 @@ def retrain(bundle: Any, model: nn.Module, masks: Any, config: dict, cancel: Any
 def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: dict) -> list[dict]:
     """Rows of ``model`` with int8 weights and activations, where ``config["int8"]`` asks.
 
-    ``quant="int8"``: :func:`explorer.gpu.quant.int8_reference`, which sums the integer
+    ``quant="int8"``: :func:`explorer.gpu.modules.quant.int8_reference`, which sums the integer
     products exactly on any device; ``quant="int8-gpu"`` (``config["gpu"]``): the cuSPARSELt
     int8 kernel through :func:`explorer.sparsify`. A dense model is quantized whether or not
     it is 2:4; ``metrics["prune_seconds"]`` travels to the int8 row.
@@ -267,7 +267,7 @@ def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: d
     """
     if not config.get("int8"):
         return []
-    from explorer.gpu.quant import int8_reference
+    from explorer.gpu.modules.quant import int8_reference
 
     timing = {k: metrics[k] for k in ("prune_seconds",) if k in metrics}
     quantized, names = int8_reference(model, bundle.filter_fn, require_24=kind != "dense")
@@ -297,7 +297,7 @@ def int8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: d
 def fp8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: dict) -> list[dict]:
     """Rows of ``model`` with FP8 (e4m3) weights and activations, where ``config["fp8"]`` asks.
 
-    ``quant="fp8"``: :func:`explorer.gpu.fp8.fp8_reference_model`, which emulates the sparse
+    ``quant="fp8"``: :func:`explorer.gpu.modules.fp8.fp8_reference_model`, which emulates the sparse
     FP8 kernel (per-channel weight and per-token activation scales, float32 sums) on any
     device. A dense model is quantized whether or not it is 2:4; ``metrics["prune_seconds"]``
     travels to the FP8 row.
@@ -326,7 +326,7 @@ def fp8_rows(kind: str, config: dict, bundle: Any, model: nn.Module, metrics: di
     """
     if not config.get("fp8"):
         return []
-    from explorer.gpu.fp8 import fp8_reference_model
+    from explorer.gpu.modules.fp8 import fp8_reference_model
 
     timing = {k: metrics[k] for k in ("prune_seconds",) if k in metrics}
     quantized, names = fp8_reference_model(model, bundle.filter_fn, require_24=kind != "dense")

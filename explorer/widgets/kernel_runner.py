@@ -1,7 +1,7 @@
 """The kernel runner: compress a layer and run its sparse matmul, or show what was measured.
 
 On a GPU with sparse tensor cores (compute capability 8.0 or newer) the layer is compressed
-with cuSPARSELt (:mod:`explorer.gpu.cusparselt`) and timed against the dense matmul. Anywhere
+with cuSPARSELt (:mod:`explorer.gpu.library.cusparselt`) and timed against the dense matmul. Anywhere
 else the compression is emulated on the CPU (:mod:`explorer.compression`) and checked
 against the dense masked reference, and the speed column comes from the recorded
 measurements for that shape (:mod:`explorer.results.store`'s reference database), labelled with the
@@ -241,7 +241,7 @@ class KernelRunner:
         )
 
     def _run_gpu(self, w, name, shape, tokens, dtype, recorded, gpu) -> KernelResult:
-        from explorer.gpu import cusparselt
+        from explorer.gpu.library import cusparselt
 
         torch_dtype = parse_dtype(dtype)
         wd = w.to("cuda", torch_dtype).contiguous()
@@ -272,6 +272,6 @@ class KernelRunner:
 
 
 def _time_cuda(fn, repeats: int) -> float:
-    from explorer.gpu.timing import eager_ms
+    from explorer.gpu.routes.timing import eager_ms
 
     return eager_ms(fn, iters=1, reps=repeats, warmup=3)

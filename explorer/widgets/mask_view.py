@@ -180,9 +180,9 @@ def block_density(
 
 
 def _gpu_block_density(mask: torch.Tensor, br: int, bc: int) -> torch.Tensor | None:
-    """Counts from the CuPy kernel of :mod:`explorer.gpu.kernels`; None where it cannot run."""
+    """Counts from the CuPy kernel of :mod:`explorer.gpu.cuda.kernels`; None where it cannot run."""
     try:
-        from explorer.gpu import kernels
+        from explorer.gpu.cuda import kernels
 
         density = kernels.block_density(mask, tile=(br, bc))
     except (ImportError, RuntimeError, ValueError):  # no CuPy here: torch on the GPU instead

@@ -8,7 +8,7 @@ from torch import nn
 
 from explorer.bench.model_speed import ModelSpeedResult, measure_model_speed
 from explorer.bench.model_timer import CudaModelTimer, inputs_at
-from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 from explorer.results.model_speed import measured_speed
 from explorer.results.store import ResultStore
 

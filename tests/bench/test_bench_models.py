@@ -8,7 +8,7 @@ from torch import nn
 
 import explorer.bench.model_speed as model_speed
 from explorer.bench.models import _model_speed_columns
-from explorer.gpu.model_timing import ModelSpeed
+from explorer.gpu.swap.model_timing import ModelSpeed
 
 
 def _row():

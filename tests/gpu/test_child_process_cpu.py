@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from explorer.gpu.child_process import child_lines
+from explorer.gpu.library.child_process import child_lines
 
 
 def _child(code: str) -> subprocess.Popen:

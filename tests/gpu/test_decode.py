@@ -12,7 +12,7 @@ TOL = 2e-3  # relative error allowed for 16-bit inputs with float32 accumulation
 
 
 def _decode():
-    from explorer.gpu import decode
+    from explorer.gpu.cuda import decode
 
     return decode
 
@@ -129,7 +129,7 @@ def _linear(k, n, dtype, bias=True):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_sparse_linear_measures_and_runs_the_decode_route(dtype):
     from explorer.gpu import SparseLinear
-    from explorer.gpu.dispatch import DECODE
+    from explorer.gpu.routes.dispatch import DECODE
 
     lin = _linear(4096, 4096, dtype)
     sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
@@ -147,8 +147,8 @@ def test_sparse_linear_measures_and_runs_the_decode_route(dtype):
 
 def test_sparse_linear_int8_decode_is_weight_only():
     from explorer.gpu import SparseLinear
-    from explorer.gpu.decode import decode_matmul_reference
-    from explorer.gpu.dispatch import DECODE
+    from explorer.gpu.cuda.decode import decode_matmul_reference
+    from explorer.gpu.routes.dispatch import DECODE
 
     lin = _linear(2048, 1024, torch.bfloat16)
     sl = SparseLinear.from_linear(lin, dtype=torch.int8, decode=True)
@@ -162,7 +162,7 @@ def test_sparse_linear_int8_decode_is_weight_only():
 
 def test_sparse_linear_decode_compiled_with_cuda_graphs():
     from explorer.gpu import SparseLinear
-    from explorer.gpu.dispatch import DECODE
+    from explorer.gpu.routes.dispatch import DECODE
 
     lin = _linear(1024, 3072, torch.bfloat16)
     sl = SparseLinear.from_linear(lin, decode=True)

@@ -21,7 +21,7 @@ SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
 
 
 def _int4():
-    from explorer.gpu import decode_int4
+    from explorer.gpu.cuda import decode_int4
 
     return decode_int4
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.gpu.decode_int4 import (
+from explorer.gpu.cuda.decode_int4 import (
     CHUNK,
     Int4DecodeCall,
     Int4LaunchConfig,

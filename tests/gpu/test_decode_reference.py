@@ -7,7 +7,7 @@ import torch
 from gpu_helpers import mask24
 
 from explorer.compression import compress
-from explorer.gpu.decode import decode_matmul_reference, default_warps, pack
+from explorer.gpu.cuda.decode import decode_matmul_reference, default_warps, pack
 
 
 def test_pack_round_trips_exactly():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from explorer.gpu.dispatch import (
+from explorer.gpu.routes.dispatch import (
     DECODE,
     DENSE,
     SPARSE_MARGIN,
@@ -56,7 +56,7 @@ def test_nearest_route_on_a_log_scale():
 
 
 def test_decode_route_reads_the_sparse_weight_and_competes():
-    from explorer.gpu.dispatch import DECODE, DENSE, Route, nearest_route, pick_route
+    from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, nearest_route, pick_route
 
     assert repr(DECODE) == "Route(decode)" and DECODE.row_major and DECODE.sparse_weight
     assert not DENSE.sparse_weight

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from explorer.gpu.eager_check import EagerCheck, check_eager, eager_verdict, synthetic_inputs
+from explorer.gpu.routes.layer_decisions import eager_verdict
+from explorer.gpu.swap.eager_check import EagerCheck, check_eager, synthetic_inputs
 
 
 class _Layer:

@@ -72,7 +72,7 @@ class _Block(nn.Module):
 @pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("tokens", [1, 3, 16, 64])
 def test_decode_call_matches_reference(tokens, int8):
-    from explorer.gpu.decode import DecodeCall, decode_matmul_reference, pack
+    from explorer.gpu.cuda.decode import DecodeCall, decode_matmul_reference, pack
 
     torch.manual_seed(tokens)
     w = mask24(torch.randn(384, 256, device=DEV, dtype=torch.bfloat16))
@@ -88,7 +88,7 @@ def test_decode_call_matches_reference(tokens, int8):
 
 
 def test_decode_call_refuses_bad_sizes():
-    from explorer.gpu.decode import DecodeCall, pack
+    from explorer.gpu.cuda.decode import DecodeCall, pack
 
     packed = pack(mask24(torch.randn(64, 64, device=DEV, dtype=torch.half)))
     with pytest.raises(ValueError, match="1 to 64"):
@@ -163,7 +163,7 @@ def test_reduce_overhead_after_every_plan_was_evicted_runs_and_matches():
     """A capture never builds a cuSPARSELt plan (its workspace would be left in the graph's
     private pool, which torch's CUDA-graph trees refuse): it runs dense instead."""
     from explorer.gpu import set_mode, sparsify
-    from explorer.gpu.cusparselt import default_cache
+    from explorer.gpu.library.cusparselt import default_cache
 
     torch.manual_seed(2)
     dense = _Block()
@@ -208,7 +208,8 @@ def test_reduce_overhead_that_decides_routes_in_its_warm_up_runs_and_matches():
 
 
 def test_auto_mode_traces_small_layers_dense_for_the_default_compile():
-    from explorer.gpu import SparseLinear, ops
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.cuda import ops
 
     lin = _linear(512, 1024)
     sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
@@ -297,7 +298,7 @@ def test_running_in_another_mode_warns_once():
 
 def test_sparsify_measures_the_whole_model_on_example_inputs():
     from explorer.gpu import sparsify
-    from explorer.gpu.model_timing import ModelSpeed
+    from explorer.gpu.swap.model_timing import ModelSpeed
 
     torch.manual_seed(2)
     model = _Block()

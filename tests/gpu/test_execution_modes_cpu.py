@@ -8,7 +8,7 @@ import ctypes
 import pytest
 import torch
 
-from explorer.gpu.dispatch import (
+from explorer.gpu.routes.dispatch import (
     DECODE,
     DENSE,
     Decision,
@@ -17,8 +17,8 @@ from explorer.gpu.dispatch import (
     clock_for,
     dense_needed,
 )
-from explorer.gpu.model_timing import ModelSpeed, input_tokens
-from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+from explorer.gpu.swap.model_timing import ModelSpeed, input_tokens
+from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
 SPARSE = Route("sparse", "cc", 17)
 
@@ -109,7 +109,7 @@ def test_tokens_of_example_inputs():
 
 
 def test_launcher_argument_kinds():
-    from explorer.gpu.launch import Launcher, argument_slots
+    from explorer.gpu.cuda.launch import Launcher, argument_slots
 
     assert [ctypes.sizeof(s) for s in argument_slots(("u64", "u32", "i32", "i64", "f32"))] == [
         8,
@@ -143,7 +143,7 @@ def _recording_driver(seen: list):
 
 
 def test_a_launch_writes_every_argument_or_only_the_changing_ones():
-    from explorer.gpu.launch import Launcher
+    from explorer.gpu.cuda.launch import Launcher
 
     seen: list = []
     launcher = Launcher(_Kernel(), ("u64", "i32", "i64"), driver=_recording_driver(seen))
@@ -157,7 +157,7 @@ def test_a_launch_writes_every_argument_or_only_the_changing_ones():
 
 
 def test_a_refused_launch_names_the_cuda_error():
-    from explorer.gpu.launch import Launcher, LaunchRefused
+    from explorer.gpu.cuda.launch import Launcher, LaunchRefused
 
     launcher = Launcher(_Kernel(), ("u64",), driver=lambda *args: 201)
     with pytest.raises(LaunchRefused, match="CUDA error 201"):

@@ -10,7 +10,7 @@ import torch
 from gpu_helpers import mask24, relerr
 from torch import nn
 
-from explorer.gpu.fp8 import (
+from explorer.gpu.modules.fp8 import (
     FP8,
     FP8_MAX,
     Fp8ReferenceLinear,
@@ -170,7 +170,7 @@ def test_fp8_kernel_matches_the_reference(shape, act):
 
 
 def test_a_fused_pass_that_fails_falls_back_for_good_with_the_same_values(monkeypatch):
-    from explorer.gpu import fp8
+    from explorer.gpu.modules import fp8
 
     monkeypatch.setattr(fp8, "_FUSED", {})
 
@@ -210,7 +210,7 @@ def test_the_quantization_check_catches_a_value_two_steps_away():
 
 
 def test_inside_a_capture_a_kernel_that_would_compile_gives_the_plain_steps_and_stays(monkeypatch):
-    from explorer.gpu import fp8
+    from explorer.gpu.modules import fp8
 
     def would_recompile(x):
         raise RuntimeError("Detected recompile when torch.compile stance is 'fail_on_recompile'")
@@ -228,7 +228,7 @@ def test_inside_a_capture_a_kernel_that_would_compile_gives_the_plain_steps_and_
 @pytest.mark.parametrize("shape", [(4096, 4096), (1, 14336), (7, 1000), (3, 5, 384), "transposed"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_fused_pass_on_the_gpu_gives_the_plain_steps_values(shape, dtype):
-    from explorer.gpu import fp8
+    from explorer.gpu.modules import fp8
 
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 e4m3 needs compute capability 8.9+")
@@ -259,7 +259,7 @@ def captured_quantization(y):
 
 @pytest.mark.gpu
 def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_values(monkeypatch):
-    from explorer.gpu import fp8
+    from explorer.gpu.modules import fp8
 
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 e4m3 needs compute capability 8.9+")
@@ -277,7 +277,7 @@ def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_val
 
 @pytest.mark.gpu
 def test_a_capture_of_a_new_kind_of_input_takes_the_plain_steps(monkeypatch):
-    from explorer.gpu import fp8
+    from explorer.gpu.modules import fp8
 
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 e4m3 needs compute capability 8.9+")

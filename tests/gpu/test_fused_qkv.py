@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from explorer.gpu.fused_qkv import QKVPart, SparseQKV, find_qkv
+from explorer.gpu.modules.fused_qkv import QKVPart, SparseQKV, find_qkv
 
 
 class _Proj(nn.Module):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gpu_helpers import mask24, relerr
 
-from explorer.gpu.search import search_algorithm
+from explorer.gpu.library.search import search_algorithm
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ DEV = "cuda"
 
 
 def _C():
-    from explorer.gpu import cusparselt
+    from explorer.gpu.library import cusparselt
 
     return cusparselt
 

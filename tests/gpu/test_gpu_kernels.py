@@ -11,7 +11,7 @@ DEV = "cuda"
 
 
 def _K():
-    from explorer.gpu import kernels
+    from explorer.gpu.cuda import kernels
 
     return kernels
 

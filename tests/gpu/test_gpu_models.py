@@ -55,7 +55,7 @@ def _not_head(mod, fqn):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_whole_model_matches_dense_and_hands_on_row_major(kind, dtype):
     from explorer.gpu import SparseGatedMLP, SparseLinear, SparseQKV, sparsify
-    from explorer.gpu.fused_qkv import QKVPart
+    from explorer.gpu.modules.fused_qkv import QKVPart
 
     dense = _model(kind, dtype)
     model = copy.deepcopy(dense)
@@ -180,7 +180,7 @@ def test_sparse_linear_in_a_cuda_graph():
     ("rows", "cols", "tokens"), [(64, 32, 32), (96, 48, 40), (128, 80, 77), (33, 17, 5)]
 )
 def test_transpose_rows_matches_reference(dtype, rows, cols, tokens):
-    from explorer.gpu.kernels import transpose_rows, transpose_rows_reference
+    from explorer.gpu.cuda.kernels import transpose_rows, transpose_rows_reference
 
     d = torch.randn(rows, cols, device=DEV).to(dtype)
     got = transpose_rows(d, tokens)

@@ -59,7 +59,8 @@ def test_activation_epilogue(activation):
 
 
 def test_int8_flow_matches_quantized_reference():
-    from explorer.gpu import SparseLinear, quant
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.modules import quant
 
     lin = _linear(512, 256)
     sl = SparseLinear.from_linear(lin, dtype=torch.int8)
@@ -87,7 +88,7 @@ def test_torch_backend_matches():
 
 def test_plan_reused_across_calls():
     from explorer.gpu import SparseLinear
-    from explorer.gpu.cusparselt import default_cache
+    from explorer.gpu.library.cusparselt import default_cache
 
     sl = SparseLinear.from_linear(_linear(128, 128))
     x = torch.randn(30, 128, device=DEV, dtype=torch.half)
@@ -194,7 +195,7 @@ def test_auto_route_keeps_the_input_layout(dtype, transposed, output):
 
 def test_dense_route_when_kept_and_faster_or_not():
     from explorer.gpu import SparseLinear
-    from explorer.gpu.dispatch import DENSE
+    from explorer.gpu.routes.dispatch import DENSE
 
     lin = _linear(256, 256)
     sl = SparseLinear.from_linear(lin, keep_dense=True)
@@ -250,7 +251,7 @@ def test_remembered_calls_serve_any_strides_and_a_later_capture(mode):
 def test_an_activation_the_kernel_does_not_fuse_stays_in_every_later_call(monkeypatch):
     """Where cuSPARSELt refused to fuse the activation, each route applies it after the product,
     also in the calls a layer remembers for inputs it has seen (the dense route's included)."""
-    import explorer.gpu.sparse_linear as sparse_linear_module
+    import explorer.gpu.modules.sparse_linear as sparse_linear_module
     from explorer.gpu import SparseLinear
 
     monkeypatch.setattr(sparse_linear_module, "_UNFUSED", {(torch.half, "relu")})

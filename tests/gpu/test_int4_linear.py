@@ -21,7 +21,7 @@ TOL = 1e-2
 
 
 def _layer(out=1024, k=1024, bias=True, mode="auto"):
-    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
     lin = nn.Linear(k, out, bias=bias).to(DEV, torch.bfloat16)
     with torch.no_grad():
@@ -72,7 +72,7 @@ def test_leading_dims_and_strided_input():
 
 
 def test_float16_activations_run_the_dequantized_dense_route():
-    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
     lin = nn.Linear(512, 256).to(DEV, torch.float16)
     with torch.no_grad():
@@ -127,7 +127,7 @@ def test_copies_are_independent_and_dtype_changes_are_refused():
 
 def test_sparsify_int4_swaps_and_matches_the_dequantized_model():
     from explorer.gpu import sparsify
-    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -155,7 +155,7 @@ def test_sparsify_int4_swaps_and_matches_the_dequantized_model():
 
 def test_an_int4_checkpoint_loads_onto_int4_layers_with_its_scales(tmp_path):
     from explorer.checkpoint import load_sparse, read_int4_weights, save_sparse
-    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.gpu.kernels import (
+from explorer.gpu.cuda.kernels import (
     NMHistogram,
     block_density_reference,
     kernel_dir,

@@ -7,7 +7,7 @@ import torch
 from gpu_helpers import mask24, relerr
 from torch import nn
 
-from explorer.gpu.quant import Int8ReferenceLinear, int8_reference, quantize_per_channel
+from explorer.gpu.modules.quant import Int8ReferenceLinear, int8_reference, quantize_per_channel
 
 
 def test_reference_is_the_exact_integer_product():

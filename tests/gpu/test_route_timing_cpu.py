@@ -1,7 +1,7 @@
 """RouteBook: measuring once per problem, sharing, nearest counts (fake timers, no GPU)."""
 
-from explorer.gpu.dispatch import DECODE, DENSE, Decision, Route
-from explorer.gpu.route_timing import RouteBook
+from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route
+from explorer.gpu.routes.route_timing import RouteBook
 
 SPARSE = Route("sparse", "cc")
 

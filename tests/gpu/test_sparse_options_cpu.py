@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from explorer.gpu.sparse_options import SparseOptions
+from explorer.gpu.modules.sparse_options import SparseOptions
 
 
 def test_defaults_and_repr():

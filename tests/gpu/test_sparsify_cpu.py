@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from explorer.gpu import sparsify
-from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
+from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
 
 def test_bad_arguments_are_refused_before_anything_changes():
@@ -61,8 +61,8 @@ def test_report_estimate_repr_and_tables():
 def test_a_copied_sparse_layer_is_its_own_op():
     import copy
 
-    from explorer.gpu import ops
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.cuda import ops
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     layer = SparseLinear(64, 32, torch.zeros(16, dtype=torch.uint8), None, torch.float16)
     layer._fast[("some", "input")] = lambda x: x  # a fast path bound to this layer

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from explorer.gpu import timing
-from explorer.gpu.timing import interleaved_runs, round_order
+from explorer.gpu.routes import timing
+from explorer.gpu.routes.timing import interleaved_runs, round_order
 
 
 class _Event:

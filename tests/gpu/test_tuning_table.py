@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from explorer.gpu import tuning
+from explorer.gpu.library import tuning
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_shipped_tables_are_read_and_the_users_wins(table, tmp_path, monkeypatch
 
 
 def test_problems_and_family_shapes():
-    from explorer.gpu.tune_cli import FAMILIES, family_shapes, main
+    from explorer.gpu.library.tune_cli import FAMILIES, family_shapes, main
 
     assert tuning.Problem(64, 16, 32, "bfloat16") == tuning.Problem(64, 16, 32, "bfloat16")
     for fam in FAMILIES:

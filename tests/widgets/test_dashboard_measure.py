@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from explorer.gpu.sparsify_report import SparsifyReport
+from explorer.gpu.swap.sparsify_report import SparsifyReport
 from explorer.results.store import ResultStore
 from explorer.widgets.dashboard_layer import LayerView
 from explorer.widgets.dashboard_loading import Loader

@@ -46,20 +46,20 @@ class SparseOptions:
         activation scales) or float8_e4m3fn; None takes the weight's own 16-bit dtype
         (float16 for a float32 weight).
     layout : {"auto", "cc", "cr", "rc", "rr"}
-        cuSPARSELt operand layouts (see :mod:`explorer.gpu.cusparselt`); ``"auto"`` chooses by
+        cuSPARSELt operand layouts (see :mod:`explorer.gpu.library.cusparselt`); ``"auto"`` chooses by
         measurement once per shape and token count.
     output : {"rows", "any"}
         ``"rows"`` always returns a row-major ``Y``; ``"any"`` may return a transposed view of
         ``Y^T``, for a consumer that reads it for free (another sparse layer, the SwiGLU kernel).
     decode : bool
         Also keep the weight in the explorer's compressed layout so that 1 to 64 tokens may run
-        the decode kernel (:mod:`explorer.gpu.decode`).
+        the decode kernel (:mod:`explorer.gpu.cuda.decode`).
     keep_dense : bool
         Also keep the dense masked weight, so that cuBLAS runs the token counts where it is
         faster (1.5x the memory of the dense layer in all).
     tune_tokens : tuple of int
         Token counts to search the cuSPARSELt algorithm for while the dense weight is at hand
-        (see :mod:`explorer.gpu.tuning`); empty: the shipped tables or the default algorithm.
+        (see :mod:`explorer.gpu.library.tuning`); empty: the shipped tables or the default algorithm.
 
     Raises
     ------

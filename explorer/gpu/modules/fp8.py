@@ -7,14 +7,14 @@ the products of the fp8 values in float32; both scales and the bias are applied 
 result is rounded to the output dtype. :func:`fp8_reference` computes exactly that in plain torch,
 so FP8 accuracy can be measured on a CPU; :class:`Fp8ReferenceLinear` is a drop-in layer.
 
-This module imports only torch (and :mod:`explorer.gpu.reference`, which imports only torch).
+This module imports only torch (and :mod:`explorer.gpu.modules.reference`, which imports only torch).
 """
 
 from __future__ import annotations
 
 import torch
 
-from explorer.gpu.reference import QuantReferenceLinear, swap_reference_linears
+from explorer.gpu.modules.reference import QuantReferenceLinear, swap_reference_linears
 
 __all__ = [
     "FP8",

@@ -1,7 +1,7 @@
 """``SparseLinear``: a drop-in for ``nn.Linear`` that holds a 2:4 weight compressed by cuSPARSELt.
 
-Each module keeps a small dict from padded token count to its :class:`~explorer.gpu.cusparselt.Plan`
-(all plans also live in the shared LRU :class:`~explorer.gpu.cusparselt.PlanCache`), so after the
+Each module keeps a small dict from padded token count to its :class:`~explorer.gpu.library.cusparselt.Plan`
+(all plans also live in the shared LRU :class:`~explorer.gpu.library.cusparselt.PlanCache`), so after the
 first call at a token count a forward pass is: reshape, pad if needed, one ``cusparseLtMatmul``.
 """
 
@@ -16,30 +16,31 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name
-from explorer.gpu import cusparselt as C
-from explorer.gpu import decode as D
-from explorer.gpu import fp8, ops, quant, tuning
-from explorer.gpu import torch_backend as TB
-from explorer.gpu.dispatch import (
-    DECODE,
-    DENSE,
-    Decision,
-    Route,
-    check_mode,
-    clock_for,
-    dense_needed,
-)
-from explorer.gpu.eager_check import eager_verdict
-from explorer.gpu.route_timing import BOOK
-from explorer.gpu.sparse_calls import (
+from explorer.gpu.cuda import decode as D
+from explorer.gpu.cuda import ops
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library import torch_backend as TB
+from explorer.gpu.library import tuning
+from explorer.gpu.modules import fp8, quant
+from explorer.gpu.modules.sparse_calls import (
     ACTIVATIONS,
     apply_activation,
     rows_from_transposed,
     run_plan,
     sparse_call,
 )
-from explorer.gpu.sparse_options import OUTPUT_CHOICES, SparseOptions
-from explorer.gpu.sparse_weight import prepare_weight
+from explorer.gpu.modules.sparse_options import OUTPUT_CHOICES, SparseOptions
+from explorer.gpu.modules.sparse_weight import prepare_weight
+from explorer.gpu.routes.dispatch import (
+    DECODE,
+    DENSE,
+    Decision,
+    Route,
+    check_mode,
+    clock_for,
+)
+from explorer.gpu.routes.layer_decisions import LayerDecisions
+from explorer.gpu.routes.route_timing import BOOK
 from explorer.sparse_rules import token_multiple
 
 __all__ = ["SparseLinear", "stack_linears"]
@@ -85,11 +86,11 @@ class SparseLinear(nn.Module):
     """``y = activation(x @ W^T + b)`` with a 2:4 ``W`` run by cuSPARSELt.
 
     Build it with :meth:`from_linear`. Once per problem (shape, dtype, padded token count and
-    input layout) the layer times the routes it may take (see :mod:`explorer.gpu.dispatch`):
+    input layout) the layer times the routes it may take (see :mod:`explorer.gpu.routes.dispatch`):
     the sparse product writing ``Y`` row-major or ``Y^T`` (then copied to row-major, or handed
     on as a transposed view when ``output="any"``), each with the library's default and the
     tuned algorithm, when the dense weight is kept, cuBLAS on the dense weight, and at 1 to 64
-    tokens the explorer's decode kernel (:mod:`explorer.gpu.decode`). The fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
+    tokens the explorer's decode kernel (:mod:`explorer.gpu.cuda.decode`). The fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
     slower than the ``nn.Linear`` it replaced at the token counts it has seen.
 
     Parameters
@@ -120,7 +121,7 @@ class SparseLinear(nn.Module):
         residual adds need; ``"any"`` may return a transposed view of ``Y^T``, for a consumer
         that reads it for free (another sparse layer, the SwiGLU kernel).
     decode_weight : CompressedWeight, optional
-        The weight in the explorer's compressed layout (:func:`explorer.gpu.decode.pack`),
+        The weight in the explorer's compressed layout (:func:`explorer.gpu.cuda.decode.pack`),
         16-bit or int8 with per-row scales: opens the decode route at 1 to 64 tokens.
     mode : {"auto", "eager", "compile", "graphs"}
         How the model runs, which decides the clock routes are chosen by: wall time, host
@@ -189,18 +190,13 @@ class SparseLinear(nn.Module):
         # a few input rows and their dense product, to check searched algorithms against
         self.register_buffer("_probe_x", None, persistent=False)
         self.register_buffer("_probe_y", None, persistent=False)
-        self._seen: dict = {}  # padded tokens -> Decision this layer was given
-        # decision tokens -> {clock: True if dense is chosen}, and the token counts a compiled
-        # model runs as a traced dense matmul in this layer's mode (a tuple: one cheap guard)
-        self._dense_at: dict[int, dict[str, bool]] = {}
-        self._traced_dense: tuple[int, ...] = ()
+        # the decisions this layer was given, by token count, read for its mode
+        self.decisions_made = LayerDecisions(self.mode, D.MAX_TOKENS)
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
         self._npad: dict[int, int] = {}
         self._mult = token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
         self._bias_in_kernel = bias is not None and dtype.itemsize == 2
-        # decision tokens -> True where a whole-model eager check kept this layer dense
-        self._eager_verdicts: dict[int, bool] = {}
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -262,9 +258,7 @@ class SparseLinear(nn.Module):
             )
         out = super()._apply(fn, recurse)
         self._reset_runtime()
-        self._seen = {}
-        self._dense_at = {}
-        self._traced_dense = ()
+        self.decisions_made.forget()
         return out
 
     def _forget_fast_paths(self) -> None:
@@ -292,7 +286,7 @@ class SparseLinear(nn.Module):
         self.mode = check_mode(mode)
         self._routes.clear()
         self._forget_fast_paths()
-        self._update_traced_dense()
+        self.decisions_made.set_mode(mode)
 
     def set_activation(self, activation: str) -> None:
         """Apply ``activation`` (``"none"``, ``"relu"`` or ``"gelu"``) after the product.
@@ -332,16 +326,16 @@ class SparseLinear(nn.Module):
         linear : nn.Linear
             On a CUDA device, weight pruned 2:4 (zeros in place).
         options : SparseOptions, optional
-            The build options (:class:`~explorer.gpu.sparse_options.SparseOptions`): the
+            The build options (:class:`~explorer.gpu.modules.sparse_options.SparseOptions`): the
             matmul's ``dtype`` (default: the weight's if 16-bit, else float16; int8 and
             float8_e4m3fn quantize the weight per channel and the activations per token, see
-            :mod:`explorer.gpu.quant` and :mod:`explorer.gpu.fp8`), the operand ``layout``,
+            :mod:`explorer.gpu.modules.quant` and :mod:`explorer.gpu.modules.fp8`), the operand ``layout``,
             the ``output`` contract, ``decode`` (also keep the weight in the explorer's
             compressed layout, 9/16 of the dense bytes in 16-bit and 5/16 for int8, so that 1
             to 64 tokens may run the decode kernel; needs ``in_features`` a multiple of 16 and
             the cuSPARSELt backend), ``keep_dense`` (also keep the dense masked weight for
             cuBLAS where it is faster) and ``tune_tokens`` (token counts to search the
-            algorithm for now, in a child process; see :mod:`explorer.gpu.tuning`).
+            algorithm for now, in a child process; see :mod:`explorer.gpu.library.tuning`).
         activation : {"none", "relu", "gelu"}
         backend : {"cusparselt", "torch"}
         out_dtype : torch.dtype, optional
@@ -416,20 +410,20 @@ class SparseLinear(nn.Module):
         BOOK.carry_without_dense(lambda problem: problem[:3] == mnk)
         self._routes.clear()
         self._forget_fast_paths()
-        self._traced_dense = ()
+        self.decisions_made.close_dense()
 
     def needs_dense(self) -> bool:
         """Whether a measured token count runs the dense weight in this layer's mode.
 
         By the clocks of the mode, and, for ``"auto"`` and ``"compile"``, by a model compiled in
-        ``torch.compile``'s default mode (see :func:`~explorer.gpu.dispatch.dense_needed`).
+        ``torch.compile``'s default mode (see :func:`~explorer.gpu.routes.dispatch.dense_needed`).
 
         Returns
         -------
         bool
             False where :meth:`drop_dense` frees memory nothing would use.
         """
-        return dense_needed(self.mode, self._dense_at.values())
+        return self.decisions_made.needs_dense()
 
     @property
     def decode_kept(self) -> bool:
@@ -452,7 +446,7 @@ class SparseLinear(nn.Module):
         self._routes.clear()
         self._forget_fast_paths()
         self._decode_calls.clear()
-        self._seen = {n: d for n, d in self._seen.items() if DECODE not in d.wall}
+        self.decisions_made.forget_decode()
 
     @property
     def dense_bytes(self) -> int:
@@ -502,7 +496,7 @@ class SparseLinear(nn.Module):
         """The route for ``t`` tokens (``n`` padded) whose input arrives in layout ``first``."""
         if self._force is not None:
             return self._force
-        if clock == "wall" and self._eager_verdicts and self._eager_dense(t):
+        if clock == "wall" and self.decisions_made.eager_dense(C.decision_tokens(t, self.dtype)):
             return DENSE
         key = (t if t <= C.EXACT_TOKENS_UP_TO else n, first, fused_act, clock)
         route = self._routes.get(key)
@@ -515,7 +509,7 @@ class SparseLinear(nn.Module):
 
         ``keep=False`` takes the measured routes again.
 
-        Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.eager_check`), which found
+        Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.swap.eager_check`), which found
         the sparse routes no faster for the whole model at that count. A verdict at a decode
         size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
         host-bound model at 16 tokens is host-bound at 1. CUDA graphs and compiled models keep
@@ -530,15 +524,10 @@ class SparseLinear(nn.Module):
         """
         if self._dense is None:
             return
-        self._eager_verdicts[C.decision_tokens(int(tokens), self.dtype)] = bool(keep)
+        self.decisions_made.keep_dense_at(C.decision_tokens(int(tokens), self.dtype), keep)
         self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
         self._fast.clear()
         self._dense_any.clear()
-
-    def _eager_dense(self, t: int) -> bool:
-        """The whole-model checks' eager verdict for ``t`` tokens (see ``eager_verdict``)."""
-        key = C.decision_tokens(t, self.dtype)
-        return eager_verdict(self._eager_verdicts, key, D.MAX_TOKENS)
 
     def _choose(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
@@ -547,7 +536,7 @@ class SparseLinear(nn.Module):
 
         The one fastest by ``clock`` is kept.
 
-        Decisions are kept per :func:`~explorer.gpu.cusparselt.decision_tokens`: small token
+        Decisions are kept per :func:`~explorer.gpu.library.cusparselt.decision_tokens`: small token
         counts each on their own (their padding is part of the cost), larger ones per plan.
         A fixed ``layout`` or an 8-bit type leaves one route. Inside a CUDA-graph capture
         nothing can be timed: the decision of the nearest measured token count is used, or the
@@ -599,32 +588,10 @@ class SparseLinear(nn.Module):
         return found.route(clock)
 
     def _remember_decision(self, key: int, found: Decision) -> None:
-        """Keep ``found`` for :meth:`decisions` and, for tracing, which clocks chose dense.
-
-        ``"compile"`` is wall time with the compiled op's own host cost added to every route but
-        dense, which a compiled model runs as a traced matmul.
-        """
-        self._seen[key] = found
-        self._dense_at[key] = {
-            "gpu": found.route("gpu") == DENSE,
-            "wall": found.route("wall") == DENSE,
-            "compile": found.compiled_dense(ops.call_overhead_us(measure=True) / 1e3, key),
-        }
-        self._update_traced_dense()
-
-    def _update_traced_dense(self) -> None:
-        """The token counts a compiled model runs as a traced dense matmul in this mode.
-
-        By GPU time for ``"graphs"``; by :meth:`Decision.compiled_dense` (GPU time with the op's
-        host cost) for every other mode. ``"auto"`` traces as for ``torch.compile``'s default mode,
-        the common one, where the op's host time is paid: never slower there, while
-        ``mode="graphs"`` opens every GPU-clock gain to ``mode="reduce-overhead"``.
-        """
-        wanted = ("gpu",) if self.mode == "graphs" else ("compile",)
+        """Keep ``found``; a compiled model's choices count the op's host time (``ops``)."""
+        op_ms = ops.call_overhead_us(measure=True) / 1e3
         dense = self._dense is not None and self.backend == "cusparselt"
-        self._traced_dense = tuple(
-            sorted(k for k, f in self._dense_at.items() if dense and all(f[c] for c in wanted))
-        )
+        self.decisions_made.remember(key, found, op_ms, dense)
 
     def _decide_whole_forwards(
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
@@ -707,7 +674,7 @@ class SparseLinear(nn.Module):
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
         """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``.
 
-        Keyed by :func:`~explorer.gpu.cusparselt.decision_tokens` (small counts as they are, larger
+        Keyed by :func:`~explorer.gpu.library.cusparselt.decision_tokens` (small counts as they are, larger
         ones padded to their plan's count).
 
         Parameters
@@ -718,15 +685,14 @@ class SparseLinear(nn.Module):
 
         Layers of the same problem share one measurement (the first one to meet it times it).
         """
-        clock = clock or ("wall" if self.mode == "auto" else clock_for(self.mode))
-        return {n: (d.route(clock), d.times(clock)) for n, d in self._seen.items()}
+        return self.decisions_made.routes(clock)
 
     def measured(self) -> dict[int, Decision]:
         """``{tokens: Decision}``: both clocks' times of every route measured so far.
 
         Keyed as :meth:`decisions`.
         """
-        return dict(self._seen)
+        return self.decisions_made.measured()
 
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
         pkey = (n, route.layout, route.alg, fused_act, alpha)
@@ -764,7 +730,7 @@ class SparseLinear(nn.Module):
         if torch.compiler.is_compiling():
             if self.traces_dense(x.numel() // self.in_features):
                 return self.traced_dense(x)  # the compiler's own matmul: no op to call
-            # one opaque op for torch.compile and CUDA graphs (explorer.gpu.ops)
+            # one opaque op for torch.compile and CUDA graphs (explorer.gpu.cuda.ops)
             return ops.forward(x, self._op_id)
         return self.run(x)
 
@@ -786,11 +752,9 @@ class SparseLinear(nn.Module):
         bool
             True for a traced matmul, False for the op.
         """
-        if not self._traced_dense or self._force is not None:
-            return False
-        if not isinstance(tokens, int) or tokens < 1:
+        if self._force is not None or not isinstance(tokens, int) or tokens < 1:
             return False  # a symbolic (dynamic) size: the op decides at each call
-        return C.decision_tokens(tokens, self.dtype) in self._traced_dense
+        return self.decisions_made.traces_dense(C.decision_tokens(tokens, self.dtype))
 
     def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
         """The dense route written as torch calls a compiler can trace and fuse.

@@ -2,7 +2,7 @@
 
 The gate and up projections read the same input, so they run as one sparse matmul over their
 stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two);
-SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.kernels.silu_mul`) and keeps the
+SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.cuda.kernels.silu_mul`) and keeps the
 layout the matmul wrote, so the down projection reads it without a copy. The block's output is
 always row-major: the down projection hands its result to a residual add, not to a sparse layer.
 """
@@ -14,9 +14,9 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name
-from explorer.gpu import ops
-from explorer.gpu.sparse_linear import SparseLinear, stack_linears
-from explorer.gpu.sparse_options import SparseOptions
+from explorer.gpu.cuda import ops
+from explorer.gpu.modules.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.modules.sparse_options import SparseOptions
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 
@@ -63,7 +63,7 @@ def is_gated_mlp(module: nn.Module) -> bool:
 
 def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
     try:
-        from explorer.gpu.kernels import silu_mul
+        from explorer.gpu.cuda.kernels import silu_mul
 
         return silu_mul(gu)
     except ImportError:  # no CuPy: the same arithmetic in two torch calls
@@ -77,7 +77,7 @@ def _silu_call(gu: torch.Tensor, hidden: int):
     There is none without CuPy, or for a dtype or hidden size the kernel does not take.
     """
     try:
-        from explorer.gpu.kernels import SiluMulCall
+        from explorer.gpu.cuda.kernels import SiluMulCall
 
         return SiluMulCall(gu.shape[0], hidden, gu.dtype, gu.device)
     except (ImportError, ValueError):

@@ -5,7 +5,7 @@ cuBLAS, or the 2:4 weight through cuSPARSELt with the output written row-major (
 transposed (``Y^T``), the latter either handed on as a transposed view (free only when the
 next step is another sparse layer or a fused kernel) or copied to row-major by the tiled
 transpose kernel, or, for 1 to 64 tokens, the explorer's own decode kernel on the weight in its
-documented compressed layout (:mod:`explorer.gpu.decode`). Each way is a :class:`Route`. A layer times the routes it may take once per
+documented compressed layout (:mod:`explorer.gpu.cuda.decode`). Each way is a :class:`Route`. A layer times the routes it may take once per
 problem (shape, dtype, padded token count, input layout) and keeps the fastest with
 :func:`pick_route`, which keeps a layer dense unless sparse is measurably faster. Token
 counts never measured (inside a CUDA-graph capture, where nothing can be timed) take the
@@ -54,11 +54,11 @@ class Route:
         tokens).
     layout : str
         cuSPARSELt operand layouts (``"cc"``, ``"cr"``, ``"rc"``, ``"rr"``; see
-        :mod:`explorer.gpu.cusparselt`); empty for dense and decode.
+        :mod:`explorer.gpu.library.cusparselt`); empty for dense and decode.
     alg : int
         cuSPARSELt config id, -1 for the library default.
     transpose : bool
-        The ``Y^T`` output is copied to row-major by :func:`explorer.gpu.kernels.transpose_rows`.
+        The ``Y^T`` output is copied to row-major by :func:`explorer.gpu.cuda.kernels.transpose_rows`.
 
     Examples
     --------

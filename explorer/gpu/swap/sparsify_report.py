@@ -23,7 +23,7 @@ class LayerTiming:
         ``(out, in)`` of the product timed.
     tokens : int
         Token count as decided: small counts as they are, larger ones padded to their
-        plan's count (:func:`~explorer.gpu.cusparselt.decision_tokens`).
+        plan's count (:func:`~explorer.gpu.library.cusparselt.decision_tokens`).
     dense_ms, sparse_ms : float or None
         cuBLAS on the dense weight, and the fastest correct sparse route.
     route : str
@@ -60,8 +60,8 @@ class SparsifyReport:
     skipped : list of (str, str)
         ``(fqn, reason)`` of the ``nn.Linear`` layers kept dense.
     fused : list of str
-        Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.gated_mlp.SparseGatedMLP`) and
-        attention projections (:class:`~explorer.gpu.fused_qkv.SparseQKV`, ``fqn.qkv``).
+        Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`) and
+        attention projections (:class:`~explorer.gpu.modules.fused_qkv.SparseQKV`, ``fqn.qkv``).
     backend : str
         The sparse matmul backend the swapped layers use (``"explorer"`` for int4).
     dtype : str
@@ -71,14 +71,14 @@ class SparsifyReport:
     notes : list of str
         Anything else worth knowing (shared modules, untuned shapes, memory kept for dense).
     mode : str
-        The execution mode routes were chosen for (see :func:`~explorer.gpu.model_swap.sparsify`).
+        The execution mode routes were chosen for (see :func:`~explorer.gpu.swap.model_swap.sparsify`).
     model_speeds : list of ModelSpeed
         Whole-model forwards timed dense then sparse on the example inputs, per token count.
     search_s : float
         Seconds spent searching algorithms for shapes no table knew.
     eager_checks : list of EagerCheck
         The whole model timed eagerly against its dense self per token count, and where its
-        layers were told to run dense in eager mode (:mod:`explorer.gpu.eager_check`).
+        layers were told to run dense in eager mode (:mod:`explorer.gpu.swap.eager_check`).
     model : nn.Module
         The sparsified model.
     """

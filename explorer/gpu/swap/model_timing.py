@@ -135,7 +135,7 @@ def time_forward(model: torch.nn.Module, inputs, mode: str, iters: int = 5, reps
     RuntimeError
         ``"graphs"`` and the forward cannot be captured (a dynamic cache, a host sync).
     """
-    from explorer.gpu.timing import eager_ms, graph_ms
+    from explorer.gpu.routes.timing import eager_ms, graph_ms
 
     def forward():
         return call_model(model, inputs)

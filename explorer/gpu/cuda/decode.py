@@ -31,7 +31,7 @@ import torch
 
 from explorer.compression import CompressedWeight, compress
 from explorer.dtypes import dtype_name
-from explorer.gpu.launch import Launcher, current_stream
+from explorer.gpu.cuda.launch import Launcher, current_stream
 
 __all__ = [
     "MAX_TOKENS",
@@ -166,7 +166,7 @@ def _tiles(tokens: int) -> int:
 def _check(x: torch.Tensor, weight: CompressedWeight, bias: torch.Tensor | None) -> None:
     if not isinstance(weight, CompressedWeight):
         raise TypeError(
-            f"weight must be a CompressedWeight (explorer.gpu.decode.pack), got "
+            f"weight must be a CompressedWeight (explorer.gpu.cuda.decode.pack), got "
             f"{type(weight).__name__}"
         )
     n, k = weight.shape
@@ -286,12 +286,12 @@ def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=Non
     )
     grid, block = (math.ceil(n / 16),), (32 * warps,)
     if module is not None:
-        from explorer.gpu.kernels import cupy_stream
+        from explorer.gpu.cuda.kernels import cupy_stream
 
         with cupy_stream(dev):
             module.get_function(name)(grid, block, args, shared_mem=512 * warps)
         return
-    from explorer.gpu.kernels import launch
+    from explorer.gpu.cuda.kernels import launch
 
     launch("decode24", name, x2, grid, args, block=block, shared=512 * warps)
 
@@ -329,7 +329,7 @@ class DecodeCall:
     def __init__(
         self, weight: CompressedWeight, bias: torch.Tensor | None, tokens: int, dtype: torch.dtype
     ) -> None:
-        from explorer.gpu.kernels import compiled_function
+        from explorer.gpu.cuda.kernels import compiled_function
 
         if not 1 <= tokens <= MAX_TOKENS:
             raise ValueError(f"tokens = {tokens}; the decode kernel takes 1 to {MAX_TOKENS} rows")

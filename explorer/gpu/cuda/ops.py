@@ -155,7 +155,7 @@ def call_overhead_us(measure: bool = False) -> float:
     if found is None:
         if not measure or torch.cuda.is_current_stream_capturing():
             return 0.0
-        from explorer.gpu.timing import host_us
+        from explorer.gpu.routes.timing import host_us
 
         echo = _Echo()
         mid = register(echo)

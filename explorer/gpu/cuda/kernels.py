@@ -27,7 +27,7 @@ import torch
 
 from explorer import _html
 from explorer.errors import require
-from explorer.gpu.launch import Launcher, LaunchRefused, current_stream
+from explorer.gpu.cuda.launch import Launcher, LaunchRefused, current_stream
 
 __all__ = [
     "PATTERNS_24",
@@ -65,7 +65,7 @@ def kernel_dir() -> Path:
     >>> kernel_dir().joinpath("nm_check.cu").exists()
     True
     """
-    here = Path(__file__).resolve().parent.parent  # the explorer package
+    here = Path(__file__).resolve().parents[2]  # the explorer package
     for cand in (here / "_kernels", here.parent / "kernels"):
         if (cand / "nm_check.cu").exists():
             return cand
@@ -136,7 +136,7 @@ def launch(
     """Launch kernel ``fn`` of ``kernels/<name>.cu`` on the current stream of the tensor's device.
 
     The stream is torch's. Modules, functions and argument slots are made once, and the launch goes
-    to the CUDA driver directly (:mod:`explorer.gpu.launch`): a few microseconds of host time, which
+    to the CUDA driver directly (:mod:`explorer.gpu.cuda.launch`): a few microseconds of host time, which
     a model calling kernels per layer pays on every call. CuPy launches where the driver call cannot
     (another device than the current one).
 

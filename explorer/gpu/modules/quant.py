@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from explorer.gpu.reference import QuantReferenceLinear, swap_reference_linears
+from explorer.gpu.modules.reference import QuantReferenceLinear, swap_reference_linears
 
 __all__ = [
     "Int8ReferenceLinear",

@@ -4,7 +4,7 @@ cuSPARSELt's default algorithm is often far from its best one (on an H100 with c
 bf16 at 4096 x 4096 with 1024 tokens: 0.82x dense with the default, 1.39x with the best), but
 trying configs can kill the CUDA context (``matmul_search`` hit an illegal instruction on small
 bf16 problems). So configs are only ever tried in a child process
-(:func:`explorer.gpu.search.search_algorithm`), and what wins is kept here: in memory, and in a
+(:func:`explorer.gpu.library.search.search_algorithm`), and what wins is kept here: in memory, and in a
 JSON file under the explorer's cache folder keyed by GPU and library version, so later
 processes reuse it. :class:`~explorer.gpu.SparseLinear` then times the remembered config
 against the default in-process (both known to be safe) and keeps the faster correct one.
@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from explorer.dtypes import dtype_name, parse_dtype
-from explorer.gpu import cusparselt as C
-from explorer.gpu.child_process import SEARCH_BUDGET_S, child_lines
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library.child_process import SEARCH_BUDGET_S, child_lines
 
 __all__ = [
     "TUNED_LAYOUTS",
@@ -95,7 +95,7 @@ def shipped_tables() -> list[Path]:
     >>> "cusparselt-h100.json" in [p.name for p in shipped_tables()]
     True
     """
-    data = Path(__file__).resolve().parent.parent / "data"
+    data = Path(__file__).resolve().parents[2] / "data"  # the explorer package
     return sorted(data.glob("cusparselt-*.json"))
 
 
@@ -372,7 +372,7 @@ def tune_weight(
     >>> sorted(tune_weight(w, tokens=[1024], layouts=["cc"]))
     [(1024, 'cc')]
     """
-    from explorer.gpu.search import search_algorithm
+    from explorer.gpu.library.search import search_algorithm
 
     dtype = weight.dtype
     out_dtype = out_dtype or C.CUSPARSELT_DTYPES[dtype][0]
@@ -508,7 +508,7 @@ def tune_problems(
             cmd = [
                 sys.executable,
                 "-m",
-                "explorer.gpu.tuning",
+                "explorer.gpu.library.tuning",
                 str(spec),
                 str(job),
                 str(alg),
@@ -578,7 +578,7 @@ def tunable_dtype(name: str) -> torch.dtype:
     Returns
     -------
     torch.dtype
-        A key of :data:`explorer.gpu.cusparselt.CUSPARSELT_DTYPES`.
+        A key of :data:`explorer.gpu.library.cusparselt.CUSPARSELT_DTYPES`.
 
     Raises
     ------
@@ -594,7 +594,7 @@ def tunable_dtype(name: str) -> torch.dtype:
 
 def _child(spec: str, job: int, alg: int, device: int) -> int:
     """The child of :func:`tune_problems`: tune jobs from ``job`` on, config ``alg`` first."""
-    from explorer.gpu.search import search_in_process
+    from explorer.gpu.library.search import search_in_process
 
     problems = [Problem(**p) for p in json.loads(Path(spec).read_text())]
     torch.cuda.set_device(device)

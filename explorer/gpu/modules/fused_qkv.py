@@ -9,7 +9,7 @@ whole product; the other two, called with the same input, take their columns of 
 is row-major, so the slices are what attention kernels want (last dimension contiguous).
 
 Under ``torch.compile`` the sharing is traced like any Python, so the compiled graph calls
-the custom op of :mod:`explorer.gpu.ops` once per attention module.
+the custom op of :mod:`explorer.gpu.cuda.ops` once per attention module.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name
-from explorer.gpu.sparse_linear import SparseLinear, stack_linears
-from explorer.gpu.sparse_options import SparseOptions
+from explorer.gpu.modules.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.modules.sparse_options import SparseOptions
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
 

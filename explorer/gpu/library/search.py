@@ -2,7 +2,7 @@
 
 Some cuSPARSELt configs return wrong results or even stop the CUDA context (an illegal
 instruction was seen on Hopper with cuSPARSELt 0.8), so by default the configs are tried in a
-child process (``python -m explorer.gpu.search``): a config that kills the child is recorded as
+child process (``python -m explorer.gpu.library.search``): a config that kills the child is recorded as
 crashed and the search resumes after it.
 """
 
@@ -13,8 +13,8 @@ import time
 import torch
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.child_process import SEARCH_BUDGET_S, child_lines
-from explorer.gpu.cusparselt import (
+from explorer.gpu.library.child_process import SEARCH_BUDGET_S, child_lines
+from explorer.gpu.library.cusparselt import (
     CUSPARSELT_DTYPES,
     CompressedTensor,
     CusparseltRefused,
@@ -23,7 +23,7 @@ from explorer.gpu.cusparselt import (
     compress,
     padded_tokens,
 )
-from explorer.gpu.timing import eager_ms
+from explorer.gpu.routes.timing import eager_ms
 
 __all__ = ["search_algorithm", "search_in_process"]
 
@@ -71,7 +71,7 @@ def search_algorithm(
     timeout : float
         Seconds to wait for the child to exit once its output has ended.
     layout : {"cc", "rr", "rc", "cr"}
-        Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
+        Operand layouts of the plans tried (see :mod:`explorer.gpu.library.cusparselt`).
     budget_s : float
         Seconds the isolated search may spend trying configs once its child has started;
         when spent, the best config tried so far is kept (``"complete": False``).
@@ -144,7 +144,7 @@ def _search_isolated(
             args = [
                 sys.executable,
                 "-m",
-                "explorer.gpu.search",
+                "explorer.gpu.library.search",
                 str(path),
                 str(tokens),
                 epilogue,
@@ -227,7 +227,7 @@ def search_in_process(
         Called with ``(id, ms or None, status)`` for each config; status is ``"ok"``,
         ``"wrong"`` or ``"refused"``.
     layout : {"cc", "rr", "rc", "cr"}
-        Operand layouts of the plans tried (see :mod:`explorer.gpu.cusparselt`).
+        Operand layouts of the plans tried (see :mod:`explorer.gpu.library.cusparselt`).
     """
     import json
 
@@ -301,7 +301,7 @@ def search_in_process(
 
 
 def _child_main(argv: list[str]) -> int:
-    """Entry point of the isolated search child (``python -m explorer.gpu.search``)."""
+    """Entry point of the isolated search child (``python -m explorer.gpu.library.search``)."""
     import json
 
     path, tokens, epilogue, method, out_dtype, rtol, iters, start, *rest = argv

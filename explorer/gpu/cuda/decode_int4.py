@@ -36,9 +36,9 @@ import numpy as np
 import torch
 
 from explorer.dtypes import dtype_name
-from explorer.gpu import ops
-from explorer.gpu.decode import MAX_TOKENS
-from explorer.gpu.launch import Launcher, current_stream
+from explorer.gpu.cuda import ops
+from explorer.gpu.cuda.decode import MAX_TOKENS
+from explorer.gpu.cuda.launch import Launcher, current_stream
 from explorer.lowbit import Int4Weight, compress_int4, int4_reference
 
 __all__ = [
@@ -429,7 +429,7 @@ def decode_int4_reference(
 def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> None:
     if not isinstance(weight, Int4Weight):
         raise TypeError(
-            f"weight must be an Int4Weight (explorer.gpu.decode_int4.pack_int4_weight), got "
+            f"weight must be an Int4Weight (explorer.gpu.cuda.decode_int4.pack_int4_weight), got "
             f"{type(weight).__name__}"
         )
     n, k = weight.shape
@@ -569,7 +569,7 @@ def decode_int4_matmul(
     if config is None:
         config = default_int4_config(n, k, t, multiprocessor_count(dev))
     config.check(token_tiles(t))
-    from explorer.gpu.kernels import launch
+    from explorer.gpu.cuda.kernels import launch
 
     args = tuple(
         _NUMPY[kind](value)
@@ -595,7 +595,7 @@ class Int4DecodeCall:
     Kernel, launch shape and the weight's and bias's pointers are decided here once; a call
     writes the input's and output's pointers and launches on torch's current stream, so it
     can be captured in a CUDA graph. Under ``torch.compile`` a call goes through the opaque op
-    ``torch.ops.explorer.sparse_forward`` (:mod:`explorer.gpu.ops`), which runs the same
+    ``torch.ops.explorer.sparse_forward`` (:mod:`explorer.gpu.cuda.ops`), which runs the same
     launch. Build it again after the weight moves.
 
     Parameters
@@ -632,7 +632,7 @@ class Int4DecodeCall:
         config: Int4LaunchConfig | None = None,
         module=None,
     ) -> None:
-        from explorer.gpu.kernels import compiled_function
+        from explorer.gpu.cuda.kernels import compiled_function
 
         if not 1 <= tokens <= MAX_TOKENS:
             raise ValueError(
@@ -679,7 +679,7 @@ class Int4DecodeCall:
 
     def __call__(self, x2: torch.Tensor) -> torch.Tensor:
         """``x2 @ W^T (+ b)`` for ``x2`` of ``[tokens, K]`` (any strides)."""
-        if torch.compiler.is_compiling():  # one opaque op for the compiler (explorer.gpu.ops)
+        if torch.compiler.is_compiling():  # one opaque op for the compiler (gpu.cuda.ops)
             return ops.forward(x2, self._op_id)
         if x2.stride(1) != 1 or x2.stride(0) % 8 or x2.data_ptr() % 16:
             x2 = x2.contiguous()

@@ -1,7 +1,7 @@
 """``Int4Linear``: a 2:4 layer whose kept weights are group-wise int4, on the faster of two kernels.
 
 What a user deploying int4 compares with is int4 dense, not bf16. So each token count is timed
-once (per problem, shared like every route decision: :mod:`explorer.gpu.route_timing`) between
+once (per problem, shared like every route decision: :mod:`explorer.gpu.routes.route_timing`) between
 
 * the dense route: torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
   dequantized weight, the zeros of the 2:4 pattern stored as codes like any other; where that
@@ -9,7 +9,7 @@ once (per problem, shared like every route decision: :mod:`explorer.gpu.route_ti
   not a multiple of 128, a group size outside 32-256) the dequantized weight in 16 bits through
   ``F.linear`` instead; and
 * the decode route, 1 to 64 tokens: the explorer's 2:4 + int4 kernel
-  (:mod:`explorer.gpu.decode_int4`), which reads the kept codes and their positions only;
+  (:mod:`explorer.gpu.cuda.decode_int4`), which reads the kept codes and their positions only;
 
 and the faster one is kept (dense unless the decode kernel is measurably faster, as for every
 sparse layer). Both routes compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``;
@@ -18,7 +18,7 @@ for bit. Above 64 tokens the dense route runs.
 
 Under ``torch.compile`` the dense route is traced (the compiler's own op, no host cost of ours)
 unless the layer runs in ``mode="graphs"``, where the chosen route is one opaque op
-(:mod:`explorer.gpu.ops`) that CUDA graphs capture like any kernel.
+(:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from torch import nn
 from explorer import _html
 from explorer.compression import CompressedWeight
 from explorer.dtypes import dtype_name
-from explorer.gpu import ops
-from explorer.gpu.dispatch import DECODE, DENSE, Route, check_mode
-from explorer.gpu.route_timing import BOOK
+from explorer.gpu.cuda import ops
+from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
+from explorer.gpu.routes.route_timing import BOOK
 from explorer.lowbit import Int4Weight, compress_int4
 
 __all__ = ["TORCH_INT4_GROUPS", "Int4Linear", "torch_int4_parts", "torch_int4_takes"]
@@ -453,7 +453,7 @@ class Int4Linear(nn.Module):
 
     def _decode(self, x2: torch.Tensor) -> torch.Tensor:
         """The decode route: the 2:4 + int4 kernel on ``x2`` (at most 64 rows)."""
-        from explorer.gpu.decode_int4 import Int4DecodeCall
+        from explorer.gpu.cuda.decode_int4 import Int4DecodeCall
 
         t = x2.shape[0]
         call = self._calls.get(t)
@@ -495,7 +495,7 @@ def _activation_dtype(weight: torch.Tensor) -> torch.dtype:
 
 def _decode_refusal(weight: Int4Weight) -> str | None:
     """Why the 2:4 + int4 kernel cannot take ``weight`` (None: it can)."""
-    from explorer.gpu.decode_int4 import check_int4_layout
+    from explorer.gpu.cuda.decode_int4 import check_int4_layout
 
     try:
         check_int4_layout(weight)

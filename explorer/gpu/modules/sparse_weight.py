@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from explorer.gpu import cusparselt as C
-from explorer.gpu import decode as D
-from explorer.gpu import fp8, quant
-from explorer.gpu import torch_backend as TB
-from explorer.gpu.sparse_options import SparseOptions
+from explorer.gpu.cuda import decode as D
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library import torch_backend as TB
+from explorer.gpu.modules import fp8, quant
+from explorer.gpu.modules.sparse_options import SparseOptions
 
 __all__ = ["PreparedWeight", "prepare_weight"]
 

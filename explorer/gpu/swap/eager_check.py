@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from explorer.gpu.model_timing import call_model
-from explorer.gpu.timing import interleaved_runs, paired_ratio
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+from explorer.gpu.swap.model_timing import call_model
 
-__all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "eager_verdict", "synthetic_inputs"]
+__all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "synthetic_inputs"]
 
 #: The sparse model keeps its eager routes at a token count if the dense model's time over its
 #: own is at least this (measurement noise aside, it is then no slower).
@@ -85,46 +85,6 @@ class EagerCheck:
         if self.kept:
             return f"EagerCheck({head}, kept)"
         return f"EagerCheck({head}, kept dense: {self.speedup:.2f}x)"
-
-
-def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
-    """Whether a layer runs dense in eager mode at ``tokens``, from the whole-model checks.
-
-    The checks' ``{tokens: dense?}`` decide: the count's own verdict, else (at decode sizes, up to
-    ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the smaller on
-    a tie; else False (the layer's own routes).
-
-    Parameters
-    ----------
-    verdicts : mapping of int to bool
-        The whole-model checks' ``{tokens: dense?}``.
-    tokens : int
-        The token count to decide for.
-    decode_up_to : int, default 64
-        The largest decode size.
-
-    Returns
-    -------
-    bool
-        True where the layer runs dense.
-
-    Examples
-    --------
-    >>> eager_verdict({16: True, 4096: False}, 1), eager_verdict({16: True}, 128)
-    (True, False)
-    >>> eager_verdict({2: False, 32: True}, 8), eager_verdict({}, 1)
-    (False, False)
-    """
-    verdict = verdicts.get(tokens)
-    if verdict is not None:
-        return verdict
-    if tokens > decode_up_to:
-        return False
-    small = [k for k in verdicts if k <= decode_up_to]
-    if not small:
-        return False
-    nearest = min(small, key=lambda k: (abs(math.log(k / tokens)), k))
-    return verdicts[nearest]
 
 
 def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
@@ -217,7 +177,7 @@ def check_eager(
         ``{module path: original module}`` of every swapped place: swapped in for the dense
         runs and out again.
     inputs_by_tokens : mapping
-        ``{tokens: inputs}`` for :func:`~explorer.gpu.model_timing.call_model`.
+        ``{tokens: inputs}`` for :func:`~explorer.gpu.swap.model_timing.call_model`.
     layers : list of SparseLinear
         The layers told to run dense where the check fails.
     time_pair : callable

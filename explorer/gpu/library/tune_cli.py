@@ -58,8 +58,8 @@ def family_shapes(name: str) -> list[tuple[int, int, str]]:
 
 
 def _problems(families, tokens, dtypes):
-    from explorer.gpu import cusparselt as C
-    from explorer.gpu.tuning import Problem, tunable_dtype
+    from explorer.gpu.library import cusparselt as C
+    from explorer.gpu.library.tuning import Problem, tunable_dtype
 
     out = []  # most useful first: the first dtype, the largest token count
     for dt in dtypes:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("sparsity-explorer tune: no CUDA GPU visible; nothing to tune.", file=sys.stderr)
         return 2
-    from explorer.gpu.tuning import table_path, tune_problems
+    from explorer.gpu.library.tuning import table_path, tune_problems
 
     problems = _problems(families, tokens, dtypes)
     found = tune_problems(problems, table=args.out, progress=not args.no_progress)

@@ -3,9 +3,9 @@
 A layer offers the routes open to one problem (shape, dtype, epilogue, input layout, token
 count) as ``{Route: call}``, each call taking no argument and running the route as its fast
 path will; :meth:`RouteBook.decide` times them by both clocks once per process and keeps the
-:class:`~explorer.gpu.dispatch.Decision`. Layers of the same problem share it: the first one to
+:class:`~explorer.gpu.routes.dispatch.Decision`. Layers of the same problem share it: the first one to
 meet a problem times it, the others read it. The rule that picks a route from the times lives
-in :mod:`explorer.gpu.dispatch`; this module only measures and remembers.
+in :mod:`explorer.gpu.routes.dispatch`; this module only measures and remembers.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Hashable, Mapping
 
 import torch
 
-from explorer.gpu.dispatch import DENSE, Decision, Route, nearest_route
-from explorer.gpu.timing import eager_ms, graph_ms
+from explorer.gpu.routes.dispatch import DENSE, Decision, Route, nearest_route
+from explorer.gpu.routes.timing import eager_ms, graph_ms
 
 __all__ = ["BOOK", "RouteBook", "time_both_clocks"]
 

@@ -1,14 +1,14 @@
 """``sparsify``: swap a model's eligible ``nn.Linear`` layers for 2:4 sparse ones, where it pays.
 
-Self-attention projections become one :class:`~explorer.gpu.fused_qkv.SparseQKV` product and
-SwiGLU blocks one :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`; other layers become
-:class:`~explorer.gpu.sparse_linear.SparseLinear`. Every swapped module hands on a row-major
+Self-attention projections become one :class:`~explorer.gpu.modules.fused_qkv.SparseQKV` product and
+SwiGLU blocks one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`; other layers become
+:class:`~explorer.gpu.modules.sparse_linear.SparseLinear`. Every swapped module hands on a row-major
 output, so attention, norms and residual adds get the tensors they expect. Then each distinct
 layer is timed at the token counts the user runs (``tokens=``): a layer that is not faster
 sparse at any of them goes back to its original ``nn.Linear``, and one that is faster at some
 keeps its dense weight for the others. Layers that cannot run 2:4 sparse (not 2:4, off the
 alignment rules, CPU, unsupported dtype) stay dense, and the returned
-:class:`~explorer.gpu.sparsify_report.SparsifyReport` says why, with the doctor's findings and
+:class:`~explorer.gpu.swap.sparsify_report.SparsifyReport` says why, with the doctor's findings and
 the measured times.
 """
 
@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
-from explorer.gpu import cusparselt as C
-from explorer.gpu.dispatch import DENSE, check_mode, clock_for
-from explorer.gpu.sparse_options import SparseOptions
-from explorer.gpu.sparsify_report import LayerTiming, SparsifyReport
-from explorer.gpu.tuning import deferred_search, search_counts, search_stats
+from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library.tuning import deferred_search, search_counts, search_stats
+from explorer.gpu.modules.sparse_options import SparseOptions
+from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for
+from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 from explorer.sparse_rules import why_not_24
 
 __all__ = ["eligibility", "set_mode", "sparsify"]
@@ -143,8 +143,8 @@ def sparsify(
     dtype : torch.dtype or str, optional
         float16, bfloat16, int8 (per-channel weight and per-token activation quantization),
         ``"float8_e4m3fn"`` (the same scheme in fp8 e4m3, compute capability 8.9+; see
-        :mod:`explorer.gpu.fp8`), ``"int4"`` (kept weights group-wise int4, 128 columns a
-        scale; each layer an :class:`~explorer.gpu.int4_linear.Int4Linear` that runs torch's
+        :mod:`explorer.gpu.modules.fp8`), ``"int4"`` (kept weights group-wise int4, 128 columns a
+        scale; each layer an :class:`~explorer.gpu.modules.int4_linear.Int4Linear` that runs torch's
         int4 weight-only kernel or, at 1 to 64 tokens where it measures faster, the explorer's
         2:4 + int4 decode kernel; no fused blocks) or None to keep each layer's 16-bit dtype
         (float32 layers run in float16).
@@ -163,22 +163,22 @@ def sparsify(
         measures nothing and swaps every eligible layer.
     fuse_mlp : bool
         Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
-        ``down_proj``, SiLU) for one :class:`~explorer.gpu.gated_mlp.SparseGatedMLP`. A model
+        ``down_proj``, SiLU) for one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`. A model
         that is itself such a block (the root module) goes layer by layer.
     fuse_qkv : bool
         Run the query, key and value projections of each self-attention module (``q_proj``,
         ``k_proj``, ``v_proj`` or BERT's ``query``, ``key``, ``value``) as one sparse product
-        (:class:`~explorer.gpu.fused_qkv.SparseQKV`), biases included.
+        (:class:`~explorer.gpu.modules.fused_qkv.SparseQKV`), biases included.
     tune_tokens : tuple of int
         Token counts to tune each layer's cuSPARSELt algorithm for (in a child process, a few
-        seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.tuning`).
+        seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.library.tuning`).
         Shapes in the shipped tables need none.
     measure : bool
         Time the layers at ``tokens`` (default). ``False`` swaps every eligible layer and lets
         each choose its route at its first call.
     decode : bool
         Also offer each layer the explorer's own decode kernel at 1 to 64 tokens
-        (:mod:`explorer.gpu.decode`; it reads 9/16 of the dense bytes where cuSPARSELt has no
+        (:mod:`explorer.gpu.cuda.decode`; it reads 9/16 of the dense bytes where cuSPARSELt has no
         matrix-vector path), kept only by layers where it measures fastest. Off by default
         until whole-model decode runs with it have been measured (see docs/gpu.md).
     mode : {"auto", "eager", "compile", "graphs"}
@@ -239,7 +239,7 @@ def sparsify(
     >>> type(model[0]).__name__
     'SparseLinear'
     """
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     if backend not in ("cusparselt", "torch"):
         raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
@@ -356,8 +356,8 @@ def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> Sp
     Its routes are measured at the decode sizes among ``counts`` (larger counts run torch's int4
     kernel).
     """
-    from explorer.gpu.dispatch import DECODE
-    from explorer.gpu.int4_linear import Int4Linear
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.routes.dispatch import DECODE
 
     _refuse_compiled(model)
     if not inplace:
@@ -428,8 +428,8 @@ def set_mode(model: nn.Module, mode: str) -> None:
     ...
     ValueError: mode 'fast' unknown; expected one of ('auto', 'eager', 'compile', 'graphs'). ...
     """
-    from explorer.gpu.int4_linear import Int4Linear
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     check_mode(mode)
     for mod in model.modules():
@@ -441,11 +441,11 @@ def _check_whole_model(model, units, counts, examples, report) -> None:
     """Time the whole model eagerly against its dense self at each token count it has inputs for.
 
     Where the sparse routes do not pay, the model runs dense in eager mode (see
-    :mod:`explorer.gpu.eager_check`).
+    :mod:`explorer.gpu.swap.eager_check`).
     """
-    from explorer.gpu.eager_check import check_eager, synthetic_inputs
-    from explorer.gpu.model_timing import input_tokens
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
+    from explorer.gpu.swap.eager_check import check_eager, synthetic_inputs
+    from explorer.gpu.swap.model_timing import input_tokens
 
     given = {input_tokens(inputs): inputs for inputs in examples}
     device = _unit_device(units)
@@ -479,7 +479,7 @@ def _check_whole_model(model, units, counts, examples, report) -> None:
 
 
 def _unit_device(units) -> torch.device:
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     for unit in units:
         for mod in unit.new.modules():
@@ -501,7 +501,7 @@ def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], 
 
     The model is timed as it is now.
     """
-    from explorer.gpu.model_timing import gpu_busy, input_tokens
+    from explorer.gpu.swap.model_timing import gpu_busy, input_tokens
 
     runs = []
     for inputs in examples:
@@ -513,7 +513,7 @@ def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], 
 
 
 def _timed_or_eager(model, inputs, mode) -> tuple[str, float]:
-    from explorer.gpu.model_timing import time_forward
+    from explorer.gpu.swap.model_timing import time_forward
 
     if clock_for(mode) == "gpu":
         try:
@@ -524,7 +524,7 @@ def _timed_or_eager(model, inputs, mode) -> tuple[str, float]:
 
 
 def _compare_examples(model, examples, dense_runs, mode, report) -> None:
-    from explorer.gpu.model_timing import ModelSpeed
+    from explorer.gpu.swap.model_timing import ModelSpeed
 
     for inputs, (tokens, (how, dense_ms), busy) in zip(examples, dense_runs, strict=True):
         how_now, sparse_ms = _timed_or_eager(model, inputs, how)
@@ -591,8 +591,8 @@ def _measure(model, units, counts, report, mode) -> list:
     """
     clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
     shown = "wall" if mode == "auto" else clock_for(mode)
-    from explorer.gpu.ops import call_overhead_us
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.cuda.ops import call_overhead_us
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     call_overhead_us(measure=True)  # once: what the compiled op adds, for compile-mode routes
     kept = []
@@ -697,7 +697,7 @@ def _block_dtype(parts, dtype) -> torch.dtype | None:
 
 def _fuse_qkv(model, targets, dtype, report, options: SparseOptions) -> list:
     """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
-    from explorer.gpu.fused_qkv import SparseQKV, find_qkv
+    from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
 
     wanted = dict(targets)
     units = []
@@ -728,7 +728,7 @@ def _fuse_qkv(model, targets, dtype, report, options: SparseOptions) -> list:
 
 def _fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backend: str) -> list:
     """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
-    from explorer.gpu.gated_mlp import SparseGatedMLP, is_gated_mlp
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
 
     wanted = dict(targets)
     units = []
@@ -761,7 +761,7 @@ def _set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
 
 def _fuse_activations(model: nn.Module) -> None:
     """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it."""
-    from explorer.gpu.sparse_linear import SparseLinear
+    from explorer.gpu.modules.sparse_linear import SparseLinear
 
     for mod in model.modules():
         if not isinstance(mod, nn.Sequential):

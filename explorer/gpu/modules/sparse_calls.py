@@ -16,7 +16,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from explorer.gpu import cusparselt as C
+from explorer.gpu.library import cusparselt as C
 
 __all__ = ["ACTIVATIONS", "apply_activation", "rows_from_transposed", "run_plan", "sparse_call"]
 
@@ -70,7 +70,7 @@ def rows_from_transposed(y: torch.Tensor, tokens: int) -> torch.Tensor:
     torch.Tensor
         Row-major ``[tokens, out]``.
     """
-    from explorer.gpu.kernels import transpose_rows
+    from explorer.gpu.cuda.kernels import transpose_rows
 
     return transpose_rows(y.t(), tokens)
 

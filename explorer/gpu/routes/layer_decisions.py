@@ -1,0 +1,243 @@
+"""What one sparse layer was decided, token count by token count, and what that means per mode.
+
+A :class:`~explorer.gpu.SparseLinear` measures its routes (:mod:`explorer.gpu.routes.
+route_timing`) and hands each :class:`~explorer.gpu.routes.dispatch.Decision` to its
+:class:`LayerDecisions`, which keeps them and answers the questions the layer, ``sparsify`` and
+the report ask: which token counts a compiled model traces as a dense matmul, whether the dense
+weight is still needed, where the whole-model eager check kept the layer dense. Pure Python:
+nothing here needs a GPU, so the rules are tested on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from explorer.gpu.routes.dispatch import DENSE, Decision, Route, check_mode, clock_for, dense_needed
+
+__all__ = ["LayerDecisions", "eager_verdict"]
+
+
+def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
+    """Whether a layer runs dense in eager mode at ``tokens``, from the whole-model checks.
+
+    The checks' ``{tokens: dense?}`` decide: the count's own verdict, else (at decode sizes, up to
+    ``decode_up_to``) the verdict of the nearest checked decode size on a log scale, the smaller on
+    a tie; else False (the layer's own routes).
+
+    Parameters
+    ----------
+    verdicts : mapping of int to bool
+        The whole-model checks' ``{tokens: dense?}``.
+    tokens : int
+        The token count to decide for.
+    decode_up_to : int, default 64
+        The largest decode size.
+
+    Returns
+    -------
+    bool
+        True where the layer runs dense.
+
+    Examples
+    --------
+    >>> eager_verdict({16: True, 4096: False}, 1), eager_verdict({16: True}, 128)
+    (True, False)
+    >>> eager_verdict({2: False, 32: True}, 8), eager_verdict({}, 1)
+    (False, False)
+    """
+    verdict = verdicts.get(tokens)
+    if verdict is not None:
+        return verdict
+    if tokens > decode_up_to:
+        return False
+    small = [k for k in verdicts if k <= decode_up_to]
+    if not small:
+        return False
+    nearest = min(small, key=lambda k: (abs(math.log(k / tokens)), k))
+    return verdicts[nearest]
+
+
+class LayerDecisions:
+    """One layer's decisions by token count, read for the execution mode it runs in.
+
+    Parameters
+    ----------
+    mode : {"auto", "eager", "compile", "graphs"}, default "auto"
+        The layer's execution mode (see :func:`explorer.sparsify`).
+    decode_up_to : int, default 64
+        The largest decode size (an eager verdict there also holds for its neighbours).
+
+    Examples
+    --------
+    >>> sparse = Route("sparse", "cc")
+    >>> book = LayerDecisions()
+    >>> book.remember(16, Decision({DENSE: 0.010, sparse: 0.006}, {}), op_ms=0.02, dense=True)
+    >>> book.remember(4096, Decision({DENSE: 0.40, sparse: 0.30}, {}), op_ms=0.02, dense=True)
+    >>> book.traces_dense(16), book.traces_dense(4096), book.needs_dense()
+    (True, False, True)
+    >>> book.set_mode("graphs")
+    >>> book.traces_dense(16), book.needs_dense()
+    (False, False)
+    >>> book
+    LayerDecisions(mode=graphs, 2 token counts: 16 sparse cc default, 4096 sparse cc default)
+    """
+
+    def __init__(self, mode: str = "auto", decode_up_to: int = 64) -> None:
+        self.mode = check_mode(mode)
+        self.decode_up_to = decode_up_to
+        self._found: dict[int, Decision] = {}
+        # decision tokens -> {verdict: True if it runs dense} ("gpu", "wall", "compile")
+        self._dense_at: dict[int, dict[str, bool]] = {}
+        # token counts a compiled model traces as a dense matmul (a tuple: one cheap guard)
+        self._traced: tuple[int, ...] = ()
+        self._dense_open = True
+        # decision tokens -> True where a whole-model eager check kept the layer dense
+        self._eager: dict[int, bool] = {}
+
+    def set_mode(self, mode: str) -> None:
+        """Read the decisions for ``mode`` from now on.
+
+        Parameters
+        ----------
+        mode : {"auto", "eager", "compile", "graphs"}
+            The execution mode.
+        """
+        self.mode = check_mode(mode)
+        self._update_traced()
+
+    def remember(self, tokens: int, found: Decision, op_ms: float, dense: bool) -> None:
+        """Keep ``found``, the decision for ``tokens`` (decision tokens).
+
+        Parameters
+        ----------
+        tokens : int
+            The decision's token count (see ``cusparselt.decision_tokens``).
+        found : Decision
+            Both clocks' times of the routes.
+        op_ms : float
+            The compiled op's host time per call, in milliseconds: what a default-mode compiled
+            model pays for a sparse route and not for a traced matmul.
+        dense : bool
+            Whether a compiled model can trace the dense route (the dense weight is kept).
+        """
+        self._found[tokens] = found
+        self._dense_at[tokens] = {
+            "gpu": found.route("gpu") == DENSE,
+            "wall": found.route("wall") == DENSE,
+            "compile": found.compiled_dense(op_ms, tokens),
+        }
+        self._dense_open = bool(dense)
+        self._update_traced()
+
+    def close_dense(self) -> None:
+        """The dense weight is gone: a compiled model traces no dense matmul from now on."""
+        self._dense_open = False
+        self._traced = ()
+
+    def forget_decode(self) -> None:
+        """Forget the decisions that timed the decode kernel (its weight is gone)."""
+        self._found = {n: d for n, d in self._found.items() if Route("decode") not in d.wall}
+
+    def forget(self) -> None:
+        """Forget every decision (the layer moved: times of another device do not hold)."""
+        self._found, self._dense_at, self._traced = {}, {}, ()
+
+    def _update_traced(self) -> None:
+        """Recount the token counts a compiled model traces as a dense matmul.
+
+        By GPU time for ``"graphs"``, else by :meth:`Decision.compiled_dense` (the default
+        compile mode, which pays the op's host time).
+        """
+        wanted = "gpu" if self.mode == "graphs" else "compile"
+        self._traced = tuple(
+            sorted(k for k, f in self._dense_at.items() if self._dense_open and f[wanted])
+        )
+
+    def traces_dense(self, tokens: int) -> bool:
+        """Whether a compiled model runs decision count ``tokens`` as a traced dense matmul.
+
+        Parameters
+        ----------
+        tokens : int
+            The decision's token count.
+
+        Returns
+        -------
+        bool
+            True for a traced matmul, False for the sparse op.
+        """
+        return bool(self._traced) and tokens in self._traced
+
+    def needs_dense(self) -> bool:
+        """Whether a verdict of this mode runs the dense weight (see ``dispatch.dense_needed``).
+
+        Returns
+        -------
+        bool
+            False where freeing the dense weight loses nothing.
+        """
+        return dense_needed(self.mode, self._dense_at.values())
+
+    def keep_dense_at(self, tokens: int, keep: bool = True) -> None:
+        """Record the whole-model eager check's verdict at decision count ``tokens``.
+
+        Parameters
+        ----------
+        tokens : int
+            The decision's token count.
+        keep : bool, default True
+            True: dense in eager mode there; False: the measured routes.
+        """
+        self._eager[int(tokens)] = bool(keep)
+
+    def eager_dense(self, tokens: int) -> bool:
+        """Whether the whole-model checks keep decision count ``tokens`` dense in eager mode.
+
+        Parameters
+        ----------
+        tokens : int
+            The decision's token count.
+
+        Returns
+        -------
+        bool
+            The verdict of :func:`eager_verdict`; False where no check ran.
+        """
+        return bool(self._eager) and eager_verdict(self._eager, tokens, self.decode_up_to)
+
+    def routes(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
+        """``{tokens: (route, {route: ms})}`` by ``clock`` (by default the mode's; wall for auto).
+
+        Parameters
+        ----------
+        clock : {"gpu", "wall"}, optional
+            GPU time (CUDA-graph replay) or wall time of back-to-back eager calls.
+
+        Returns
+        -------
+        dict
+            The route kept and the times of every route, per decision count.
+        """
+        clock = clock or ("wall" if self.mode == "auto" else clock_for(self.mode))
+        return {n: (d.route(clock), d.times(clock)) for n, d in self._found.items()}
+
+    def measured(self) -> dict[int, Decision]:
+        """``{tokens: Decision}``: both clocks' times of every route measured so far.
+
+        Returns
+        -------
+        dict
+            A copy of the decisions kept.
+        """
+        return dict(self._found)
+
+    def __repr__(self) -> str:
+        routes = self.routes()
+        parts = [
+            f"{n} {repr(r).removeprefix('Route(').removesuffix(')')}"
+            for n, (r, _) in sorted(routes.items())
+        ]
+        return f"LayerDecisions(mode={self.mode}, {len(routes)} token counts" + (
+            f": {', '.join(parts)})" if parts else ")"
+        )

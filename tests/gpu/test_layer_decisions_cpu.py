@@ -1,0 +1,85 @@
+"""A layer's decisions read per execution mode: pure rules, no GPU."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route
+from explorer.gpu.routes.layer_decisions import LayerDecisions
+
+SPARSE = Route("sparse", "cc", 3)
+OP_MS = 0.020
+
+
+def _book(mode="auto", dense=True):
+    book = LayerDecisions(mode)
+    # 16 tokens: the decode kernel wins on the GPU and by the wall clock
+    book.remember(
+        16, Decision({DENSE: 0.010, DECODE: 0.006}, {DENSE: 0.02, DECODE: 0.015}), OP_MS, dense
+    )
+    # 4096 tokens: a long matmul, sparse wins by more than the op's host time
+    book.remember(
+        4096, Decision({DENSE: 0.40, SPARSE: 0.30}, {DENSE: 0.41, SPARSE: 0.31}), OP_MS, dense
+    )
+    return book
+
+
+@pytest.mark.parametrize(
+    ("mode", "traced_16", "needs_dense"),
+    [
+        ("auto", True, True),
+        ("compile", True, True),
+        ("eager", True, False),
+        ("graphs", False, False),
+    ],
+)
+def test_decode_sizes_trace_dense_unless_the_gpu_clock_rules(mode, traced_16, needs_dense):
+    book = _book(mode)
+    assert book.traces_dense(16) is traced_16
+    assert not book.traces_dense(4096)  # sparse beats dense by more than the op costs
+    assert not book.traces_dense(128)  # never measured: the op decides at each call
+    assert book.needs_dense() is needs_dense
+
+
+def test_without_the_dense_weight_nothing_is_traced_dense():
+    book = _book()
+    book.close_dense()
+    assert not book.traces_dense(16)
+    assert not _book(dense=False).traces_dense(16)
+
+
+def test_switching_modes_rereads_the_same_decisions():
+    book = _book("graphs")
+    assert not book.traces_dense(16)
+    book.set_mode("auto")
+    assert book.traces_dense(16)
+    assert book.routes("gpu")[16][0] == DECODE and book.routes()[4096][0] == SPARSE
+    with pytest.raises(ValueError, match="unknown"):
+        book.set_mode("reduce-overhead")
+
+
+def test_eager_verdicts_reach_the_nearest_decode_sizes_only():
+    book = _book()
+    assert not book.eager_dense(16)  # no whole-model check ran
+    book.keep_dense_at(16)
+    assert book.eager_dense(16) and book.eager_dense(1) and not book.eager_dense(4096)
+    book.keep_dense_at(16, keep=False)
+    assert not book.eager_dense(1)
+
+
+def test_forgetting_decode_and_everything():
+    book = _book()
+    book.forget_decode()
+    assert set(book.measured()) == {4096}
+    book.forget()
+    assert book.measured() == {} and not book.traces_dense(16)
+    assert repr(book) == "LayerDecisions(mode=auto, 0 token counts)"
+
+
+def test_decisions_survive_a_pickle():
+    book = _book()
+    twin = pickle.loads(pickle.dumps(book))
+    assert twin.measured() == book.measured() and twin.traces_dense(16)
+    assert "16 decode" in repr(twin) and "4096 sparse cc alg 3" in repr(twin)
