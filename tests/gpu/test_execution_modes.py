@@ -242,7 +242,7 @@ def test_decode_blocks_keep_the_dense_weight_a_default_compile_runs(mode):
     if mode == "auto":
         assert all(p.dense_kept and p.traces_dense(16) for p in parts)
     else:
-        assert all(p.dense_kept == p.needs_dense() for p in parts)
+        assert all(p.dense_kept == p.decisions_made.needs_dense() for p in parts)
     x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         ref = mlp(x)
@@ -294,6 +294,39 @@ def test_running_in_another_mode_warns_once():
         warnings.simplefilter("always")
         sl(x)
     assert any("sparsified for mode='graphs'" in str(w.message) for w in caught)
+
+
+def _mode_warnings(run) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught if "was sparsified for mode" in str(w.message)]
+
+
+def test_graphs_mode_is_quiet_under_cuda_graphs_and_warns_under_the_default_compile():
+    from explorer.gpu import set_mode, sparsify
+
+    torch.manual_seed(3)
+    model = _Block()
+    sparsify(model, tokens=(16,), tune=False, measure=False, decode=True, mode="graphs")
+    x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = model(x)
+        torch._dynamo.reset()
+        graphs = torch.compile(model, mode="reduce-overhead")
+
+        def replays():
+            for _ in range(4):  # warm-up, capture, replays: the warm-up is no other mode
+                out = graphs(x).clone()
+            assert relerr(out, ref) < 3e-2
+
+        assert _mode_warnings(replays) == []
+        torch._dynamo.reset()
+        set_mode(model, "graphs")  # a fresh start: no call remembered
+        default = torch.compile(model)
+        found = _mode_warnings(lambda: [default(x) for _ in range(3)])
+    torch._dynamo.reset()
+    assert found and all("runs as 'compile'" in m for m in found)
 
 
 def test_sparsify_measures_the_whole_model_on_example_inputs():

@@ -207,7 +207,7 @@ class SparseGatedMLP(nn.Module):
         return self.down.fake_output(x)
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """The forward the compiled op runs: the eager one (each part takes its fast path).
+        """The forward the compiled op runs: each part's compiled-mode call.
 
         Parameters
         ----------
@@ -219,7 +219,7 @@ class SparseGatedMLP(nn.Module):
         torch.Tensor
             The block's output.
         """
-        return self.run(x)
+        return self._through(x, self.gate_up.run_compiled, self.down.run_compiled)
 
     def set_mode(self, mode: str) -> None:
         """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``).
@@ -246,10 +246,14 @@ class SparseGatedMLP(nn.Module):
             The block's output, ``(..., hidden)``.
         """
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
+        return self._through(x, self.gate_up.run, self.down.run)
+
+    def _through(self, x: torch.Tensor, gate_up, down) -> torch.Tensor:
+        """``down(swiglu(gate_up(x)))`` with the parts' calls ``gate_up`` and ``down``."""
         if x.dim() == 2:
-            return self.down.run(self._swiglu(self.gate_up.run(x)))
+            return down(self._swiglu(gate_up(x)))
         lead = x.shape[:-1]
-        y = self.down.run(self._swiglu(self.gate_up.run(x.reshape(-1, x.shape[-1]))))
+        y = down(self._swiglu(gate_up(x.reshape(-1, x.shape[-1]))))
         return y.reshape(*lead, y.shape[-1])
 
     def _swiglu(self, gu: torch.Tensor) -> torch.Tensor:

@@ -412,19 +412,6 @@ class SparseLinear(nn.Module):
         self._forget_fast_paths()
         self.decisions_made.close_dense()
 
-    def needs_dense(self) -> bool:
-        """Whether a measured token count runs the dense weight in this layer's mode.
-
-        By the clocks of the mode, and, for ``"auto"`` and ``"compile"``, by a model compiled in
-        ``torch.compile``'s default mode (see :func:`~explorer.gpu.routes.dispatch.dense_needed`).
-
-        Returns
-        -------
-        bool
-            False where :meth:`drop_dense` frees memory nothing would use.
-        """
-        return self.decisions_made.needs_dense()
-
     @property
     def decode_kept(self) -> bool:
         """True if the weight is also kept in the decode kernel's layout (the decode route)."""
@@ -820,8 +807,14 @@ class SparseLinear(nn.Module):
         clock = self._clock_now()
         fast = self._fast_table(clock).get((x.shape, x.stride(), x.get_device(), x.dtype))
         if fast is not None:
+            if self.mode == "graphs" and not self._warned:
+                # a second call of this input outside a capture: no CUDA graph replays it
+                if not torch.cuda.is_current_stream_capturing():
+                    self._warn_if_mode_differs("compile")
             return fast(x)
-        self._warn_if_mode_differs("compile")
+        if self.mode != "graphs":
+            # in "graphs" the first call of an input may be the CUDA-graph warm-up
+            self._warn_if_mode_differs("compile")
         return self._forward(x)
 
     def _clock_now(self) -> str:

@@ -649,7 +649,7 @@ def _measure(model, units, counts, report, mode) -> list:
                 continue
             for layer in layers:
                 chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
-                if not layer.needs_dense():
+                if not layer.decisions_made.needs_dense():
                     layer.drop_dense()
                 if chosen and not any(r.kind == "decode" for r in chosen):
                     layer.drop_decode()  # no measured count runs the decode kernel
