@@ -304,21 +304,22 @@ def _mode_warnings(run) -> list[str]:
 
 
 def test_graphs_mode_is_quiet_under_cuda_graphs_and_warns_under_the_default_compile():
-    from explorer.gpu import set_mode, sparsify
+    from explorer.gpu import SparseLinear, set_mode
 
     torch.manual_seed(3)
-    model = _Block()
-    sparsify(model, tokens=(16,), tune=False, measure=False, decode=True, mode="graphs")
+    lin = _linear(256, 512)
+    # no dense weight: a compiled model calls the sparse op, with CUDA graphs or without
+    model = nn.Sequential(SparseLinear.from_linear(lin, mode="graphs"))
     x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
+    ref = _ref(x, lin)
     with torch.no_grad():
-        ref = model(x)
         torch._dynamo.reset()
         graphs = torch.compile(model, mode="reduce-overhead")
 
         def replays():
             for _ in range(4):  # warm-up, capture, replays: the warm-up is no other mode
                 out = graphs(x).clone()
-            assert relerr(out, ref) < 3e-2
+            assert relerr(out.double(), ref) < 3e-2
 
         assert _mode_warnings(replays) == []
         torch._dynamo.reset()
@@ -326,7 +327,7 @@ def test_graphs_mode_is_quiet_under_cuda_graphs_and_warns_under_the_default_comp
         default = torch.compile(model)
         found = _mode_warnings(lambda: [default(x) for _ in range(3)])
     torch._dynamo.reset()
-    assert found and all("runs as 'compile'" in m for m in found)
+    assert len(found) == 1 and "runs as 'compile'" in found[0]
 
 
 def test_sparsify_measures_the_whole_model_on_example_inputs():
