@@ -233,6 +233,7 @@ def bench_whole_model(
     log=None,
     decode_kernel: bool = True,
     model_speed_modes: tuple[str, ...] = (),
+    control_copy: bool = True,
 ) -> list[dict]:
     """Time one model of :data:`MODEL_SPECS` every way, at each of its runs.
 
@@ -256,6 +257,9 @@ def bench_whole_model(
         function sweeps and the dashboard call on a user's model) in these modes of
         :data:`~explorer.results.model_speed.SPEED_MODES`: ``model_speed_<mode>`` keys of the
         row (a failure: ``model_speed_<mode>_error``).
+    control_copy : bool, default True
+        Also time an unchanged copy of the dense model eagerly, in turn with the others
+        (``control_speedup``: the A/A ratio, 1.0 but for this host's timing noise).
     log : file-like, optional
         Where progress lines are printed; None prints nothing.
 
@@ -301,6 +305,9 @@ def bench_whole_model(
             fuse_qkv=False,
             measure=False,
         )
+    # an unchanged copy of the dense model, timed against it like the sparse ones: the A/A
+    # control, whose ratio is what this host's eager timing reads for equal work
+    control = copy.deepcopy(dense) if control_copy else None
     rows = []
     calls = []
     inputs = []
@@ -344,6 +351,8 @@ def bench_whole_model(
             if with_decode is not None and decode:
                 row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
         eager = {"dense": call(dense), "explorer": call(sparse)}
+        if control is not None:
+            eager["control"] = call(control)
         if with_decode is not None and decode:
             eager["decode"] = call(with_decode)
         if torch_model is not None and not decode:
@@ -373,7 +382,8 @@ def bench_whole_model(
             _compiled_columns(row, call, dense, sparse, with_decode if decode else None, est_gpu)
         say(
             f"{name} {row['dtype']} {row['batch']}x{row['seq']}: dense {row['dense_ms']:.3f} ms, "
-            f"explorer {row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x), "
+            f"explorer {row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x, "
+            f"dense copy {row.get('control_speedup') or float('nan'):.2f}x), "
             f"compile default {row.get('speedup_default') or float('nan'):.2f}x, decode=True "
             f"eager {row.get('decode_speedup') or float('nan'):.2f}x / default "
             f"{row.get('decode_speedup_default') or float('nan'):.2f}x / graphs "
@@ -388,7 +398,7 @@ def bench_whole_model(
     rows[0]["sparsify_s"], rows[0]["search_s"] = sparsify_s, rep.search_s
     if with_decode is not None:
         rows[0]["timings_decode"] = rep_decode.timing_table()
-    del dense, sparse, torch_model, with_decode
+    del dense, sparse, torch_model, with_decode, control
     torch.cuda.empty_cache()
     return rows
 

@@ -328,8 +328,9 @@ def format_models(rows: list[dict]) -> str:
     Examples
     --------
     >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
-    ...     dense_ms=2.0, speedup=1.1, ceiling=1.2, relerr=1e-3)]).splitlines()[2])
-    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | - | - | - | - | 1.20x | - | 1.0e-03 |
+    ...     dense_ms=2.0, speedup=1.1, control_speedup=0.97, ceiling=1.2,
+    ...     relerr=1e-3)]).splitlines()[2])
+    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | 0.97x | - | - | - | - | 1.20x | - | 1.0e-03 |
     """
     out = []
     for r in rows:
@@ -355,6 +356,7 @@ def format_models(rows: list[dict]) -> str:
                 f"{r.get('batch')} x {r.get('seq')}",
                 r.get("dense_ms"),
                 _x(r.get("speedup")),
+                _x(r.get("control_speedup")),
                 default,
                 r.get("dense_compiled_ms"),
                 comp,
@@ -371,6 +373,7 @@ def format_models(rows: list[dict]) -> str:
             "batch x seq",
             "dense eager ms",
             "sparsify() eager",
+            "dense copy eager (A/A)",
             "sparsify() compile default",
             "dense CUDA-graphs ms",
             "sparsify() CUDA graphs",
@@ -422,11 +425,16 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "## Whole models",
             "",
             "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights; the shapes are what "
-            "matter). Times are medians of 5 CUDA-event timings of 5 back-to-back forwards. `x` is the speedup over the same dense masked model in the same mode; "
-            "`ceiling` is the dense model's time with only its sparse layers' time replaced by "
-            "their measured sparse time (an estimate from measured parts: what the model "
-            "could gain if nothing else changed). Compiled: `torch.compile(mode="
-            '"reduce-overhead")`, i.e. with CUDA graphs, for dense and sparse alike. Decode '
+            "matter), each sparse model after `sparsify()` with its defaults. The variants of "
+            "one mode are timed in turn, 11 rounds of 3 forwards (CUDA events), every eager time "
+            "first; `x` is the median of the rounds' paired ratios to the same dense masked model "
+            "run the same way. `dense copy (A/A)` is an unchanged copy of the dense model timed "
+            "the same way: what equal work reads on this host, the noise every eager ratio "
+            "carries. `ceiling` is the dense model's time with only its sparse layers' time "
+            "replaced by their measured sparse time (an estimate from measured parts: what the "
+            "model could gain if nothing else changed). Compile default: `torch.compile(model)`; "
+            'CUDA graphs: `torch.compile(mode="reduce-overhead")` for dense and sparse alike, the '
+            'sparse models set to `mode="graphs"`. Decode '
             "steps are 1 token per sequence without a KV cache. `torch 2:4` is torch's "
             "`to_sparse_semi_structured` path, eager. `decode=True` is the same model after "
             "`sparsify(..., decode=True)`, which also offers each layer the explorer's decode "
