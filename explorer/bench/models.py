@@ -258,8 +258,7 @@ def bench_whole_model(
         :data:`~explorer.results.model_speed.SPEED_MODES`: ``model_speed_<mode>`` keys of the
         row (a failure: ``model_speed_<mode>_error``).
     control_copy : bool, default True
-        Also time an unchanged copy of the dense model eagerly, in turn with the others
-        (``control_speedup``: the A/A ratio, 1.0 but for this host's timing noise).
+        Also time an unchanged dense copy eagerly (``control_speedup``: 1.0 but for noise).
     log : file-like, optional
         Where progress lines are printed; None prints nothing.
 
@@ -305,9 +304,7 @@ def bench_whole_model(
             fuse_qkv=False,
             measure=False,
         )
-    # an unchanged copy of the dense model, timed against it like the sparse ones: the A/A
-    # control, whose ratio is what this host's eager timing reads for equal work
-    control = copy.deepcopy(dense) if control_copy else None
+    control = copy.deepcopy(dense) if control_copy else None  # the A/A control: equal work
     rows = []
     calls = []
     inputs = []
@@ -351,8 +348,7 @@ def bench_whole_model(
             if with_decode is not None and decode:
                 row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
         eager = {"dense": call(dense), "explorer": call(sparse)}
-        if control is not None:
-            eager["control"] = call(control)
+        eager.update({"control": call(control)} if control is not None else {})
         if with_decode is not None and decode:
             eager["decode"] = call(with_decode)
         if torch_model is not None and not decode:

@@ -658,12 +658,12 @@ def _measure(model, units, counts, report, mode) -> list:
     extra = (
         (
             sum(m.dense_bytes for m in sparse_layers),
-            "dense weights kept for the token counts where dense is faster",
+            "dense weights kept where dense runs (faster there, or a decode size a default "
+            "torch.compile traces dense; mode='eager' or 'graphs' keeps less)",
         ),
         (
             sum(m.decode_weight().nbytes for m in sparse_layers if m.decode_kept),
-            "weights kept in the decode kernel's layout for the token counts (1 to 64) where "
-            "it is the fastest",
+            "weights kept in the decode kernel's layout for 1 to 64 tokens, where it is fastest",
         ),
     )
     for nbytes, what in extra:

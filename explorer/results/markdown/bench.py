@@ -328,9 +328,8 @@ def format_models(rows: list[dict]) -> str:
     Examples
     --------
     >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
-    ...     dense_ms=2.0, speedup=1.1, control_speedup=0.97, ceiling=1.2,
-    ...     relerr=1e-3)]).splitlines()[2])
-    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | 0.97x | - | - | - | - | 1.20x | - | 1.0e-03 |
+    ...     dense_ms=2.0, speedup=1.1, control_speedup=0.97, relerr=1e-3)]).splitlines()[2])
+    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | 0.97x | - | - | - | - | - | - | 1.0e-03 |
     """
     out = []
     for r in rows:
@@ -345,10 +344,8 @@ def format_models(rows: list[dict]) -> str:
         default = _x(r.get("speedup_default"))
         if r.get("explorer_default_error"):
             default = "fails: " + r["explorer_default_error"].split(":")[0]
-        dec = "-"
         keys = ("decode_speedup", "decode_speedup_default", "decode_speedup_compiled")
-        if any(r.get(k) for k in keys):
-            dec = " / ".join(_x(r.get(k)) for k in keys)
+        dec = " / ".join(_x(r.get(k)) for k in keys) if any(r.get(k) for k in keys) else "-"
         out.append(
             [
                 r["model"],
@@ -424,21 +421,15 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         parts += [
             "## Whole models",
             "",
-            "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights; the shapes are what "
-            "matter), each sparse model after `sparsify()` with its defaults. The variants of "
-            "one mode are timed in turn, 11 rounds of 3 forwards (CUDA events), every eager time "
-            "first; `x` is the median of the rounds' paired ratios to the same dense masked model "
-            "run the same way. `dense copy (A/A)` is an unchanged copy of the dense model timed "
-            "the same way: what equal work reads on this host, the noise every eager ratio "
-            "carries. `ceiling` is the dense model's time with only its sparse layers' time "
-            "replaced by their measured sparse time (an estimate from measured parts: what the "
-            "model could gain if nothing else changed). Compile default: `torch.compile(model)`; "
-            'CUDA graphs: `torch.compile(mode="reduce-overhead")` for dense and sparse alike, the '
-            'sparse models set to `mode="graphs"`. Decode '
-            "steps are 1 token per sequence without a KV cache. `torch 2:4` is torch's "
-            "`to_sparse_semi_structured` path, eager. `decode=True` is the same model after "
-            "`sparsify(..., decode=True)`, which also offers each layer the explorer's decode "
-            "kernel at 1 to 64 tokens (decode runs only).",
+            "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights), then `sparsify()`. "
+            "The variants of a mode run in turn, 11 rounds of 3 forwards, eager first; `x` is "
+            "the median of the rounds' paired ratios to the dense masked model run the same "
+            "way; `dense copy (A/A)`, an unchanged dense copy so timed, is the noise of equal "
+            "work. `ceiling`: the dense time with the sparse layers' measured time (an estimate)."
+            ' Compile default: `torch.compile(model)`; CUDA graphs: `mode="reduce-overhead"`, '
+            'sparse models in `mode="graphs"`. Decode steps: 1 token per sequence, no KV cache. '
+            "`torch 2:4`: `to_sparse_semi_structured`, eager. `decode=True` also offers each "
+            "layer the explorer's decode kernel at 1 to 64 tokens.",
             "",
             format_models(rows),
             "",
