@@ -4,10 +4,10 @@ For each layer shape (out x in) at the given token counts, on one GPU, GPU time 
 replays (medians): bf16 dense (``F.linear``), FP8 dense (``torch._scaled_mm`` with row-wise
 scales: per-token activation scales, per-channel weight scales), and FP8 2:4 through the
 explorer's cuSPARSELt plans with the library's default algorithm and with the algorithm
-searched for the shape (``explorer.gpu.library.search``, in a child process, within its time budget).
-Each FP8 route is timed twice: the matmul alone on an already quantized input, and with the
-activation's per-token quantization (``explorer.gpu.modules.fp8.quantize_activations``) and the scales
-applied, which is what a layer pays. Every route's output is checked against the float64
+searched for the shape (``explorer.gpu.library.search``, in a child process, within its time
+budget). Each FP8 route is timed twice: the matmul alone on an already quantized input, and with the
+activation's per-token quantization (``explorer.gpu.modules.fp8.quantize_activations``) and the
+scales applied, which is what a layer pays. Every route's output is checked against the float64
 product of the same quantized operands. Run on a GPU (capability 8.9 or newer)::
 
     python benchmarks/fp8_layers.py --tokens 4096 --json fp8_layers.json

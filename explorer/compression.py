@@ -15,9 +15,9 @@ stores exactly two values. The emulation therefore stores ``K/2`` values plus ``
 metadata per row: 9/16 of the dense bytes for 16-bit weights.
 
 This is also exactly what the explorer's own GPU decode kernel reads
-(:mod:`explorer.gpu.cuda.decode`, ``kernels/decode24.cu``): ``compress`` runs on the weight's device,
-and the kernel reorders K inside each tensor-core step instead of the bytes in memory, so the
-layout shown here needs no GPU-specific interleaving. With ``int8=True`` the kept values are
+(:mod:`explorer.gpu.cuda.decode`, ``kernels/decode24.cu``): ``compress`` runs on the weight's
+device, and the kernel reorders K inside each tensor-core step instead of the bytes in memory, so
+the layout shown here needs no GPU-specific interleaving. With ``int8=True`` the kept values are
 quantized per output row (symmetric, ``scale = max|kept| / 127``, stored as float32 ``scale``):
 ``K/2`` bytes of values plus ``K/8`` of metadata, 5/16 of a 16-bit dense weight.
 """

@@ -1,9 +1,9 @@
 """What a 2:4 sparse tensor-core matmul needs: the one home of the capability and shape rules.
 
-The doctor (:mod:`explorer.diagnosis`), ``sparsify`` (:func:`explorer.gpu.swap.model_swap.eligibility`),
-the cuSPARSELt binding (:mod:`explorer.gpu.library.cusparselt`) and the ONNX check
-(:mod:`explorer.checkpoint.onnx_check`) all ask this module; none writes a multiple or a
-capability of its own. The rules:
+The doctor (:mod:`explorer.diagnosis`), ``sparsify``
+(:func:`explorer.gpu.swap.model_swap.eligibility`), the cuSPARSELt binding
+(:mod:`explorer.gpu.library.cusparselt`) and the ONNX check (:mod:`explorer.checkpoint.onnx_check`)
+all ask this module; none writes a multiple or a capability of its own. The rules:
 
 * sparse tensor cores need compute capability :data:`MIN_CAPABILITY` (8.0, Ampere) or newer;
   fp8 e4m3 needs :data:`FP8_MIN_CAPABILITY` (8.9: Ada from cuSPARSELt 0.8, and Hopper);

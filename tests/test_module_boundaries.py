@@ -44,7 +44,7 @@ LARGE_MODULES = {
     "explorer/gpu/modules/int4_linear.py": 504,
     "explorer/gpu/cuda/kernels.py": 875,
     "explorer/gpu/swap/model_swap.py": 783,
-    "explorer/gpu/modules/sparse_linear.py": 1127,
+    "explorer/gpu/modules/sparse_linear.py": 1125,
     "explorer/gpu/library/tuning.py": 628,
     "explorer/results/markdown/bench.py": 650,
     "explorer/results/speedup.py": 511,

@@ -443,8 +443,8 @@ def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> N
     a model run that way.
 
     The variants of one compile mode are compiled together and timed side by side, round
-    after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled decode
-    step is host-bound, and timed one after the other its ratio to dense drifts with the
+    after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled
+    decode step is host-bound, and timed one after the other its ratio to dense drifts with the
     host's speed. Each speedup is the median of the rounds' paired ratios.
     """
     from explorer.gpu import set_mode

@@ -432,8 +432,8 @@ def load_sparse(
         Where to put the model afterwards (default: where it is; the CPU for a rebuilt one).
     sparse_linear : bool
         Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt), or
-        a 2:4 + int4 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on its stored codes
-        and scales; needs a CUDA ``device``.
+        a 2:4 + int4 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on its stored
+        codes and scales; needs a CUDA ``device``.
     dtype : torch.dtype, optional
         ``SparseLinear``'s dtype (default: the weight's if 16-bit, else float16).
     progress : bool

@@ -6,8 +6,8 @@ method it evaluates the dense model, the dense model in FP8, the 2:4-pruned mode
 2:4-pruned model in FP8: weights quantized per output channel to e4m3 (``max|row| / 448``,
 zeros stay zeros), activations dynamically per token, products summed in float32, as
 ``sparsify(model, dtype="float8_e4m3fn")`` runs them. The FP8 numbers come from
-:class:`explorer.gpu.modules.fp8.Fp8ReferenceLinear`, which emulates that on any device. Results go to
-a Markdown table and a JSON file.
+:class:`explorer.gpu.modules.fp8.Fp8ReferenceLinear`, which emulates that on any device. Results go
+to a Markdown table and a JSON file.
 
 Examples
 --------

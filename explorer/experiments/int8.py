@@ -5,8 +5,8 @@ Run it with ``python -m explorer.experiments.int8``. Each model is a named grid 
 dense model, the dense model in int8, the 2:4-pruned model, and the 2:4-pruned model in int8:
 weights quantized symmetrically per output channel (zeros stay zeros), activations dynamically
 per token, exactly as ``sparsify(model, dtype=torch.int8)`` runs them. The int8 numbers come from
-:class:`explorer.gpu.modules.quant.Int8ReferenceLinear`, which sums the integer products exactly on any
-device; with ``--gpu`` the pruned model is also run through the real cuSPARSELt int8 kernel and
+:class:`explorer.gpu.modules.quant.Int8ReferenceLinear`, which sums the integer products exactly on
+any device; with ``--gpu`` the pruned model is also run through the real cuSPARSELt int8 kernel and
 both are reported side by side. Results go to a Markdown table and a JSON file.
 
 Examples

@@ -1,8 +1,8 @@
 """The kernel runner: compress a layer and run its sparse matmul, or show what was measured.
 
 On a GPU with sparse tensor cores (compute capability 8.0 or newer) the layer is compressed
-with cuSPARSELt (:mod:`explorer.gpu.library.cusparselt`) and timed against the dense matmul. Anywhere
-else the compression is emulated on the CPU (:mod:`explorer.compression`) and checked
+with cuSPARSELt (:mod:`explorer.gpu.library.cusparselt`) and timed against the dense matmul.
+Anywhere else the compression is emulated on the CPU (:mod:`explorer.compression`) and checked
 against the dense masked reference, and the speed column comes from the recorded
 measurements for that shape (:mod:`explorer.results.store`'s reference database), labelled with the
 GPU they were measured on.

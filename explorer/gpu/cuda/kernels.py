@@ -136,9 +136,9 @@ def launch(
     """Launch kernel ``fn`` of ``kernels/<name>.cu`` on the current stream of the tensor's device.
 
     The stream is torch's. Modules, functions and argument slots are made once, and the launch goes
-    to the CUDA driver directly (:mod:`explorer.gpu.cuda.launch`): a few microseconds of host time, which
-    a model calling kernels per layer pays on every call. CuPy launches where the driver call cannot
-    (another device than the current one).
+    to the CUDA driver directly (:mod:`explorer.gpu.cuda.launch`): a few microseconds of host time,
+    which a model calling kernels per layer pays on every call. CuPy launches where the driver call
+    cannot (another device than the current one).
 
     Parameters
     ----------

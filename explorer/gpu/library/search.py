@@ -2,8 +2,8 @@
 
 Some cuSPARSELt configs return wrong results or even stop the CUDA context (an illegal
 instruction was seen on Hopper with cuSPARSELt 0.8), so by default the configs are tried in a
-child process (``python -m explorer.gpu.library.search``): a config that kills the child is recorded as
-crashed and the search resumes after it.
+child process (``python -m explorer.gpu.library.search``): a config that kills the child is recorded
+as crashed and the search resumes after it.
 """
 
 from __future__ import annotations

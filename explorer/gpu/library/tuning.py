@@ -4,8 +4,8 @@ cuSPARSELt's default algorithm is often far from its best one (on an H100 with c
 bf16 at 4096 x 4096 with 1024 tokens: 0.82x dense with the default, 1.39x with the best), but
 trying configs can kill the CUDA context (``matmul_search`` hit an illegal instruction on small
 bf16 problems). So configs are only ever tried in a child process
-(:func:`explorer.gpu.library.search.search_algorithm`), and what wins is kept here: in memory, and in a
-JSON file under the explorer's cache folder keyed by GPU and library version, so later
+(:func:`explorer.gpu.library.search.search_algorithm`), and what wins is kept here: in memory, and
+in a JSON file under the explorer's cache folder keyed by GPU and library version, so later
 processes reuse it. :class:`~explorer.gpu.SparseLinear` then times the remembered config
 against the default in-process (both known to be safe) and keeps the faster correct one.
 """

@@ -7,7 +7,8 @@ the products of the fp8 values in float32; both scales and the bias are applied 
 result is rounded to the output dtype. :func:`fp8_reference` computes exactly that in plain torch,
 so FP8 accuracy can be measured on a CPU; :class:`Fp8ReferenceLinear` is a drop-in layer.
 
-This module imports only torch (and :mod:`explorer.gpu.modules.reference`, which imports only torch).
+This module imports only torch (and :mod:`explorer.gpu.modules.reference`, which imports only
+torch).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``Int4Linear``: a 2:4 layer whose kept weights are group-wise int4, on the faster of two kernels.
 
 What a user deploying int4 compares with is int4 dense, not bf16. So each token count is timed
-once (per problem, shared like every route decision: :mod:`explorer.gpu.routes.route_timing`) between
+once (per problem, shared like every decision, :mod:`explorer.gpu.routes.route_timing`) between
 
 * the dense route: torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
   dequantized weight, the zeros of the 2:4 pattern stored as codes like any other; where that

@@ -2,9 +2,9 @@
 
 :class:`QuantReferenceLinear` holds a Linear's quantized weight, its per-channel scales and its
 bias as buffers; a subclass (:class:`explorer.gpu.modules.quant.Int8ReferenceLinear`,
-:class:`explorer.gpu.modules.fp8.Fp8ReferenceLinear`) says how the weight is quantized and computes its
-forward pass. :func:`swap_reference_linears` replaces the Linears a sparse kernel would take in a
-copy of a model. This module imports only torch and the core, so the references run on a CPU.
+:class:`explorer.gpu.modules.fp8.Fp8ReferenceLinear`) says how the weight is quantized and computes
+its forward pass. :func:`swap_reference_linears` replaces the Linears a sparse kernel would take in
+a copy of a model. This module imports only torch and the core, so the references run on a CPU.
 """
 
 from __future__ import annotations

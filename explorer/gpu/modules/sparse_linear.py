@@ -1,8 +1,9 @@
 """``SparseLinear``: a drop-in for ``nn.Linear`` that holds a 2:4 weight compressed by cuSPARSELt.
 
-Each module keeps a small dict from padded token count to its :class:`~explorer.gpu.library.cusparselt.Plan`
-(all plans also live in the shared LRU :class:`~explorer.gpu.library.cusparselt.PlanCache`), so after the
-first call at a token count a forward pass is: reshape, pad if needed, one ``cusparseLtMatmul``.
+Each module keeps a small dict from padded token count to its
+:class:`~explorer.gpu.library.cusparselt.Plan` (all plans also live in the shared LRU
+:class:`~explorer.gpu.library.cusparselt.PlanCache`), so after the first call at a token count a
+forward pass is: reshape, pad if needed, one ``cusparseLtMatmul``.
 """
 
 from __future__ import annotations
@@ -82,16 +83,22 @@ def stack_linears(*parts: nn.Linear) -> nn.Linear:
     return stacked
 
 
+#: What a layer holds for this process only (plans, routes, remembered calls): not copied.
+_PROCESS_STATE = "_plans _routes _fast _fast_graph _dense_any _decode_calls _cache".split()
+
+
 class SparseLinear(nn.Module):
     """``y = activation(x @ W^T + b)`` with a 2:4 ``W`` run by cuSPARSELt.
 
     Build it with :meth:`from_linear`. Once per problem (shape, dtype, padded token count and
-    input layout) the layer times the routes it may take (see :mod:`explorer.gpu.routes.dispatch`):
+    input layout) the layer times the routes it may take (:mod:`explorer.gpu.routes.dispatch`):
     the sparse product writing ``Y`` row-major or ``Y^T`` (then copied to row-major, or handed
     on as a transposed view when ``output="any"``), each with the library's default and the
-    tuned algorithm, when the dense weight is kept, cuBLAS on the dense weight, and at 1 to 64
-    tokens the explorer's decode kernel (:mod:`explorer.gpu.cuda.decode`). The fastest wins, and dense is kept unless sparse is measurably faster, so a layer is never
-    slower than the ``nn.Linear`` it replaced at the token counts it has seen.
+    tuned algorithm; cuBLAS on the dense weight, when kept; at 1 to 64 tokens the explorer's
+    decode kernel (:mod:`explorer.gpu.cuda.decode`). The fastest wins, and dense is kept unless
+    sparse is measurably faster: never slower than the ``nn.Linear`` it replaced at the token
+    counts it has seen. Its measured decisions are :attr:`decisions_made`
+    (:class:`~explorer.gpu.routes.layer_decisions.LayerDecisions`).
 
     Parameters
     ----------
@@ -224,15 +231,7 @@ class SparseLinear(nn.Module):
         its first call).
         """
         state = self.__dict__.copy()
-        for name in (
-            "_plans",
-            "_routes",
-            "_fast",
-            "_fast_graph",
-            "_dense_any",
-            "_decode_calls",
-            "_cache",
-        ):
+        for name in _PROCESS_STATE:
             state.pop(name, None)
         return state
 
@@ -329,8 +328,8 @@ class SparseLinear(nn.Module):
             The build options (:class:`~explorer.gpu.modules.sparse_options.SparseOptions`): the
             matmul's ``dtype`` (default: the weight's if 16-bit, else float16; int8 and
             float8_e4m3fn quantize the weight per channel and the activations per token, see
-            :mod:`explorer.gpu.modules.quant` and :mod:`explorer.gpu.modules.fp8`), the operand ``layout``,
-            the ``output`` contract, ``decode`` (also keep the weight in the explorer's
+            :mod:`explorer.gpu.modules.quant` and :mod:`explorer.gpu.modules.fp8`), the operand
+            ``layout``, the ``output`` contract, ``decode`` (also keep the weight in the explorer's
             compressed layout, 9/16 of the dense bytes in 16-bit and 5/16 for int8, so that 1
             to 64 tokens may run the decode kernel; needs ``in_features`` a multiple of 16 and
             the cuSPARSELt backend), ``keep_dense`` (also keep the dense masked weight for
@@ -661,8 +660,8 @@ class SparseLinear(nn.Module):
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
         """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``.
 
-        Keyed by :func:`~explorer.gpu.library.cusparselt.decision_tokens` (small counts as they are, larger
-        ones padded to their plan's count).
+        Keyed by :func:`~explorer.gpu.library.cusparselt.decision_tokens` (small counts as they are,
+        larger ones padded to their plan's count).
 
         Parameters
         ----------
@@ -724,10 +723,9 @@ class SparseLinear(nn.Module):
     def traces_dense(self, tokens) -> bool:
         """Whether a compiled model should run this layer as a traced matmul at ``tokens`` rows.
 
-        A plain matmul on the dense weight: true where dense is kept and was measured fastest at
-        this token count by the clock of the layer's mode (both clocks for ``"auto"``, which decides
-        at each call), counting the compiled op's host cost against sparse routes. Token counts
-        never measured, or not known while tracing (symbolic sizes), go to the op.
+        A plain matmul on the dense weight, where the layer's decisions say so for its mode
+        (:meth:`LayerDecisions.traces_dense`). Token counts never measured, or not known while
+        tracing (symbolic sizes), go to the op.
 
         Parameters
         ----------

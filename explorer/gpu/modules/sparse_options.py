@@ -46,8 +46,8 @@ class SparseOptions:
         activation scales) or float8_e4m3fn; None takes the weight's own 16-bit dtype
         (float16 for a float32 weight).
     layout : {"auto", "cc", "cr", "rc", "rr"}
-        cuSPARSELt operand layouts (see :mod:`explorer.gpu.library.cusparselt`); ``"auto"`` chooses by
-        measurement once per shape and token count.
+        cuSPARSELt operand layouts (see :mod:`explorer.gpu.library.cusparselt`); ``"auto"`` chooses
+        by measurement once per shape and token count.
     output : {"rows", "any"}
         ``"rows"`` always returns a row-major ``Y``; ``"any"`` may return a transposed view of
         ``Y^T``, for a consumer that reads it for free (another sparse layer, the SwiGLU kernel).
@@ -59,7 +59,8 @@ class SparseOptions:
         faster (1.5x the memory of the dense layer in all).
     tune_tokens : tuple of int
         Token counts to search the cuSPARSELt algorithm for while the dense weight is at hand
-        (see :mod:`explorer.gpu.library.tuning`); empty: the shipped tables or the default algorithm.
+        (see :mod:`explorer.gpu.library.tuning`); empty: the shipped tables or the default
+        algorithm.
 
     Raises
     ------

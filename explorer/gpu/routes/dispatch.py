@@ -58,7 +58,8 @@ class Route:
     alg : int
         cuSPARSELt config id, -1 for the library default.
     transpose : bool
-        The ``Y^T`` output is copied to row-major by :func:`explorer.gpu.cuda.kernels.transpose_rows`.
+        The ``Y^T`` output is copied to row-major by
+        :func:`explorer.gpu.cuda.kernels.transpose_rows`.
 
     Examples
     --------

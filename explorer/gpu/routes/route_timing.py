@@ -3,8 +3,8 @@
 A layer offers the routes open to one problem (shape, dtype, epilogue, input layout, token
 count) as ``{Route: call}``, each call taking no argument and running the route as its fast
 path will; :meth:`RouteBook.decide` times them by both clocks once per process and keeps the
-:class:`~explorer.gpu.routes.dispatch.Decision`. Layers of the same problem share it: the first one to
-meet a problem times it, the others read it. The rule that picks a route from the times lives
+:class:`~explorer.gpu.routes.dispatch.Decision`. Layers of the same problem share it: the first one
+to meet a problem times it, the others read it. The rule that picks a route from the times lives
 in :mod:`explorer.gpu.routes.dispatch`; this module only measures and remembers.
 """
 

@@ -163,16 +163,16 @@ def sparsify(
         measures nothing and swaps every eligible layer.
     fuse_mlp : bool
         Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
-        ``down_proj``, SiLU) for one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`. A model
-        that is itself such a block (the root module) goes layer by layer.
+        ``down_proj``, SiLU) for one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`. A
+        model that is itself such a block (the root module) goes layer by layer.
     fuse_qkv : bool
         Run the query, key and value projections of each self-attention module (``q_proj``,
         ``k_proj``, ``v_proj`` or BERT's ``query``, ``key``, ``value``) as one sparse product
         (:class:`~explorer.gpu.modules.fused_qkv.SparseQKV`), biases included.
     tune_tokens : tuple of int
         Token counts to tune each layer's cuSPARSELt algorithm for (in a child process, a few
-        seconds per distinct shape, remembered for this GPU; see :mod:`explorer.gpu.library.tuning`).
-        Shapes in the shipped tables need none.
+        seconds per distinct shape, remembered for this GPU; see
+        :mod:`explorer.gpu.library.tuning`). Shapes in the shipped tables need none.
     measure : bool
         Time the layers at ``tokens`` (default). ``False`` swaps every eligible layer and lets
         each choose its route at its first call.

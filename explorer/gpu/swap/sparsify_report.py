@@ -60,8 +60,8 @@ class SparsifyReport:
     skipped : list of (str, str)
         ``(fqn, reason)`` of the ``nn.Linear`` layers kept dense.
     fused : list of str
-        Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`) and
-        attention projections (:class:`~explorer.gpu.modules.fused_qkv.SparseQKV`, ``fqn.qkv``).
+        Blocks swapped whole: SwiGLU MLPs (:class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`)
+        and attention projections (:class:`~explorer.gpu.modules.fused_qkv.SparseQKV`, ``fqn.qkv``).
     backend : str
         The sparse matmul backend the swapped layers use (``"explorer"`` for int4).
     dtype : str
@@ -71,7 +71,8 @@ class SparsifyReport:
     notes : list of str
         Anything else worth knowing (shared modules, untuned shapes, memory kept for dense).
     mode : str
-        The execution mode routes were chosen for (see :func:`~explorer.gpu.swap.model_swap.sparsify`).
+        The execution mode routes were chosen for (see
+        :func:`~explorer.gpu.swap.model_swap.sparsify`).
     model_speeds : list of ModelSpeed
         Whole-model forwards timed dense then sparse on the example inputs, per token count.
     search_s : float
