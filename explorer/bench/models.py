@@ -284,9 +284,8 @@ def bench_whole_model(
         f"{name} {dtype}: sparsify took {sparsify_s:.1f} s, of which {rep.search_s:.1f} s "
         "searched algorithms for shapes no table knew"
     )
-    decoding = decode_kernel and spec.kind != "bert" and any(s == 1 for _, s in runs)
     with_decode = None
-    if decoding:
+    if decode_kernel and spec.kind != "bert" and any(s == 1 for _, s in runs):
         with_decode = copy.deepcopy(dense)
         with torch.no_grad():
             rep_decode = sparsify(
@@ -348,7 +347,8 @@ def bench_whole_model(
             if with_decode is not None and decode:
                 row["decode_relerr"] = _relerr(_logits(call(with_decode)()), ref)
         eager = {"dense": call(dense), "explorer": call(sparse)}
-        eager.update({"control": call(control)} if control is not None else {})
+        if control is not None:
+            eager["control"] = call(control)
         if with_decode is not None and decode:
             eager["decode"] = call(with_decode)
         if torch_model is not None and not decode:

@@ -482,9 +482,10 @@ class SparseLinear(nn.Module):
         """The route for ``t`` tokens (``n`` padded) whose input arrives in layout ``first``."""
         if self._force is not None:
             return self._force
-        if clock == "wall" and self.decisions_made.eager_dense(C.decision_tokens(t, self.dtype)):
+        decided_at = t if t <= C.EXACT_TOKENS_UP_TO else n  # cusparselt.decision_tokens
+        if clock == "wall" and self.decisions_made.eager_dense(decided_at):
             return DENSE
-        key = (t if t <= C.EXACT_TOKENS_UP_TO else n, first, fused_act, clock)
+        key = (decided_at, first, fused_act, clock)
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._choose(n, t, dev, fused_act, alpha, first, clock)
@@ -807,8 +808,7 @@ class SparseLinear(nn.Module):
         if fast is not None:
             if self.mode == "graphs" and not self._warned:
                 # a second call of this input outside a capture: no CUDA graph replays it
-                if not torch.cuda.is_current_stream_capturing():
-                    self._warn_if_mode_differs("compile")
+                self._warn_if_mode_differs("compile")  # (inside a capture it says nothing)
             return fast(x)
         if self.mode != "graphs":
             # in "graphs" the first call of an input may be the CUDA-graph warm-up

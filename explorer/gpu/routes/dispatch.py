@@ -32,6 +32,7 @@ __all__ = [
     "dense_needed",
     "nearest_route",
     "pick_route",
+    "shown_clock",
 ]
 
 #: How a model may be run, as ``sparsify(mode=...)`` names it: ``"auto"`` decides per call
@@ -94,11 +95,16 @@ class Route:
         """True if the route reads the 2:4 weight (cuSPARSELt or the decode kernel)."""
         return self.kind != "dense"
 
-    def __repr__(self) -> str:
+    @property
+    def label(self) -> str:
+        """The route in a few words, as reports show it (``"sparse cr alg 20 + transpose"``)."""
         if self.kind in ("dense", "decode"):
-            return f"Route({self.kind})"
+            return self.kind
         alg = "default" if self.alg < 0 else f"alg {self.alg}"
-        return f"Route(sparse {self.layout} {alg}{' + transpose' if self.transpose else ''})"
+        return f"sparse {self.layout} {alg}{' + transpose' if self.transpose else ''}"
+
+    def __repr__(self) -> str:
+        return f"Route({self.label})"
 
 
 DENSE = Route("dense")
@@ -231,6 +237,30 @@ def clock_for(mode: str) -> str:
     ('gpu', 'wall', 'wall')
     """
     return "gpu" if check_mode(mode) == "graphs" else "wall"
+
+
+def shown_clock(mode: str) -> str:
+    """The clock whose decisions a report shows for ``mode``: wall time for ``"auto"``.
+
+    ``"auto"`` decides by both clocks (the GPU one inside a CUDA-graph capture); outside a
+    capture, where a model is first run, it takes the wall clock's routes.
+
+    Parameters
+    ----------
+    mode : str
+        One of :data:`MODES`.
+
+    Returns
+    -------
+    str
+        ``"gpu"`` or ``"wall"``.
+
+    Examples
+    --------
+    >>> shown_clock("auto"), shown_clock("graphs")
+    ('wall', 'gpu')
+    """
+    return "wall" if mode == "auto" else clock_for(mode)
 
 
 #: The verdicts a layer's dense weight serves in each mode: its clocks' routes, and for the modes
@@ -443,6 +473,6 @@ class Decision:
         for clock in ("gpu", "wall"):
             if getattr(self, clock):
                 r = self.route(clock)
-                name = repr(r).removeprefix("Route(").removesuffix(")")
+                name = r.label
                 parts.append(f"{clock}: {name} {self.times(clock)[r]:.3f} ms")
         return f"Decision({', '.join(parts) or 'nothing measured'})"

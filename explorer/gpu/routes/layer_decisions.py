@@ -13,7 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from explorer.gpu.routes.dispatch import DENSE, Decision, Route, check_mode, clock_for, dense_needed
+from explorer.gpu.routes.dispatch import (
+    DECODE,
+    DENSE,
+    Decision,
+    Route,
+    check_mode,
+    dense_needed,
+    shown_clock,
+)
 
 __all__ = ["LayerDecisions", "eager_verdict"]
 
@@ -137,7 +145,7 @@ class LayerDecisions:
 
     def forget_decode(self) -> None:
         """Forget the decisions that timed the decode kernel (its weight is gone)."""
-        self._found = {n: d for n, d in self._found.items() if Route("decode") not in d.wall}
+        self._found = {n: d for n, d in self._found.items() if DECODE not in d.wall}
 
     def forget(self) -> None:
         """Forget every decision (the layer moved: times of another device do not hold)."""
@@ -219,7 +227,7 @@ class LayerDecisions:
         dict
             The route kept and the times of every route, per decision count.
         """
-        clock = clock or ("wall" if self.mode == "auto" else clock_for(self.mode))
+        clock = clock or shown_clock(self.mode)
         return {n: (d.route(clock), d.times(clock)) for n, d in self._found.items()}
 
     def measured(self) -> dict[int, Decision]:
@@ -234,10 +242,7 @@ class LayerDecisions:
 
     def __repr__(self) -> str:
         routes = self.routes()
-        parts = [
-            f"{n} {repr(r).removeprefix('Route(').removesuffix(')')}"
-            for n, (r, _) in sorted(routes.items())
-        ]
+        parts = [f"{n} {r.label}" for n, (r, _) in sorted(routes.items())]
         return f"LayerDecisions(mode={self.mode}, {len(routes)} token counts" + (
             f": {', '.join(parts)})" if parts else ")"
         )
