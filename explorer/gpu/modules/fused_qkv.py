@@ -19,8 +19,9 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name
-from explorer.gpu.modules.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
+from explorer.gpu.modules.sparse_weight import stack_linears
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
 

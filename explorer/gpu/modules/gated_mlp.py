@@ -15,8 +15,9 @@ from torch import nn
 from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
-from explorer.gpu.modules.sparse_linear import SparseLinear, stack_linears
+from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
+from explorer.gpu.modules.sparse_weight import stack_linears
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 

@@ -23,6 +23,7 @@ from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import torch_backend as TB
 from explorer.gpu.library import tuning
 from explorer.gpu.modules import fp8, quant
+from explorer.gpu.modules.fp8_dense import scaled_linear, scaled_matmul
 from explorer.gpu.modules.sparse_calls import (
     ACTIVATIONS,
     apply_activation,
@@ -44,43 +45,11 @@ from explorer.gpu.routes.layer_decisions import LayerDecisions
 from explorer.gpu.routes.route_timing import BOOK
 from explorer.sparse_rules import token_multiple
 
-__all__ = ["SparseLinear", "stack_linears"]
+__all__ = ["SparseLinear"]
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
 _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
-
-
-def stack_linears(*parts: nn.Linear) -> nn.Linear:
-    """One ``nn.Linear`` whose outputs are those of ``parts`` in order (weights and biases stacked).
-
-    For layers that read the same input and run as one product.
-
-    Examples
-    --------
-    >>> a, b = nn.Linear(4, 2), nn.Linear(4, 3)
-    >>> x = torch.randn(5, 4)
-    >>> torch.allclose(stack_linears(a, b)(x), torch.cat([a(x), b(x)], dim=1), atol=1e-6)
-    True
-    """
-    first = parts[0]
-    if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
-        raise ValueError(
-            "layers to stack must share in_features and bias presence; got "
-            + ", ".join(f"{tuple(p.weight.shape)} bias={p.bias is not None}" for p in parts)
-        )
-    with torch.no_grad():
-        stacked = nn.Linear(
-            first.in_features,
-            sum(p.out_features for p in parts),
-            bias=first.bias is not None,
-            device=first.weight.device,
-            dtype=first.weight.dtype,
-        )
-        stacked.weight.copy_(torch.cat([p.weight for p in parts]))
-        if first.bias is not None:
-            stacked.bias.copy_(torch.cat([p.bias for p in parts]))
-    return stacked
 
 
 #: What a layer holds for this process only (plans, routes, remembered calls): not copied.
@@ -389,6 +358,9 @@ class SparseLinear(nn.Module):
             px = torch.randn(_PROBE_ROWS, w.shape[1], device=w.device, generator=gen).to(dtype)
             layer._probe_x = px
             layer._probe_y = px.float() @ w.float().t()
+        elif layer._fp8_dense and tune_tokens and alg < 0:
+            # its one layout, searched so FP8 2:4 is timed at its best against FP8 dense
+            tuning.tune_weight(w, tune_tokens, out_dtype=out_dtype, layouts=("cc",))
         return layer
 
     # -- routes ----------------------------------------------------------------------------------
@@ -525,7 +497,8 @@ class SparseLinear(nn.Module):
 
         Decisions are kept per :func:`~explorer.gpu.library.cusparselt.decision_tokens`: small token
         counts each on their own (their padding is part of the cost), larger ones per plan.
-        A fixed ``layout`` or an 8-bit type leaves one route. Inside a CUDA-graph capture
+        A fixed ``layout`` or an 8-bit type leaves one cuSPARSELt route, timed against the decode
+        kernel (1 to 64 tokens) and, for fp8, against FP8 dense. Inside a CUDA-graph capture
         nothing can be timed: the decision of the nearest measured token count is used, or the
         sparse row-major route if none was measured.
         """
@@ -534,7 +507,7 @@ class SparseLinear(nn.Module):
             lay = "cc" if self.dtype.itemsize == 1 else self.layout
             lay = first + "c" if lay == "auto" else lay
             fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
-            if not decoding:
+            if not decoding and not self._fp8_dense:
                 return fixed
             return self._decide(n, t, dev, fused_act, alpha, first, clock, fixed)
         return self._decide(n, t, dev, fused_act, alpha, first, clock, None)
@@ -583,9 +556,10 @@ class SparseLinear(nn.Module):
     def _decide_whole_forwards(
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
     ) -> Decision:
-        """Time the one ``fixed`` route against the decode kernel as whole forwards.
+        """Time the one ``fixed`` route against the others open as whole forwards.
 
-        For 8-bit types and fixed layouts, whose cuSPARSELt route is not chosen among others.
+        For 8-bit types and fixed layouts, whose cuSPARSELt route is not chosen among others: the
+        decode kernel (at most 64 tokens) and FP8 dense (an fp8 layer that kept its codes).
         """
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
         act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
@@ -604,7 +578,18 @@ class SparseLinear(nn.Module):
             return call
 
         try:
-            return BOOK.decide(problem, key, {route: forced(route) for route in (fixed, DECODE)})
+            routes = [fixed]
+            tuned = None
+            if self._fp8_dense and fixed.alg < 0:
+                m, n, k = self._mnk(C.padded_tokens(t, self.dtype))
+                tuned = tuning.lookup(dev, m, n, k, self.dtype, self.out_dtype, "cc", nearest=True)
+            if tuned is not None and tuned >= 0:
+                routes.append(Route("sparse", fixed.layout, tuned, fixed.transpose))
+            if self.decode_kept and t <= D.MAX_TOKENS:
+                routes.append(DECODE)
+            if self._fp8_dense:
+                routes.append(DENSE)
+            return BOOK.decide(problem, key, {route: forced(route) for route in routes})
         finally:
             self._forget_fast_paths()
 
@@ -755,11 +740,7 @@ class SparseLinear(nn.Module):
         torch.Tensor
             The layer's output.
         """
-        w = self._dense
-        y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
-        if self.activation != "none":
-            y = apply_activation(y, self.activation)
-        return y if y.dtype == self._result_dtype(x) else y.to(self._result_dtype(x))
+        return self._dense_forward(x, self.activation != "none")
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """The eager forward: an input seen before goes straight to the call its route makes.
@@ -884,8 +865,8 @@ class SparseLinear(nn.Module):
 
     def _dense_call(self, fused_act: bool):
         """The dense route as one call of a 2-D (or any-leading-dims) input."""
-        if fused_act:
-            return partial(self._dense_forward, fused_act=True)
+        if fused_act or self._fp8_dense:
+            return partial(self._dense_forward, fused_act=fused_act)
         weight, bias = self._dense, self.bias
 
         def linear(x: torch.Tensor) -> torch.Tensor:
@@ -894,9 +875,19 @@ class SparseLinear(nn.Module):
         return linear
 
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
+        """The product on the dense weight (FP8 dense for fp8), in the input's dtype."""
         w = self._dense
-        y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
-        return apply_activation(y, self.activation) if fused_act else y
+        if self._fp8_dense:
+            y = scaled_linear(x, w, self.weight_scale, self.bias, self.out_dtype)
+        else:
+            y = nn.functional.linear(x if x.dtype == w.dtype else x.to(w.dtype), w, self.bias)
+        y = apply_activation(y, self.activation) if fused_act else y
+        return y if y.dtype == self._result_dtype(x) else y.to(self._result_dtype(x))
+
+    @property
+    def _fp8_dense(self) -> bool:
+        """Whether the dense route is FP8 dense (``torch._scaled_mm`` on the fp8 codes)."""
+        return self._dense is not None and self._dense.dtype.itemsize == 1
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -915,7 +906,7 @@ class SparseLinear(nn.Module):
             y = self._maybe_decode(x, x2, clock)
             if y is not None:
                 return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
-        scale_t = None
+        scale_t, x_in = None, x2  # x_in: the input before any quantization (the dense route's)
         if self.dtype == torch.int8:
             x2, scale_t = quant.quantize_per_token(x2)
         elif self.dtype.itemsize == 1:  # fp8: dynamic per-token scales, like int8's
@@ -956,8 +947,13 @@ class SparseLinear(nn.Module):
         if route.kind == "dense":
             # the activation belongs to the dense route whether or not a sparse kernel fuses it
             act = self.activation != "none"
-            y = self._dense_forward(x2, act)
-            if x2.dtype == x.dtype and self._force is None:
+            if self._fp8_dense and scale_t is not None:  # FP8 dense on the quantized input
+                w, out = self._dense, self.out_dtype
+                y = scaled_matmul(x2, scale_t, w, self.weight_scale, self.bias, out)
+                y = (apply_activation(y, self.activation) if act else y).to(self._result_dtype(x))
+            else:
+                y = self._dense_forward(x_in if scale_t is not None else x2, act)
+            if (x2.dtype == x.dtype or scale_t is not None) and self._force is None:
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
                 call = self._dense_call(act)
                 self._remember(x, call, clock, any_dims=True)
@@ -1091,7 +1087,7 @@ class SparseLinear(nn.Module):
 
     # -- introspection ---------------------------------------------------------------------------
     def dense_weight(self) -> torch.Tensor:
-        """The dense masked weight, if ``keep_dense=True`` was given."""
+        """The dense masked weight (an fp8 layer's: its fp8 codes), if ``keep_dense=True`` was given."""
         if self._dense is None:
             raise ValueError("this SparseLinear kept no dense copy; build it with keep_dense=True")
         return self._dense

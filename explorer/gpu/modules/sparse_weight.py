@@ -21,7 +21,7 @@ from explorer.gpu.library import torch_backend as TB
 from explorer.gpu.modules import fp8, quant
 from explorer.gpu.modules.sparse_options import SparseOptions
 
-__all__ = ["PreparedWeight", "prepare_weight"]
+__all__ = ["PreparedWeight", "prepare_weight", "stack_linears"]
 
 _SIXTEEN = (torch.float16, torch.bfloat16)
 
@@ -47,7 +47,9 @@ class PreparedWeight:
     decode : CompressedWeight or None
         The decode kernel's weight (``options.decode``, where the kernel takes the layer).
     dense : torch.Tensor or None
-        The dense masked weight in ``out_dtype`` (``options.keep_dense``).
+        The dense masked weight (``options.keep_dense``): in ``out_dtype``, or for fp8 the
+        quantized codes themselves, which the FP8 dense route reads
+        (:mod:`explorer.gpu.modules.fp8_dense`).
     """
 
     dtype: torch.dtype
@@ -138,5 +140,41 @@ def prepare_weight(
             dec = D.pack(wq.contiguous())
         elif dtype == torch.int8:  # weight-only int8: 16-bit activations on this route
             dec = D.pack(w.to(out_dtype).contiguous(), int8=True)
-    dense = w.to(out_dtype).contiguous() if options.keep_dense else None
+    dense = None
+    if options.keep_dense:
+        # fp8's dense route is FP8 dense on the same codes (zeros included), never bf16
+        fp8_dense = dtype.itemsize == 1 and dtype != torch.int8
+        dense = (wq if fp8_dense else w.to(out_dtype)).contiguous()
     return PreparedWeight(dtype, out_dtype, wq, scale, bias, compressed, dec, dense)
+
+
+def stack_linears(*parts: nn.Linear) -> nn.Linear:
+    """One ``nn.Linear`` whose outputs are those of ``parts`` in order (weights and biases stacked).
+
+    For layers that read the same input and run as one product.
+
+    Examples
+    --------
+    >>> a, b = nn.Linear(4, 2), nn.Linear(4, 3)
+    >>> x = torch.randn(5, 4)
+    >>> torch.allclose(stack_linears(a, b)(x), torch.cat([a(x), b(x)], dim=1), atol=1e-6)
+    True
+    """
+    first = parts[0]
+    if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
+        raise ValueError(
+            "layers to stack must share in_features and bias presence; got "
+            + ", ".join(f"{tuple(p.weight.shape)} bias={p.bias is not None}" for p in parts)
+        )
+    with torch.no_grad():
+        stacked = nn.Linear(
+            first.in_features,
+            sum(p.out_features for p in parts),
+            bias=first.bias is not None,
+            device=first.weight.device,
+            dtype=first.weight.dtype,
+        )
+        stacked.weight.copy_(torch.cat([p.weight for p in parts]))
+        if first.bias is not None:
+            stacked.bias.copy_(torch.cat([p.bias for p in parts]))
+    return stacked

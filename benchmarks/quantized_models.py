@@ -1,14 +1,17 @@
-"""Whole models at decode sizes: bf16 dense, int4 dense and 2:4 + int4, side by side.
+"""Whole models, quantized: bf16 dense, the same precision dense, and 2:4 at that precision.
 
 Three copies of one model of :data:`explorer.bench.models.MODEL_SPECS` (random weights, every
-Linear but ``lm_head`` pruned 2:4): the bf16 model; "int4 dense", every pruned Linear an
-:class:`~explorer.gpu.modules.int4_linear.Int4Linear` kept on torch's int4 weight-only kernel (the
-baseline a user deploying int4 has); and ``sparsify(model, dtype="int4")``, which offers each
-layer the 2:4 + int4 decode kernel. Each run is timed eagerly and with CUDA graphs
-(``torch.compile(mode="reduce-overhead")``, the int4 models set to ``mode="graphs"``), the
+Linear but ``lm_head`` pruned 2:4): the bf16 model; the baseline a user deploying the precision
+has, every pruned Linear run dense at it (``--dtype int4``: an
+:class:`~explorer.gpu.modules.int4_linear.Int4Linear` kept on torch's int4 weight-only kernel;
+``--dtype float8_e4m3fn``: an :class:`~explorer.gpu.modules.fp8_dense.Fp8DenseLinear` on
+``torch._scaled_mm``); and ``sparsify(model, dtype=...)``, which offers each layer the 2:4 kernel
+at that precision and keeps the faster. Each run is timed eagerly and with CUDA graphs
+(``torch.compile(mode="reduce-overhead")``, the sparsified model set to ``mode="graphs"``), the
 three variants in turn for 11 rounds; speedups are medians of paired ratios. Run on a GPU::
 
-    python benchmarks/int4_models.py --model llama-8b --runs 16x1,1x1 --json int4_models.json
+    python benchmarks/quantized_models.py --dtype int4 --model llama-8b --runs 16x1,1x1
+    python benchmarks/quantized_models.py --dtype float8_e4m3fn --runs 4x1024,1x4096
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch import nn
 from explorer.bench import environment
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.gpu import set_mode, sparsify
+from explorer.gpu.modules.fp8_dense import Fp8DenseLinear
 from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
@@ -33,13 +37,20 @@ def _pruned(module: nn.Module, name: str) -> bool:
     return name.split(".")[-1] != "lm_head"
 
 
-def int4_dense(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` with every pruned Linear on torch's int4 kernel (no decode route)."""
+#: The dense baseline of each precision: a pruned Linear converted to it.
+DENSE_AT = {
+    "int4": lambda lin: Int4Linear.from_linear(lin, decode=False),
+    "float8_e4m3fn": Fp8DenseLinear,
+}
+
+
+def dense_at(model: nn.Module, dtype: str) -> nn.Module:
+    """A copy of ``model`` with every pruned Linear run dense at ``dtype`` (no 2:4 route)."""
     model = copy.deepcopy(model)
     for name, mod in list(model.named_modules()):
         if isinstance(mod, nn.Linear) and type(mod) is nn.Linear and _pruned(mod, name):
             parent, _, leaf = name.rpartition(".")
-            setattr(model.get_submodule(parent), leaf, Int4Linear.from_linear(mod, decode=False))
+            setattr(model.get_submodule(parent), leaf, DENSE_AT[dtype](mod))
     return model
 
 
@@ -51,26 +62,32 @@ def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-8b", choices=sorted(MODEL_SPECS))
-    p.add_argument("--runs", default="16x1,1x1")
+    p.add_argument("--dtype", default="int4", choices=sorted(DENSE_AT))
+    p.add_argument(
+        "--runs", help="batch x seq, comma-separated (int4: 16x1,1x1; fp8: 4x1024,1x4096)"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    runs = [tuple(int(v) for v in r.split("x")) for r in args.runs.split(",")]
+    spec = args.runs or ("16x1,1x1" if args.dtype == "int4" else "4x1024,1x4096")
+    runs = [tuple(int(v) for v in r.split("x")) for r in spec.split(",")]
+    short = "int4" if args.dtype == "int4" else "fp8"
+    base_key, sparse_key = f"{short} dense", f"2:4 {short}"
     counts = tuple(sorted({b * s for b, s in runs}, reverse=True))
     dense = build_model(args.model, torch.bfloat16)
-    variants = {"bf16 dense": dense, "int4 dense": int4_dense(dense)}
+    variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
-        report = sparsify(sparse, filter_fn=_pruned, dtype="int4", tokens=counts)
+        report = sparsify(sparse, filter_fn=_pruned, dtype=args.dtype, tokens=counts)
     print(repr(report))
-    variants["2:4 int4"] = sparse
+    variants[sparse_key] = sparse
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
     rows = []
     for batch, seq in runs:
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
-        row = {"model": args.model, "batch": batch, "seq": seq}
+        row = {"model": args.model, "dtype": args.dtype, "batch": batch, "seq": seq}
         with torch.no_grad():
             ref = variants["bf16 dense"](input_ids=ids).logits
-            for key in ("int4 dense", "2:4 int4"):
+            for key in (base_key, sparse_key):
                 row[f"{key} relerr"] = _relerr(variants[key](input_ids=ids).logits, ref)
         for how in ("eager", "graphs"):
             torch._dynamo.reset()
@@ -91,10 +108,10 @@ def main() -> None:
             timed = interleaved_runs(fns, rounds=11, iters=5)
             for key, times in timed.items():
                 row[f"{how} {key} ms"] = statistics.median(times)
-            base, int4 = timed["bf16 dense"], timed["int4 dense"]
-            row[f"{how} int4 dense over bf16"] = paired_ratio(base, int4)
-            row[f"{how} 2:4 int4 over bf16"] = paired_ratio(base, timed["2:4 int4"])
-            row[f"{how} 2:4 int4 over int4 dense"] = paired_ratio(int4, timed["2:4 int4"])
+            base, same = timed["bf16 dense"], timed[base_key]
+            row[f"{how} {base_key} over bf16"] = paired_ratio(base, same)
+            row[f"{how} {sparse_key} over bf16"] = paired_ratio(base, timed[sparse_key])
+            row[f"{how} {sparse_key} over {base_key}"] = paired_ratio(same, timed[sparse_key])
             for model in variants.values():
                 set_mode(model, "auto")
         torch._dynamo.reset()
