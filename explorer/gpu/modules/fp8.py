@@ -8,7 +8,7 @@ result is rounded to the output dtype. :func:`fp8_reference` computes exactly th
 so FP8 accuracy can be measured on a CPU; :class:`Fp8ReferenceLinear` is a drop-in layer.
 
 This module imports only torch (and :mod:`explorer.gpu.modules.reference`, which imports only
-torch).
+torch); the CUDA kernel of the activation quantization is imported when a CUDA input first needs it.
 """
 
 from __future__ import annotations
@@ -115,16 +115,18 @@ def quantize_weight(
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x[..., in]`` to fp8 e4m3 with one float32 scale per token (row), dynamically.
 
-    On a CUDA tensor this runs as one fused pass (``torch.compile`` of the same steps, made once
-    per process: each row read once, the fp8 values and the scale written, no float32 copy of
-    the input). Inside a CUDA-graph capture the fused pass runs only for an input like one it
-    has already run on outside a capture (:func:`fused_signature`), since nothing may be
+    On a CUDA GPU of compute capability 8.9 or newer, rows of a multiple of 8 values run as one
+    CUDA kernel (:func:`explorer.gpu.cuda.fp8_quant.quantize_rows_fp8`: the same scales and fp8
+    bits as the plain steps, eagerly, inside a CUDA-graph capture and inside a compiled model's
+    op alike). Other CUDA inputs run as one fused pass (``torch.compile`` of the same steps,
+    made once per process). Inside a CUDA-graph capture that pass runs only for an input like
+    one it has already run on outside a capture (:func:`fused_signature`), since nothing may be
     compiled during a capture. Elsewhere it runs as plain torch calls: on a CPU, inside a model
-    being compiled (whose compiler fuses them), in a capture of an input never seen before, and
-    where compiling failed. Both give the same scales; the fp8 values agree except where a
-    quotient lands on a rounding boundary of the fp8 grid (the compiled division is correct to
-    2 ulp of float32, not correctly rounded), which moves that value by one fp8 step (the GPU
-    tests allow one value in a thousand).
+    being compiled (whose compiler fuses them with the step before), in a capture of an input
+    never seen before, and where compiling failed. All give the same scales; the fused pass's
+    fp8 values agree except where a quotient lands on a rounding boundary of the fp8 grid (its
+    division is correct to 2 ulp of float32, not correctly rounded), which moves that value by
+    one fp8 step (the GPU tests allow one value in a thousand).
 
     Parameters
     ----------
@@ -143,6 +145,9 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ([[448.0, -224.0], [0.0, 0.0]], [1.0, 448.0])
     """
     if x.is_cuda and not torch.compiler.is_compiling() and x.numel():
+        found = _kernel_quantize(x.reshape(-1, x.shape[-1]))
+        if found is not None:
+            return found[0].view(x.shape), found[1].view(x.shape[:-1])
         capturing = _capturing()
         fused = _FUSED.get("fn") if capturing else _fused_quantizer()
         if fused is not None:
@@ -155,6 +160,40 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 _WARM.add(signature)
                 return q.view(x.shape), scale.view(x.shape[:-1])
     return _quantize_rows(x)
+
+
+def _kernel_quantize(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The CUDA kernel's ``(q, scale)`` of ``x2``, or None (no CuPy, or an input it does not take)."""
+    ok = _KERNEL.get("ok")
+    if ok is False:
+        return None
+    try:
+        from explorer.gpu.cuda.fp8_quant import quantize_rows_fp8
+
+        found = quantize_rows_fp8(x2)
+    except ImportError:  # no CuPy: the fused pass or the plain steps
+        _KERNEL["ok"] = False
+        return None
+    except Exception as exc:  # the kernel did not build here (never after it once ran)
+        if ok:
+            raise
+        import warnings
+
+        _KERNEL["ok"] = False
+        warnings.warn(
+            f"the fp8 quantization kernel could not run ({type(exc).__name__}: "
+            f"{str(exc)[:160]}); using the fused torch pass, which may take several passes "
+            "inside a compiled model. Hint: check that CuPy matches the CUDA driver.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    if found is not None:
+        _KERNEL["ok"] = True
+    return found
+
+
+_KERNEL: dict[str, bool] = {}
 
 
 def fused_signature(x2: torch.Tensor) -> tuple:

@@ -224,7 +224,16 @@ def test_inside_a_capture_a_kernel_that_would_compile_gives_the_plain_steps_and_
     assert fp8._FUSED["fn"] is run  # used again after the capture
 
 
+@pytest.fixture
+def fused_pass_only(monkeypatch):
+    """The fused ``torch.compile`` pass, with the CUDA kernel that goes before it switched off."""
+    from explorer.gpu.modules import fp8
+
+    monkeypatch.setitem(fp8._KERNEL, "ok", False)
+
+
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fused_pass_only")
 @pytest.mark.parametrize("shape", [(4096, 4096), (1, 14336), (7, 1000), (3, 5, 384), "transposed"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_fused_pass_on_the_gpu_gives_the_plain_steps_values(shape, dtype):
@@ -258,6 +267,7 @@ def captured_quantization(y):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fused_pass_only")
 def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_values(monkeypatch):
     from explorer.gpu.modules import fp8
 
@@ -276,6 +286,7 @@ def test_a_capture_of_an_input_seen_before_runs_the_fused_pass_with_the_same_val
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("fused_pass_only")
 def test_a_capture_of_a_new_kind_of_input_takes_the_plain_steps(monkeypatch):
     from explorer.gpu.modules import fp8
 
