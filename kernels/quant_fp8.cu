@@ -1,8 +1,10 @@
 // Per-token fp8 e4m3 quantization of activations, one pass per row: scale = max|row| / 448
 // (1 where that is not positive: an all-zero row, an amax that underflows, a NaN), and
-// q = fp8(x / scale), saturated to +-448. The division is IEEE (correctly rounded) and the
-// conversion rounds to nearest even, so q and scale are bit for bit those of the plain torch steps
-// (explorer.gpu.modules.fp8): NaN stays NaN, an infinity saturates.
+// q = fp8(x / scale), saturated to +-448. The scale is amax times the float32 reciprocal of 448
+// (what torch computes for a CUDA tensor divided by a number), the division by it is IEEE
+// (correctly rounded) and the conversion rounds to nearest even, so q and scale are bit for bit
+// those of the plain torch steps on the GPU (explorer.gpu.modules.fp8): NaN stays NaN, an
+// infinity saturates.
 //
 // One block per row (grid-stride over rows). Each thread moves 8 values per load (16 bytes of a
 // 16-bit row, 32 of a float32 one), so a row holds a multiple of 8 values and starts 16-byte
@@ -73,8 +75,9 @@ __device__ __forceinline__ void quant_rows(const char* __restrict__ x, uint2* __
             if (lane == 0) part[32] = v;
         }
         __syncthreads();
-        // 2. the scale, as torch computes it: amax / 448 in float32, 1 where not positive
-        float s = __fdiv_rn(part[32], 448.0f);
+        // 2. the scale, as torch computes amax / 448 on a GPU (a tensor divided by a number is a
+        //    product with its float32 reciprocal there), 1 where not positive
+        float s = part[32] * (1.0f / 448.0f);
         if (!(s > 0.0f)) s = 1.0f;
         if (threadIdx.x == 0) scale[r] = s;
         // 3. the values: a correctly rounded division, then round to nearest even, saturated

@@ -1,8 +1,9 @@
 """Per-token fp8 e4m3 quantization of activations as one CUDA kernel (``kernels/quant_fp8.cu``).
 
 :func:`quantize_rows_fp8` computes exactly what the plain torch steps of
-:func:`explorer.gpu.modules.fp8.quantize_activations` compute (the same scales and the same fp8
-bits: a correctly rounded division, round to nearest even), in one launch that reads each row
+:func:`explorer.gpu.modules.fp8.quantize_activations` compute on a GPU (the same scales and the
+same fp8 bits: the amax times torch's float32 reciprocal of 448, a correctly rounded division,
+round to nearest even), in one launch that reads each row
 twice (the second time from L2) and writes the fp8 values and one float32 scale per row. It needs
 no compiler at run time, so it runs the same eagerly, inside a CUDA-graph capture and inside an op
 a compiled model calls, and its launch costs a few microseconds of host time

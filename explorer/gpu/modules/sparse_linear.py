@@ -711,7 +711,8 @@ class SparseLinear(nn.Module):
 
         A plain matmul on the dense weight, where the layer's decisions say so for its mode
         (:meth:`LayerDecisions.traces_dense`). Token counts never measured, or not known while
-        tracing (symbolic sizes), go to the op.
+        tracing (symbolic sizes), go to the op. An fp8 layer with its fp8 codes traces FP8 dense:
+        the compiler fuses its quantization with the step before, which the op cannot (docs/gpu.md).
 
         Parameters
         ----------
@@ -723,6 +724,8 @@ class SparseLinear(nn.Module):
         bool
             True for a traced matmul, False for the op.
         """
+        if self._force is None and self._fp8_dense:
+            return True  # compiled fp8: FP8 dense, quantized in the step before
         if self._force is not None or not isinstance(tokens, int) or tokens < 1:
             return False  # a symbolic (dynamic) size: the op decides at each call
         return self.decisions_made.traces_dense(C.decision_tokens(tokens, self.dtype))

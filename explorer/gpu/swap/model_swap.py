@@ -650,7 +650,8 @@ def _measure(model, units, counts, report, mode) -> list:
                 continue
             for layer in layers:
                 chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
-                if not layer.decisions_made.needs_dense():
+                # an fp8 layer keeps its fp8 codes: a compiled model traces FP8 dense
+                if not layer.decisions_made.needs_dense() and layer.dtype != torch.float8_e4m3fn:
                     layer.drop_dense()
                 if chosen and not any(r.kind == "decode" for r in chosen):
                     layer.drop_decode()  # no measured count runs the decode kernel
@@ -674,7 +675,9 @@ def _measure(model, units, counts, report, mode) -> list:
         report.notes.append(
             "float8_e4m3fn layers: their dense route and dense times are FP8 dense "
             "(torch._scaled_mm on the same fp8 weight: the baseline an FP8 deployment has, with "
-            "the same results), never bf16; a layer where FP8 2:4 is slower runs FP8 dense"
+            "the same results), never bf16; a layer where FP8 2:4 is slower runs FP8 dense, "
+            "and a compiled model runs every fp8 layer FP8 dense (the compiler fuses its "
+            "activation quantization with the step before, which the 2:4 op cannot)"
         )
     return kept
 

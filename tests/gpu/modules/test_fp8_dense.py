@@ -144,6 +144,8 @@ def test_sparsify_in_fp8_keeps_every_layer_fp8_and_says_what_dense_means():
     # FP8 2:4 or FP8 dense per token count, never back to the bf16 nn.Linear
     assert all(isinstance(model[i], SparseLinear) for i in (0, 2)), report
     assert any("FP8 dense" in note for note in report.notes), report.notes
+    # a compiled model traces FP8 dense (its quantization fused by the compiler) at any count
+    assert all(model[i].dense_kept and model[i].traces_dense(256) for i in (0, 2))
     for t in (256, 16):
         x = torch.randn(t, 1024).to(torch.bfloat16)
         with torch.no_grad():
