@@ -185,11 +185,10 @@ class SparseGatedMLP(nn.Module):
         """Apply the block to ``x[..., d]``."""
         if torch.compiler.is_compiling():
             tokens = x.numel() // self.gate_up.in_features
-            if self.gate_up.traces_dense(tokens):
-                # gate/up dense here: torch calls the compiler fuses with the SwiGLU step; the
-                # down product traces dense too or calls its own op
+            if self.gate_up.traces_dense(tokens) and self.down.traces_dense(tokens):
+                # both products dense here: torch calls the compiler fuses (no op to call)
                 g, u = self.gate_up.traced_dense(x).chunk(2, dim=-1)
-                return self.down(nn.functional.silu(g) * u)
+                return self.down.traced_dense(nn.functional.silu(g) * u)
             return ops.forward(x, self._op_id)  # one opaque op for torch.compile
         return self.run(x)
 
