@@ -23,13 +23,12 @@ if TYPE_CHECKING:
 
 from explorer.results.markdown.bench import (
     format_decode,
-    format_generate,
-    format_host,
     format_models,
     format_table,
     format_targets,
     render_markdown,
 )
+from explorer.results.markdown.serving import format_generate, format_host
 
 __all__ = ["main", "run_bench"]
 

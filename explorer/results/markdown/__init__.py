@@ -1,6 +1,7 @@
 """Markdown: the one table writer and number format, and the pages built from them.
 
 - :mod:`explorer.results.markdown.bench`: the benchmark's tables and page.
+- :mod:`explorer.results.markdown.serving`: the benchmark's ``generate()`` and host-cost tables.
 - :mod:`explorer.results.markdown.accuracy`: the accuracy experiment's tables.
 
 Examples
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-__all__ = ["fmt", "markdown"]
+__all__ = ["fmt", "markdown", "speedup_cell"]
 
 
 def fmt(value: object, spec: str = ".3f", missing: str = "-") -> str:
@@ -72,3 +73,23 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def speedup_cell(value: float | None) -> str:
+    """A speed-up cell: ``"1.23x"``, or ``"-"`` where nothing was measured.
+
+    Parameters
+    ----------
+    value : float or None
+        The ratio over the baseline.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> speedup_cell(1.234), speedup_cell(None)
+    ('1.23x', '-')
+    """
+    return "-" if value is None else f"{value:.2f}x"

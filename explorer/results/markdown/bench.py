@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from explorer.results.markdown import markdown
+from explorer.results.markdown import markdown, speedup_cell
+from explorer.results.markdown.serving import format_generate, format_host
 
 __all__ = [
     "TARGETS",
@@ -255,10 +256,6 @@ def format_mlp(rows: list[dict]) -> str:
     )
 
 
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.0%}"
 
@@ -287,9 +284,9 @@ def format_decode(rows: list[dict]) -> str:
             r["label"],
             r.get("dtype"),
             None if r.get("dense_ms") is None else f"{r['dense_ms'] * 1e3:.1f}",
-            _x(r.get("decode_speedup")),
-            _x(r.get("decode_int8_speedup")),
-            _x(r.get("cusparselt_speedup")),
+            speedup_cell(r.get("decode_speedup")),
+            speedup_cell(r.get("decode_int8_speedup")),
+            speedup_cell(r.get("cusparselt_speedup")),
             _pct(r.get("decode_bw")),
             _pct(r.get("dense_bw")),
         ]
@@ -335,30 +332,32 @@ def format_models(rows: list[dict]) -> str:
     for r in rows:
         if r.get("suite") != "models" or not r.get("model"):
             continue
-        torch_cell = _x(r.get("torch_speedup"))
+        torch_cell = speedup_cell(r.get("torch_speedup"))
         if r.get("torch_error"):
             torch_cell = "fails: " + r["torch_error"].split(":")[0]
-        comp = _x(r.get("speedup_compiled"))
+        comp = speedup_cell(r.get("speedup_compiled"))
         if r.get("explorer_compiled_error"):
             comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
-        default = _x(r.get("speedup_default"))
+        default = speedup_cell(r.get("speedup_default"))
         if r.get("explorer_default_error"):
             default = "fails: " + r["explorer_default_error"].split(":")[0]
         keys = ("decode_speedup", "decode_speedup_default", "decode_speedup_compiled")
-        dec = " / ".join(_x(r.get(k)) for k in keys) if any(r.get(k) for k in keys) else "-"
+        dec = (
+            " / ".join(speedup_cell(r.get(k)) for k in keys) if any(r.get(k) for k in keys) else "-"
+        )
         out.append(
             [
                 r["model"],
                 r.get("dtype"),
                 f"{r.get('batch')} x {r.get('seq')}",
                 r.get("dense_ms"),
-                _x(r.get("speedup")),
-                _x(r.get("control_speedup")),
+                speedup_cell(r.get("speedup")),
+                speedup_cell(r.get("control_speedup")),
                 default,
                 r.get("dense_compiled_ms"),
                 comp,
                 dec,
-                _x(r.get("ceiling_compiled") or r.get("ceiling")),
+                speedup_cell(r.get("ceiling_compiled") or r.get("ceiling")),
                 torch_cell,
                 "-" if r.get("relerr") is None else f"{r['relerr']:.1e}",
             ]
@@ -408,7 +407,7 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
         "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()),
         "",
     ]
-    if any(r.get("suite") not in ("models", "decode") for r in rows):
+    if any(r.get("suite") in ("matmul", "mlp", "unstructured", "kernel") for r in rows):
         parts += [
             "Layer rows: milliseconds per call (median of 7 CUDA-event timings of 20 back-to-back "
             "calls after warm-up); `graph` is CUDA-graph replay of the same calls; `x` is the "
@@ -449,6 +448,20 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
                         "</details>",
                         "",
                     ]
+    if any(r.get("suite") == "generate" for r in rows):
+        parts += [
+            "## `generate()`",
+            "",
+            "Hugging Face `model.generate`, greedy, a fixed prompt, tokens per second over the "
+            "dense model's; first-token rows time a 1024-token prompt. `tokens equal to dense`: "
+            "the share of generated tokens equal to the dense model's (random weights make "
+            "near-ties, so it is low without being wrong).",
+            "",
+            format_generate(rows),
+            "",
+        ]
+    if any(r.get("suite") == "host" for r in rows):
+        parts += ["## Host time per call", "", format_host(rows), ""]
     if any(r.get("suite") == "decode" for r in rows):
         parts += [
             "## Decode: the explorer's 2:4 decode kernel per layer",
@@ -543,108 +556,3 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "",
         ]
     return "\n".join(parts)
-
-
-def format_generate(rows: list[dict]) -> str:
-    """The ``generate()`` table: tokens/s dense and the speedups of the sparse variants.
-
-    The speedups of ``sparsify()`` and ``decode=True``, with their token agreement; time to first
-    token rows last.
-
-    Parameters
-    ----------
-    rows : list[dict]
-        Benchmark rows; those of suite ``generate`` are used.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> print(format_generate([dict(suite="generate", model="m", dtype="bfloat16", batch=8,
-    ...     cache="static", new_tokens=128, dense_tok_s=900.0, explorer_speedup=1.1,
-    ...     decode_speedup=1.3, explorer_agreement=0.9)]).splitlines()[2])
-    | m | bfloat16 | 8 | static | 900 | 1.10x | 1.30x | 0.90 / - |
-    """
-    out = []
-    for r in rows:
-        if r.get("suite") != "generate" or r.get("new_tokens") == 1:
-            continue
-        agree = " / ".join(
-            "-" if r.get(k) is None else f"{r[k]:.2f}"
-            for k in ("explorer_agreement", "decode_agreement")
-        )
-        out.append(
-            [
-                r.get("model"),
-                r.get("dtype"),
-                r.get("batch"),
-                r.get("cache"),
-                "-" if r.get("dense_tok_s") is None else f"{r['dense_tok_s']:.0f}",
-                _x(r.get("explorer_speedup")),
-                _x(r.get("decode_speedup")),
-                agree,
-            ]
-        )
-    for r in rows:
-        if r.get("suite") == "generate" and r.get("new_tokens") == 1:
-            out.append(
-                [
-                    r.get("model"),
-                    r.get("dtype"),
-                    r.get("batch"),
-                    f"first token, {r.get('seq')}-token prompt",
-                    f"{r.get('dense_ttft_ms', 0):.2f} ms",
-                    _x(r.get("explorer_ttft_speedup")),
-                    _x(r.get("decode_ttft_speedup")),
-                    "-",
-                ]
-            )
-    return markdown(
-        [
-            "model",
-            "dtype",
-            "batch",
-            "cache",
-            "dense tokens/s",
-            "sparsify()",
-            "decode=True",
-            "tokens equal to dense",
-        ],
-        out,
-    )
-
-
-def format_host(rows: list[dict]) -> str:
-    """The host-cost table: microseconds per call, dense and the explorer's.
-
-    Parameters
-    ----------
-    rows : list[dict]
-        Benchmark rows; those of suite ``host`` are used.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> print(format_host([dict(suite="host", label="decode launch", dtype="bfloat16", n=1,
-    ...     dense_host_us=25.0, explorer_host_us=9.0)]).splitlines()[2])
-    | decode launch | bfloat16 | 1 | 25.0 | 9.0 |
-    """
-    out = [
-        [
-            r.get("label"),
-            r.get("dtype"),
-            r.get("n"),
-            f"{r['dense_host_us']:.1f}",
-            f"{r['explorer_host_us']:.1f}",
-        ]
-        for r in rows
-        if r.get("suite") == "host" and r.get("dense_host_us") is not None
-    ]
-    return markdown(
-        ["host time per call", "dtype", "tokens", "dense / torch us", "explorer us"], out
-    )
