@@ -73,7 +73,7 @@ def kernel_takes(
     if dtype not in KERNELS or len(shape) != 2 or tuple(capability) < (8, 9):
         return False
     rows, cols = shape
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     row_bytes = strides[0] * itemsize if rows > 1 else cols * itemsize
     return (
         rows > 0
