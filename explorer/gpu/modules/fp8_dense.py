@@ -8,8 +8,9 @@ between the two by speed without changing its results beyond float32 summation o
 
 :func:`scaled_matmul` takes activations already quantized; :func:`scaled_linear` quantizes them
 first (any leading dims); :class:`Fp8DenseLinear` is a drop-in layer (the FP8 dense baseline of
-the benchmarks). Only torch is imported here; ``torch._scaled_mm`` runs on CUDA GPUs of compute
-capability 8.9 or newer (and on a CPU in recent torch releases).
+the benchmarks). Only torch and the CPU-only modules ``fp8`` and ``reference`` are imported here;
+``torch._scaled_mm`` runs on CUDA GPUs of compute capability 8.9 or newer (and on a CPU in recent
+torch releases).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.modules import fp8
+from explorer.gpu.modules.reference import QuantReferenceLinear
 
 __all__ = ["Fp8DenseLinear", "scaled_linear", "scaled_matmul"]
 
@@ -100,18 +102,20 @@ def scaled_linear(
     return y if len(lead) == 1 else y.reshape(*lead, w_q.shape[0])
 
 
-class Fp8DenseLinear(nn.Module):
+class Fp8DenseLinear(QuantReferenceLinear):
     """An ``nn.Linear`` run as FP8 dense (``torch._scaled_mm``): the baseline FP8 2:4 must beat.
 
-    The weight is quantized once per output channel (:func:`~explorer.gpu.modules.fp8.quantize_weight`),
-    each input per token on every call; the result comes back in the input's dtype.
+    The weight is quantized once per output channel, as
+    :class:`~explorer.gpu.modules.fp8.Fp8ReferenceLinear` quantizes it (the same buffers
+    ``qweight`` and ``scale``), and each input per token on every call; the result comes back in
+    the input's dtype.
 
     Parameters
     ----------
     linear : nn.Linear
         The layer to convert (left unchanged); both sizes multiples of 16.
     out_dtype : torch.dtype, default torch.bfloat16
-        The matmul's output dtype before the cast to the input's dtype.
+        The matmul's output dtype (and the bias's) before the cast to the input's dtype.
 
     Raises
     ------
@@ -125,23 +129,20 @@ class Fp8DenseLinear(nn.Module):
     """
 
     def __init__(self, linear: nn.Linear, out_dtype: torch.dtype = torch.bfloat16) -> None:
-        super().__init__()
         out_f, in_f = linear.weight.shape
         if in_f % 16 or out_f % 16:
             raise ValueError(
                 f"{linear} has sizes {out_f} x {in_f}; FP8 dense needs both to be multiples of "
                 "16. Hint: keep this layer out with filter_fn."
             )
-        self.in_features, self.out_features, self.out_dtype = in_f, out_f, out_dtype
-        w_q, w_scale = fp8.quantize_weight(linear.weight, name=f"the weight of {linear}")
-        self.register_buffer("weight_q", w_q)
-        self.register_buffer("weight_scale", w_scale)
-        bias = None if linear.bias is None else linear.bias.detach().to(out_dtype)
-        self.register_buffer("bias", bias)
+        super().__init__(linear, *fp8.quantize_weight(linear.weight, f"the weight of {linear}"))
+        self.out_dtype = out_dtype
+        if self.bias is not None:
+            self.bias = self.bias.to(out_dtype)  # torch._scaled_mm adds it in its output dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The FP8 dense product of ``x[..., in_features]``, in ``x``'s dtype."""
-        y = scaled_linear(x, self.weight_q, self.weight_scale, self.bias, self.out_dtype)
+        y = scaled_linear(x, self.qweight, self.scale, self.bias, self.out_dtype)
         return y if y.dtype == x.dtype else y.to(x.dtype)
 
     def extra_repr(self) -> str:
