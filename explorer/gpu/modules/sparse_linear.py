@@ -471,8 +471,10 @@ class SparseLinear(nn.Module):
         Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.swap.eager_check`), which found
         the sparse routes no faster for the whole model at that count. A verdict at a decode
         size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
-        host-bound model at 16 tokens is host-bound at 1. CUDA graphs and compiled models keep
-        their own decisions. A layer without its dense weight has nothing to fall back to.
+        host-bound model at 16 tokens is host-bound at 1. A model compiled in the default mode
+        traces that count dense too (its sparse op costs more host time than the eager call);
+        CUDA graphs keep their own decisions. ``sparsify`` keeps every dense weight until the
+        check has run; a layer without its dense weight has nothing to fall back to.
 
         Parameters
         ----------

@@ -8,8 +8,10 @@ eagerly at each token count, side by side with the dense model it was made from 
 modules swapped back in for the dense runs), and where the sparse model is not at least
 :data:`KEEP_SPARSE_AT` as fast, every sparse layer runs dense at that token count in eager mode
 (and at the untested small counts of the same regime, see ``SparseLinear.keep_dense_at``).
-CUDA graphs and ``torch.compile`` keep their own decisions: their clocks do not see host time
-the same way.
+A model compiled in ``torch.compile``'s default mode then traces those counts dense as well: its
+sparse op costs more host time than the eager call. CUDA graphs keep their own decisions: their
+clock sees no host time. ``sparsify`` frees unused dense weights only after this check, so
+that the layers it keeps dense have their dense weight to run on.
 """
 
 from __future__ import annotations

@@ -317,6 +317,7 @@ def sparsify(
         units = _measure(model, units, counts, report, mode)
         if mode in ("auto", "eager") and units:
             _check_whole_model(model, units, counts, examples, report)
+        _free_unused_weights(model, units, mode, report)
     for unit in units:
         for fqn, mod in unit.layers.items():
             report.swapped.append((fqn, (mod.out_features, mod.in_features)))
@@ -473,8 +474,9 @@ def _check_whole_model(model, units, counts, examples, report) -> None:
             report.notes.append(
                 f"eager at {check.tokens} tokens: the layers' sparse routes made the whole model "
                 f"{check.dense_ms / check.sparse_ms:.2f}x of dense, so every layer runs dense "
-                f"there in eager mode ({check.speedup:.2f}x); CUDA graphs and torch.compile keep "
-                "their own routes"
+                f"there in eager mode ({check.speedup:.2f}x), and a model compiled in "
+                "torch.compile's default mode traces them dense there; CUDA graphs keep their "
+                "own routes"
             )
 
 
@@ -584,7 +586,8 @@ def _targets(model, filter_fn, report) -> tuple[list, dict[int, list[str]]]:
 def _measure(model, units, counts, report, mode) -> list:
     """Time every swapped unit at each token count; undo units that never win.
 
-    Dense weights nobody chose are freed. Returns the units kept sparse.
+    Returns the units kept sparse (their weights are freed later, see
+    :func:`_free_unused_weights`).
 
     A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
     (both clocks for ``"auto"``, which decides per call).
@@ -648,20 +651,34 @@ def _measure(model, units, counts, report, mode) -> list:
                 gone = (fqn, fqn.removesuffix(".qkv") + ".sparse_qkv")
                 report.fused = [f for f in report.fused if f not in gone]
                 continue
-            for layer in layers:
-                chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
-                # an fp8 layer keeps its fp8 codes: a compiled model traces FP8 dense
-                if not layer.decisions_made.needs_dense() and layer.dtype != torch.float8_e4m3fn:
-                    layer.drop_dense()
-                if chosen and not any(r.kind == "decode" for r in chosen):
-                    layer.drop_decode()  # no measured count runs the decode kernel
             kept.append(unit)
+    return kept
+
+
+def _free_unused_weights(model, units, mode, report) -> None:
+    """Free the dense and decode weights no decision runs, and note the memory still kept.
+
+    Called after the whole-model eager check, whose verdicts may need the dense weight (a layer
+    it keeps dense in eager mode runs on it).
+    """
+    from explorer.gpu.modules.sparse_linear import SparseLinear
+
+    clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
+    for unit in units:
+        for layer in (m for m in unit.new.modules() if isinstance(m, SparseLinear)):
+            chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
+            # an fp8 layer keeps its fp8 codes: a compiled model traces FP8 dense
+            if not layer.decisions_made.needs_dense() and layer.dtype != torch.float8_e4m3fn:
+                layer.drop_dense()
+            if chosen and not any(r.kind == "decode" for r in chosen):
+                layer.drop_decode()  # no measured count runs the decode kernel
     sparse_layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
     extra = (
         (
             sum(m.dense_bytes for m in sparse_layers),
-            "dense weights kept where dense runs (faster there, or a decode size a default "
-            "torch.compile traces dense; mode='eager' or 'graphs' keeps less)",
+            "dense weights kept where dense runs (faster there, a token count the whole-model "
+            "eager check keeps dense, or a decode size a default torch.compile traces dense; "
+            "mode='graphs' keeps less)",
         ),
         (
             sum(m.decode_weight().nbytes for m in sparse_layers if m.decode_kept),
@@ -679,7 +696,6 @@ def _measure(model, units, counts, report, mode) -> list:
             "and a compiled model runs every fp8 layer FP8 dense (the compiler fuses its "
             "activation quantization with the step before, which the 2:4 op cannot)"
         )
-    return kept
 
 
 def _part_name(unit, layer, index) -> str:

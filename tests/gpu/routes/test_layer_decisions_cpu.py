@@ -83,3 +83,33 @@ def test_decisions_survive_a_pickle():
     twin = pickle.loads(pickle.dumps(book))
     assert twin.measured() == book.measured() and twin.traces_dense(16)
     assert "16 decode" in repr(twin) and "4096 sparse cc alg 3" in repr(twin)
+
+
+@pytest.mark.parametrize(
+    ("mode", "traced", "needs_dense"),
+    [
+        ("auto", True, True),
+        ("compile", True, True),
+        ("eager", True, True),
+        ("graphs", False, False),
+    ],
+)
+def test_a_prefill_count_kept_dense_eagerly_is_traced_dense_too(mode, traced, needs_dense):
+    book = _book(mode, dense=True)
+    book.keep_dense_at(4096)  # the whole model lost with sparse routes there (host-bound)
+    assert book.traces_dense(4096) is traced
+    assert book.needs_dense() is needs_dense
+    book.keep_dense_at(4096, keep=False)  # a later check passed: the op decides again
+    assert not book.traces_dense(4096)
+
+
+def test_an_eager_verdict_keeps_a_dense_weight_no_clock_chose():
+    book = LayerDecisions("auto")
+    book.remember(
+        4096, Decision({DENSE: 0.40, SPARSE: 0.30}, {DENSE: 0.41, SPARSE: 0.31}), OP_MS, True
+    )
+    assert not book.needs_dense()  # sparse wins by every clock: the dense weight could go
+    book.keep_dense_at(4096)
+    assert book.needs_dense()  # the eager check runs the count dense: it needs the weight
+    book.close_dense()
+    assert not book.traces_dense(4096)  # nothing left to trace

@@ -114,6 +114,31 @@ def test_measured_sparsify_is_consistent_with_its_decisions():
             assert mod.dense_kept == any(r == "dense" for r in routes)
 
 
+def test_a_failed_eager_check_runs_every_layer_on_its_dense_weight(monkeypatch):
+    # a prefill count where every clock may choose sparse: before the check ran with the dense
+    # weights still there, such layers had already lost them and the "kept dense" verdict was
+    # a no-op that the report still announced
+    from explorer.gpu import SparseLinear, sparsify
+    from explorer.gpu.swap import eager_check
+
+    monkeypatch.setattr(eager_check, "KEEP_SPARSE_AT", 1e9)  # no model passes: every check fails
+    dense = _model("bert", torch.bfloat16)
+    ids = torch.randint(0, 1000, (2, 256), device=DEV)
+    with torch.no_grad():
+        ref = _out(dense(input_ids=ids))
+        rep = sparsify(dense, filter_fn=_not_head, tokens=(512,), inplace=False)
+        got = _out(rep.model(input_ids=ids))
+    assert [c.kept for c in rep.eager_checks] == [False]
+    layers = [m for m in rep.model.modules() if isinstance(m, SparseLinear)]
+    assert layers, rep
+    for layer in layers:
+        assert layer.dense_kept, "the check keeps the layer dense: its dense weight must stay"
+        assert layer.decisions_made.eager_dense(512)
+        assert layer.traces_dense(512)  # a default-mode compiled model traces it dense too
+    assert any("runs dense there in eager mode" in n for n in rep.notes)
+    assert relerr(got, ref) < 1e-3  # the dense route: the dense model's own product
+
+
 def test_shared_module_and_subclass_and_compiled_model():
     from explorer.gpu import SparseLinear, sparsify
 
