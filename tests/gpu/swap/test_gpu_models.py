@@ -122,19 +122,31 @@ def test_a_failed_eager_check_runs_every_layer_on_its_dense_weight(monkeypatch):
     from explorer.gpu.swap import eager_check
 
     monkeypatch.setattr(eager_check, "KEEP_SPARSE_AT", 1e9)  # no model passes: every check fails
-    dense = _model("bert", torch.bfloat16)
-    ids = torch.randint(0, 1000, (2, 256), device=DEV)
+    torch.manual_seed(0)
+    # wide enough that the MLP's layers win sparse by the GPU clock at 4096 tokens (and stay)
+    cfg = transformers.BertConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        vocab_size=1000,
+        max_position_embeddings=4096,
+    )
+    with torch.device(DEV):
+        dense = _prune(transformers.BertModel(cfg, add_pooling_layer=False).to(torch.bfloat16))
+    dense.eval()
+    ids = torch.randint(0, 1000, (2, 2048), device=DEV)
     with torch.no_grad():
         ref = _out(dense(input_ids=ids))
-        rep = sparsify(dense, filter_fn=_not_head, tokens=(512,), inplace=False)
+        rep = sparsify(dense, filter_fn=_not_head, tokens=(4096,), inplace=False)
         got = _out(rep.model(input_ids=ids))
-    assert [c.kept for c in rep.eager_checks] == [False]
+    assert [c.kept for c in rep.eager_checks] == [False], rep.notes
     layers = [m for m in rep.model.modules() if isinstance(m, SparseLinear)]
     assert layers, rep
     for layer in layers:
         assert layer.dense_kept, "the check keeps the layer dense: its dense weight must stay"
-        assert layer.decisions_made.eager_dense(512)
-        assert layer.traces_dense(512)  # a default-mode compiled model traces it dense too
+        assert layer.decisions_made.eager_dense(4096)
+        assert layer.traces_dense(4096)  # a default-mode compiled model traces it dense too
     assert any("runs dense there in eager mode" in n for n in rep.notes)
     assert relerr(got, ref) < 1e-3  # the dense route: the dense model's own product
 
