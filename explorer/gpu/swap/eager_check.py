@@ -26,11 +26,18 @@ from torch import nn
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 from explorer.gpu.swap.model_timing import call_model
 
-__all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "synthetic_inputs"]
+__all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "rounds_for", "synthetic_inputs"]
 
 #: The sparse model keeps its eager routes at a token count if the dense model's time over its
 #: own is at least this (measurement noise aside, it is then no slower).
 KEEP_SPARSE_AT = 0.99
+
+#: Seconds of timed rounds one dense-against-sparse pair may take, and the bounds on its rounds.
+#: A host-bound forward at a decode size takes a few milliseconds and its time scatters by several
+#: percent from round to round (an H100 host: an equal-work A/A pair of a Qwen2-like model at one
+#: token read 0.98x to 1.11x over 9 rounds), so short forwards get more rounds.
+PAIR_BUDGET_S = 1.5
+MIN_ROUNDS, MAX_ROUNDS = 9, 45
 
 
 class EagerCheck:
@@ -133,17 +140,59 @@ def synthetic_inputs(model: nn.Module, tokens: int, device) -> dict | None:
     return {"input_ids": ids}
 
 
+def rounds_for(forward_ms: float) -> int:
+    """Rounds of a dense-against-sparse pair whose forward takes ``forward_ms``.
+
+    Each round runs both models' warm-up and timed forwards (8 forwards), within
+    :data:`PAIR_BUDGET_S` seconds, between :data:`MIN_ROUNDS` and :data:`MAX_ROUNDS`.
+
+    Parameters
+    ----------
+    forward_ms : float
+        One forward's time in milliseconds.
+
+    Returns
+    -------
+    int
+        The number of rounds.
+
+    Examples
+    --------
+    >>> rounds_for(5.0), rounds_for(100.0), rounds_for(0.1), rounds_for(math.nan)
+    (37, 9, 45, 9)
+    """
+    if not math.isfinite(forward_ms) or forward_ms <= 0:
+        return MIN_ROUNDS
+    fits = int(PAIR_BUDGET_S * 1e3 / (8 * forward_ms))
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, fits))
+
+
 def _paired_ms(
-    model: nn.Module, inputs, swap_dense: Callable, swap_sparse: Callable, rounds: int = 9
+    model: nn.Module,
+    inputs,
+    swap_dense: Callable,
+    swap_sparse: Callable,
+    rounds: int | None = None,
 ) -> tuple[float, float]:
     """The dense and the sparse model's eager forward time (ms), interleaved round by round.
 
-    Each round swaps its modules in and warms once, untimed. Returns the dense median, and the
+    Each round swaps its modules in and warms once, untimed; by default as many rounds as
+    :func:`rounds_for` gives for the dense forward's time. Returns the dense median, and the
     sparse time that the rounds' median paired ratio gives.
     """
 
     def forward() -> None:
         call_model(model, inputs)
+
+    if rounds is None:
+        swap_dense()
+        forward()  # warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        forward()
+        end.record()
+        end.synchronize()
+        rounds = rounds_for(start.elapsed_time(end))
 
     def warmed(swap: Callable) -> Callable[[], None]:
         return lambda: (swap(), forward())

@@ -135,3 +135,13 @@ def test_the_default_timer_swaps_each_side_in_before_its_rounds(monkeypatch):
     checks = check_eager(model, originals, {4096: torch.zeros(1)}, [_Layer()])
     assert checks[0].kept and checks[0].dense_ms == 2.0 and checks[0].sparse_ms == 1.0
     assert isinstance(model[0], nn.Identity)  # left sparsified
+
+
+def test_short_forwards_get_more_rounds_within_bounds():
+    from explorer.gpu.swap.eager_check import MAX_ROUNDS, MIN_ROUNDS, rounds_for
+
+    times = [0.01, 0.5, 2.0, 5.0, 20.0, 80.0, 1e4]
+    rounds = [rounds_for(ms) for ms in times]
+    assert rounds == sorted(rounds, reverse=True)  # the longer the forward, the fewer rounds
+    assert rounds[0] == MAX_ROUNDS and rounds[-1] == MIN_ROUNDS
+    assert rounds_for(0.0) == rounds_for(-1.0) == MIN_ROUNDS
