@@ -5,9 +5,10 @@ but ``lm_head`` pruned 2:4) this times Hugging Face ``model.generate`` (greedy, 
 and a fixed number of new tokens) at batch 1 and 8, with the dynamic cache in eager mode and with
 ``cache_implementation="static"`` (transformers compiles the decoding step with CUDA graphs; the
 sparse models are then set to ``mode="graphs"``, as the docs ask), for the dense model,
-``sparsify()`` defaults and ``sparsify(decode=True)``; and the time to first
+``sparsify()`` defaults and ``sparsify(decode=True)``, beside an unchanged copy of the dense
+model (the A/A control: its ratio to dense is the noise of equal work); and the time to first
 token of a 1024-token prompt, measured first (after the static-cache runs, which compile the
-step and keep CUDA-graph memory pools, every model's eager prefill ran slower). The three models are timed in turn, five rounds after a
+step and keep CUDA-graph memory pools, every model's eager prefill ran slower). The four models are timed in turn, five rounds after a
 warm-up call each (which compiles the step for a static cache), and each speedup is the median
 of the rounds' paired ratios (the host's speed drifts).
 All are timed with CUDA events. The generated tokens of each sparse model are compared
@@ -117,7 +118,9 @@ def bench_generate(
     spec = MODEL_SPECS[name]
     counts = tuple(sorted({b * prompt for b in batches} | set(batches) | {ttft_prompt}))
     dense = build_model(name, dtype)
-    variants = {"dense": dense}
+    # an unchanged copy of the dense model, timed like the others: the A/A control whose ratio
+    # to dense is the noise of equal work in this process (host-bound generate steps scatter)
+    variants = {"dense": dense, "control": copy.deepcopy(dense)}
     for key, decode in (("explorer", False), ("decode", True)):
         model = copy.deepcopy(dense)
         with torch.no_grad():
@@ -147,7 +150,7 @@ def bench_generate(
     ttft = _interleaved_generate(variants, ids, 1)
     for key, (ms, _, _) in ttft.items():
         first_token[f"{key}_ttft_ms"] = ms
-    for key in ("explorer", "decode"):
+    for key in ("control", "explorer", "decode"):
         first_token[f"{key}_ttft_speedup"] = paired_ratio(ttft["dense"][1], ttft[key][1])
     say(
         f"{name} time to first token ({ttft_prompt} tokens): dense {first_token['dense_ttft_ms']:.2f} ms, "
@@ -179,7 +182,7 @@ def bench_generate(
             if static_cache:
                 torch._dynamo.reset()
                 for key, model in variants.items():
-                    if key != "dense":  # transformers captures the step in CUDA graphs
+                    if key in ("explorer", "decode"):  # the step runs in CUDA graphs
                         set_mode(model, "graphs")
             try:  # every variant in turn, round after round
                 timed = _interleaved_generate(variants, ids, new_tokens, static_cache)
@@ -189,13 +192,13 @@ def bench_generate(
             finally:
                 if static_cache:
                     for key, model in variants.items():
-                        if key != "dense":
+                        if key in ("explorer", "decode"):
                             set_mode(model, "auto")
             for key, (ms, per_round, out) in timed.items():
                 outs[key], rounds[key] = out, per_round
                 row[f"{key}_ms"] = ms
                 row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
-            for key in ("explorer", "decode"):
+            for key in ("control", "explorer", "decode"):
                 if key in rounds and "dense" in rounds:
                     row[f"{key}_speedup"] = paired_ratio(rounds["dense"], rounds[key])
                 if key in outs and "dense" in outs:
@@ -203,7 +206,8 @@ def bench_generate(
                     row[f"{key}_agreement"] = same
             say(
                 f"{name} batch {batch} {cache}: dense {row.get('dense_tok_s', float('nan')):.0f} "
-                f"tok/s, sparsify {row.get('explorer_speedup', float('nan')):.2f}x, decode=True "
+                f"tok/s, dense copy (A/A) {row.get('control_speedup', float('nan')):.2f}x, "
+                f"sparsify {row.get('explorer_speedup', float('nan')):.2f}x, decode=True "
                 f"{row.get('decode_speedup', float('nan')):.2f}x, agreement "
                 f"{row.get('explorer_agreement', float('nan')):.2f} / "
                 f"{row.get('decode_agreement', float('nan')):.2f}"

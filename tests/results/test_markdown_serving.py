@@ -14,6 +14,7 @@ GENERATE = [
         cache="static",
         new_tokens=128,
         dense_tok_s=3000.0,
+        control_speedup=1.01,
         explorer_speedup=0.93,
         decode_speedup=1.06,
         explorer_agreement=0.2,
@@ -39,10 +40,11 @@ HOST = [
 
 def test_generate_rows_first_then_the_first_token_rows():
     lines = format_generate(GENERATE).splitlines()
-    assert lines[2] == "| m | bfloat16 | 8 | static | 3000 | 0.93x | 1.06x | 0.20 / 0.30 |"
-    assert (
-        lines[3]
-        == "| m | bfloat16 | 1 | first token, 1024-token prompt | 10.08 ms | 0.91x | - | - |"
+    assert lines[0].split(" | ")[5] == "dense copy (A/A)"
+    assert lines[2] == "| m | bfloat16 | 8 | static | 3000 | 1.01x | 0.93x | 1.06x | 0.20 / 0.30 |"
+    # a row without the control (older runs) shows "-" there
+    assert lines[3] == (
+        "| m | bfloat16 | 1 | first token, 1024-token prompt | 10.08 ms | - | 0.91x | - | - |"
     )
 
 

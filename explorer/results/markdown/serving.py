@@ -10,8 +10,8 @@ __all__ = ["format_generate", "format_host"]
 def format_generate(rows: list[dict]) -> str:
     """The ``generate()`` table: tokens/s dense and the speedups of the sparse variants.
 
-    The speedups of ``sparsify()`` and ``decode=True``, with their token agreement; time to first
-    token rows last.
+    The speedups of an unchanged dense copy (the A/A control: the noise of equal work),
+    ``sparsify()`` and ``decode=True``, with their token agreement; time to first token rows last.
 
     Parameters
     ----------
@@ -26,8 +26,8 @@ def format_generate(rows: list[dict]) -> str:
     --------
     >>> print(format_generate([dict(suite="generate", model="m", dtype="bfloat16", batch=8,
     ...     cache="static", new_tokens=128, dense_tok_s=900.0, explorer_speedup=1.1,
-    ...     decode_speedup=1.3, explorer_agreement=0.9)]).splitlines()[2])
-    | m | bfloat16 | 8 | static | 900 | 1.10x | 1.30x | 0.90 / - |
+    ...     decode_speedup=1.3, explorer_agreement=0.9, control_speedup=1.01)]).splitlines()[2])
+    | m | bfloat16 | 8 | static | 900 | 1.01x | 1.10x | 1.30x | 0.90 / - |
     """
     out = []
     for r in rows:
@@ -44,6 +44,7 @@ def format_generate(rows: list[dict]) -> str:
                 r.get("batch"),
                 r.get("cache"),
                 "-" if r.get("dense_tok_s") is None else f"{r['dense_tok_s']:.0f}",
+                speedup_cell(r.get("control_speedup")),
                 speedup_cell(r.get("explorer_speedup")),
                 speedup_cell(r.get("decode_speedup")),
                 agree,
@@ -58,6 +59,7 @@ def format_generate(rows: list[dict]) -> str:
                     r.get("batch"),
                     f"first token, {r.get('seq')}-token prompt",
                     f"{r.get('dense_ttft_ms', 0):.2f} ms",
+                    speedup_cell(r.get("control_ttft_speedup")),
                     speedup_cell(r.get("explorer_ttft_speedup")),
                     speedup_cell(r.get("decode_ttft_speedup")),
                     "-",
@@ -70,6 +72,7 @@ def format_generate(rows: list[dict]) -> str:
             "batch",
             "cache",
             "dense tokens/s",
+            "dense copy (A/A)",
             "sparsify()",
             "decode=True",
             "tokens equal to dense",
