@@ -12,6 +12,16 @@ three variants in turn for 11 rounds; speedups are medians of paired ratios. Run
 
     python benchmarks/quantized_models.py --dtype int4 --model llama-8b --runs 16x1,1x1
     python benchmarks/quantized_models.py --dtype float8_e4m3fn --runs 4x1024,1x4096
+
+``--db PATH`` records each run in a results store as it finishes (quantized ``bench-models``
+rows, :mod:`explorer.results.quantized_speed`: one per precision, pattern and mode, with the
+speed-up over bf16 dense and over the same precision dense), with this machine's provenance
+and ``--commit``. The store is opened before anything is timed; an existing store gains rows,
+anything else at that path is refused. ``--from-json FILE --db PATH`` records a run already
+measured (its ``--json`` file), with the provenance of the machine that measured it; it needs
+no GPU::
+
+    python benchmarks/quantized_models.py --from-json fp8.json --db measured.db
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -31,6 +42,9 @@ from explorer.gpu import set_mode, sparsify
 from explorer.gpu.modules.fp8_dense import Fp8DenseLinear
 from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+from explorer.results.quantized_speed import benchmark_provenance, rows_from_benchmark
+from explorer.results.store import ResultStore
+from explorer.results.store.provenance import provenance
 
 
 def _pruned(module: nn.Module, name: str) -> bool:
@@ -59,7 +73,19 @@ def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def main() -> None:
+def import_json(path: Path, db: str, commit: str | None = None) -> int:
+    """Record the rows of a ``--json`` file in the store ``db``; return how many."""
+    data = json.loads(Path(path).read_text())
+    env = dict(data.get("env") or {}) if isinstance(data, dict) else {}
+    if commit:
+        env["commit"] = commit
+    rows = rows_from_benchmark(data)  # checked before the store is opened
+    with ResultStore(db) as store:
+        store.record_many({**r, "provenance": benchmark_provenance(env)} for r in rows)
+    return len(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-8b", choices=sorted(MODEL_SPECS))
     p.add_argument("--dtype", default="int4", choices=sorted(DENSE_AT))
@@ -67,7 +93,23 @@ def main() -> None:
         "--runs", help="batch x seq, comma-separated (int4: 16x1,1x1; fp8: 4x1024,1x4096)"
     )
     p.add_argument("--json", type=Path)
-    args = p.parse_args()
+    p.add_argument("--db", help="record the rows in this results store (appended to)")
+    p.add_argument("--commit", help="the commit measured, recorded with the rows")
+    p.add_argument("--from-json", type=Path, help="record this --json file's rows in --db")
+    args = p.parse_args(argv)
+    command = "python benchmarks/quantized_models.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    if args.from_json is not None:
+        if not args.db:
+            p.error("--from-json needs --db PATH, the results store to record its rows in")
+        count = import_json(args.from_json, args.db, args.commit)
+        print(f"recorded {count} rows of {args.from_json} in {args.db}")
+        return 0
+    store = ResultStore(args.db) if args.db else None  # refused now, not after the timing
+    measured = {**provenance(), "measured_by": command.strip()}
+    if args.commit:
+        measured["commit"] = args.commit
     spec = args.runs or ("16x1,1x1" if args.dtype == "int4" else "4x1024,1x4096")
     runs = [tuple(int(v) for v in r.split("x")) for r in spec.split(",")]
     short = "int4" if args.dtype == "int4" else "fp8"
@@ -120,9 +162,18 @@ def main() -> None:
             + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float))
         )
         rows.append(row)
+        if store is not None:
+            prov = {**measured, "time": provenance()["time"]}  # when this run finished
+            store.record_many({**r, "provenance": prov} for r in rows_from_benchmark([row]))
+    if store is not None:
+        store.close()
+        print(f"recorded {len(rows)} runs in {args.db}")
     if args.json:
-        args.json.write_text(json.dumps({"env": environment(), "rows": rows}, default=str))
+        env = {**environment(), "time": measured["time"], "command": command.strip()}
+        env.update({"commit": args.commit} if args.commit else {})
+        args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -493,10 +493,10 @@ def model_speed_entry(row) -> dict | None:
     -------
     dict or None
         ``model``, ``label``, ``gpu``, ``tokens``, ``dtype``, ``speedup``, ``source`` and
-        ``commit``; None for a row without a speed-up (failed, or no timings).
+        ``commit``; None for a row without a speed-up (failed, no timings) or a quantized one.
     """
     c = row.config
-    speedup = row_speedup(row) if row.status == "ok" else None
+    speedup = row_speedup(row) if row.status == "ok" and not c.get("precision") else None
     if speedup is None:
         return None
     return {
