@@ -381,7 +381,9 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
     model, pattern, layers and dtype, one point per kind of GPU they were timed on (kinds are
     never mixed in one speed-up). Local speed rows win over reference ones for the same key;
     a configuration without any speed row gets one point with ``speedup=None``. Each model with a point that has a speed-up also gets its dense
-    baseline at 1.0x (method ``"dense"``), the frontier's slow end.
+    baseline at 1.0x (method ``"dense"``), the frontier's slow end. Rows with a ``quant`` are
+    :func:`explorer.results.quantized_points.quantized_points`'s points, placed last; a model
+    with one measured gets its bfloat16 dense baseline.
 
     Parameters
     ----------
@@ -398,18 +400,18 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
     local = model_speedups(r for r in speed_rows if r.source == "local")
     reference = model_speedups(r for r in speed_rows if r.source != "local")
     whole: dict[tuple, list[dict]] = {}
-    for row in rows.where(kind="bench-models", status="ok"):
+    for row in rows.where(kind="bench-models", status="ok", precision=None):
         entry = model_speed_entry(row)
         if entry is not None:
             whole.setdefault((entry["model"], entry["dtype"], entry["tokens"]), []).append(entry)
     timed = list(rows.where(kind=MODEL_SPEED, status="ok"))
     dense: dict[tuple, float] = {}
-    for row in rows.where(kind="dense", status="ok", source="local"):
+    for row in rows.where(kind="dense", status="ok", source="local", quant=None):
         name = row.metrics.get("metric")
         if isinstance(row.metrics.get(name), (int, float)):
             dense[(row.model, row.config.get("dtype"))] = float(row.metrics[name])
     points = []
-    for row in rows.where(kind="prune", status="ok", source="local"):
+    for row in rows.where(kind="prune", status="ok", source="local", quant=None):
         name = row.metrics.get("metric")
         value = row.metrics.get(name)
         if not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -468,10 +470,15 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
                         speed_from=source if gpu in source else f"{source} ({gpu})",
                     )
                 )
+    from explorer.results.quantized_points import quantized_points  # it imports this module
+
+    quantized = quantized_points(rows)
+    timed = {(p.model, p.dtype) for p in points if p.speedup}
+    timed |= {(p.model, "bfloat16") for p in quantized if p.speedup}
     baselines = []
-    for model, dtype in sorted({(p.model, p.dtype) for p in points if p.speedup}):
+    for model, dtype in sorted(timed):
         value = dense.get((model, dtype))
-        same = next(p for p in points if p.model == model and p.speedup)
+        same = next(p for p in points + quantized if p.model == model and p.speedup)
         if value is not None:
             baselines.append(
                 TradeoffPoint(
@@ -489,4 +496,4 @@ def tradeoff_points(rows) -> list[TradeoffPoint]:
                     dtype=dtype,
                 )
             )
-    return baselines + points
+    return baselines + points + quantized
