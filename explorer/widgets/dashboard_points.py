@@ -7,7 +7,11 @@ clicked point's configuration and masks back into the model. A run whose configu
 dashboard's results store has timed whole (a ``model-speed`` row, written by a sweep) is drawn
 at that measured speed-up, its hover saying ``"measured, <mode>, <tokens> tokens"``; so is a
 run the dashboard timed itself (:mod:`explorer.widgets.dashboard_measure`), whose measurement
-:meth:`Points.remember` keeps and :meth:`Points.update_run` draws.
+:meth:`Points.remember` keeps and :meth:`Points.update_run` draws. The store's quantized
+configurations of the model (int8, int4 and FP8 accuracy rows, dense and 2:4) are drawn beside
+the dense point (:meth:`Points.add_quantized`), each in its precision's colour: at its speed-up
+over bf16 dense where the same model was timed whole at the page's token count in CUDA graphs,
+else in the no-data strip.
 
 Examples
 --------
@@ -25,8 +29,15 @@ from dataclasses import replace
 
 import torch
 
-from explorer.results.model_speed import MODEL_SPEED, MeasuredSpeed, measured_speed
+from explorer.results.model_speed import (
+    DEFAULT_SPEED_MODE,
+    MODEL_SPEED,
+    MeasuredSpeed,
+    measured_speed,
+)
+from explorer.results.quantized_points import QuantizedPoint, quantized_points
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
+from explorer.results.store import StoreError
 from explorer.results.tradeoff import TradeoffPoint, choose_speed
 from explorer.widgets.dashboard_status import summary
 from explorer.widgets.method_picker import MethodConfig
@@ -79,6 +90,48 @@ class Points:
             )
         )
         self.events.say("ok", f"{summary(state)}; dense {bundle.metric} {score:.4g}")
+        self.add_quantized()
+
+    def add_quantized(self) -> int:
+        """Add the store's quantized configurations of this model; return how many.
+
+        :func:`explorer.results.quantized_points.quantized_points` of the store's own accuracy
+        rows for the current model (its name, or a checkpoint folder's path), each placed at a
+        whole-model measurement of the same model at the page's token count in CUDA graphs
+        where there is one, else in the no-data strip. Without a store nothing is added: the
+        shipped reference database holds no quantized accuracy rows.
+
+        Returns
+        -------
+        int
+            The points added.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from explorer.widgets import Dashboard
+        >>> Dashboard(torch.nn.Linear(16, 16)).points.add_quantized()
+        0
+        """
+        bundle, store = self.state.bundle, self.state.store
+        name = getattr(bundle, "name", None)
+        if store is None or name is None:
+            return 0
+        path = (getattr(bundle, "options", None) or {}).get("path")
+        try:
+            rows = store.query(["dense", "prune", "bench-models"])
+        except StoreError as exc:
+            self.events.say("warn", f"could not read quantized results: {exc}")
+            return 0
+        found = quantized_points(
+            rows,
+            tokens=self.state.tokens,
+            mode=DEFAULT_SPEED_MODE,
+            models=[str(name), *([str(path)] if path else [])],
+        )
+        for point in found:
+            self.tradeoff.add(point)
+        return len(found)
 
     def run_speed(self, config: MethodConfig, masks: dict):
         """The speed of a run that pruned ``masks``: the layers' estimate, then :meth:`speed_of`.
@@ -283,6 +336,13 @@ class Points:
             A point of the trade-off plot.
         """
         state, say = self.state, self.events.say
+        if isinstance(point, QuantizedPoint):
+            say(
+                "info",
+                f"{point.label}: a recorded {point.short} result from the results store, "
+                "not a run of this page; nothing to load",
+            )
+            return
         try:
             config = MethodConfig.from_json(point.config)
         except (ValueError, TypeError) as exc:

@@ -3,7 +3,10 @@
 The points, where their speed-ups come from and the frontier rule live in
 :mod:`explorer.results.tradeoff`; this module holds the plot's state (points, metric,
 listeners), groups the points by speed source with a marker for each, and hands that to the
-view. Points without a speed-up are drawn in a strip of their own, never at 1.0x.
+view. Quantized configurations (:class:`~explorer.results.quantized_points.QuantizedPoint`:
+int8, int4, FP8) are grouped by precision instead, a colour each
+(:func:`~explorer.results.quantized_points.precision_groups`). Points without a speed-up are
+drawn in a strip of their own, never at 1.0x.
 """
 
 from __future__ import annotations
@@ -11,6 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from explorer import _html
+from explorer.results.quantized_points import (
+    PRECISION_COLOURS,
+    QuantizedPoint,
+    precision_groups,
+)
+from explorer.results.quantized_speed import PRECISIONS
 from explorer.results.speedup import ESTIMATE_FORMULA
 from explorer.results.tradeoff import TradeoffPoint, pareto_front
 
@@ -131,10 +140,17 @@ class TradeoffPlot:
         return [timed[i] for i in idx]
 
     def groups(self) -> list[tuple[str, list[int]]]:
-        """``(speed source, point indices)`` for each source present, in legend order."""
+        """``(speed source, point indices)`` for each source present, in legend order.
+
+        Quantized points are left out: :meth:`kind_traces` draws them by precision.
+        """
         found = []
         for source in SPEED_MARKERS:
-            idx = [i for i, p in enumerate(self.points) if p.speed_source == source]
+            idx = [
+                i
+                for i, p in enumerate(self.points)
+                if p.speed_source == source and not isinstance(p, QuantizedPoint)
+            ]
             if idx:
                 found.append((source, idx))
         return found
@@ -175,32 +191,46 @@ class TradeoffPlot:
         ]
         if "bound" in present:
             parts.append("Hollow triangle = upper bound with pruned layers at 2x (estimate).")
+        quantized = {p.precision for p in self.points if isinstance(p, QuantizedPoint)}
+        if quantized:
+            colours = ", ".join(
+                f"<span style='color:{colour}'>{PRECISIONS[name]}</span>"
+                for name, colour in PRECISION_COLOURS.items()
+                if name in quantized
+            )
+            parts.append(
+                f"<b>Quantized</b> ({colours}): square = that precision run dense, circle = 2:4 "
+                "at it, both measured on the whole model and placed at their speed-up over bf16 "
+                "dense (the hover gives the one over the same precision dense); an x = its "
+                "accuracy with no whole-model speed of this model, in the strip."
+            )
         return " ".join(parts)
 
     def kind_traces(self) -> list[dict]:
         """One plotly ``Scatter`` argument dict per speed source present, in legend order.
 
-        Points without a speed-up go to the no-data strip (``xaxis="x2"``, x = ``"no data"``).
-        ``customdata`` holds each marker's index in :attr:`points`, for the click.
+        Then one per quantized precision and pattern, and per precision without a speed-up
+        (:func:`~explorer.results.quantized_points.precision_groups`). Points without a
+        speed-up go to the no-data strip (``xaxis="x2"``, x = ``"no data"``). ``customdata``
+        holds each marker's index in :attr:`points`, for the click.
         """
         positions = self.text_positions()
+        groups = [(*SPEED_MARKERS[source], idx, source == "none") for source, idx in self.groups()]
         out = []
-        for source, idx in self.groups():
-            name, marker = SPEED_MARKERS[source]
+        for name, marker, idx, strip in groups + precision_groups(self.points):
             pts = [self.points[i] for i in idx]
-            none = source == "none"
             out.append(
                 {
-                    "x": [NO_DATA if none else p.speedup for p in pts],
+                    "x": [NO_DATA if strip else p.speedup for p in pts],
                     "y": [p.score for p in pts],
                     # the strip is too narrow for labels: its points name themselves on hover
-                    "text": ["" if none else p.label for p in pts],
+                    "text": ["" if strip else p.label for p in pts],
                     "hovertext": [p.hover() for p in pts],
                     "textposition": [positions[i] for i in idx],
                     "customdata": idx,
                     "name": name,
                     "marker": {"size": 11, **marker},
-                    **({"xaxis": "x2"} if none else {}),
+                    **({"xaxis": "x2"} if strip else {}),
                 }
             )
         return out
