@@ -5,8 +5,11 @@ marks the Pareto frontier. A configuration whose own pruned model was timed whol
 ``model-speed`` rows) is drawn at that measurement, as a diamond whose hover names the mode and
 token count ("measured, graphs, 4096 tokens"); others at the estimate from the layer speed rows
 of the same model, pattern, layers, dtype and token count, as a circle. Speedups measured on this machine are used first; where there are none, the
-shipped reference database's are used and the point says so. With plotly installed the plot is
-interactive (plotly.js embedded inline); without it the report is the tables alone.
+shipped reference database's are used and the point says so. Quantized configurations (int8,
+int4, FP8; :mod:`explorer.results.quantized_report`) are drawn in a colour per precision at
+their speed-up over bf16 dense measured on the same model, or in a no-data strip, and listed
+with both speed-ups, beside every quantized whole-model measurement. With plotly installed the
+plot is interactive (plotly.js embedded inline); without it the report is the tables alone.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 
 from explorer import _html
 from explorer.results.markdown import fmt
+from explorer.results.quantized_points import QuantizedPoint
+from explorer.results.quantized_report import NO_DATA, quantized_tables, quantized_traces
 from explorer.results.speedup import row_speedup
 from explorer.results.store import (
     ResultStore,
@@ -42,23 +47,26 @@ def _figure_html(points: list[TradeoffPoint]) -> str:
         import plotly.io as pio
     except ImportError:
         return "<p><i>Install plotly for the interactive trade-off plot: pip install plotly</i></p>"
-    measured = [p for p in points if p.speedup is not None]
-    if not measured:
+    # drawn: points with a speed-up, and quantized ones without (in the no-data strip)
+    drawn = [p for p in points if p.speedup is not None or isinstance(p, QuantizedPoint)]
+    if not drawn:
         return (
             "<p><i>No speed rows: the trade-off plot needs layer speed measurements (run the sweep "
             "on a CUDA GPU, or keep the shipped reference database attached).</i></p>"
         )
     return "\n".join(
-        _model_figure(go, pio, model, [p for p in measured if p.model == model], i == 0)
-        for i, model in enumerate(dict.fromkeys(p.model for p in measured))
+        _model_figure(go, pio, model, [p for p in drawn if p.model == model], i == 0)
+        for i, model in enumerate(dict.fromkeys(p.model for p in drawn))
     )
 
 
-def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: bool) -> str:
+def _model_figure(go, pio, model: str, drawn: list[TradeoffPoint], first: bool) -> str:
     fig = go.Figure()
+    measured = [p for p in drawn if p.speedup is not None]
     by_method: dict[str, list[TradeoffPoint]] = defaultdict(list)
     for p in measured:
-        by_method[p.method].append(p)
+        if not isinstance(p, QuantizedPoint):  # drawn by precision, below
+            by_method[p.method].append(p)
     for method, group in sorted(by_method.items()):
         fig.add_trace(
             go.Scatter(
@@ -71,6 +79,8 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
                 marker={"symbol": [_symbol(p) for p in group], "size": 10},
             )
         )
+    for trace in quantized_traces(drawn):
+        fig.add_trace(go.Scatter(**trace))
     front = pareto_points(measured)
     fig.add_trace(
         go.Scatter(
@@ -83,14 +93,23 @@ def _model_figure(go, pio, model: str, measured: list[TradeoffPoint], first: boo
             hoverinfo="skip",
         )
     )
-    better = "higher" if measured[0].higher_is_better else "lower"
+    better = "higher" if drawn[0].higher_is_better else "lower"
+    strip = any(p.speedup is None for p in drawn)
+    xaxis = "model speedup over dense (x): measured or estimated, see each point"
+    if any(isinstance(p, QuantizedPoint) for p in drawn):
+        xaxis += "; int8, int4 and FP8: over bf16 dense"
     fig.update_layout(
-        title=f"{model}: {measured[0].metric} ({better} is better) against speedup",
-        xaxis_title="model speedup over dense (x): measured or estimated, see each point",
-        yaxis_title=measured[0].metric,
+        title=f"{model}: {drawn[0].metric} ({better} is better) against speedup",
+        xaxis_title=xaxis,
+        yaxis_title=drawn[0].metric,
         template="plotly_white",
         height=480,
     )
+    if strip:  # the quantized points without a speed-up: apart, never at 1.0x
+        fig.update_layout(
+            xaxis={"domain": [0, 0.85]},
+            xaxis2={"domain": [0.88, 1], "type": "category", "anchor": "y", "title": NO_DATA},
+        )
     return pio.to_html(fig, include_plotlyjs=first, full_html=False)
 
 
@@ -118,6 +137,8 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
     front = set()
     for model in {p.model for p in points}:
         front |= {id(p) for p in pareto_points([p for p in points if p.model == model])}
+    quantized = quantized_tables(rows, points, front)
+    points = [p for p in points if not isinstance(p, QuantizedPoint)]  # listed in their own
     parts.append(
         _html.table(
             [
@@ -151,6 +172,7 @@ def _tables(rows: ResultTable, points: list[TradeoffPoint]) -> str:
         )
     )
     parts.append(_model_speed_table(rows))
+    parts += [quantized] if quantized else []
     speed = [r for r in rows.where(kind="layer-speed") if r.status == "ok"]
     parts.append(
         _html.table(
