@@ -123,6 +123,7 @@ def _run(a: argparse.Namespace, models: list[str], methods: list[str]) -> list[d
         methods,
         dtype=a.dtype,
         progress=not a.no_progress,
+        db=a.db,
         load=load if a.n_eval else None,
     )
 

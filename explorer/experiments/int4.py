@@ -12,7 +12,10 @@ configurations of the bundle's ``filter_fn`` layers, each from the dense weights
 
 Calibrated runs get the model's calibration batches (:data:`~explorer.experiments.settings.DEFAULTS`,
 seed 0). The group size is the largest multiple of 4 up to ``--group-size`` that divides every
-pruned layer's ``in_features`` (recorded in each row).
+pruned layer's ``in_features`` (recorded in each row). With ``db=`` (``--db``) the rows also
+go to a results store (:func:`store_rows`: ``dense`` and ``prune`` rows, the quantized ones
+with ``quant``), where the report and the dashboard place them as int4 points
+(:mod:`explorer.results.quantized_points`); each run appends its rows.
 
 Examples
 --------
@@ -33,12 +36,22 @@ from pathlib import Path
 
 import torch
 
+from explorer.dtypes import dtype_name
 from explorer.experiments.settings import model_settings
 from explorer.groupquant import quantize_rtn
 from explorer.models import load
 from explorer.pruning import prune
+from explorer.results.store import ResultStore
 
-__all__ = ["common_group_size", "main", "run", "to_markdown"]
+__all__ = ["common_group_size", "main", "run", "store_rows", "to_markdown"]
+
+#: Each configuration as a store row: its kind and what its configuration adds.
+_STORED = {
+    "dense": ("dense", {}),
+    "2:4": ("prune", {}),
+    "2:4 + int4 joint": ("prune", {"quant": "int4"}),
+    "2:4 then int4 RTN": ("prune", {"quant": "int4-rtn"}),
+}
 
 
 def common_group_size(widths: Sequence[int], largest: int = 128) -> int:
@@ -75,10 +88,65 @@ def common_group_size(widths: Sequence[int], largest: int = 128) -> int:
     raise ValueError(f"no multiple of 4 divides every pruned layer's in_features {sorted(widths)}")
 
 
+def store_rows(
+    rows: Sequence[dict],
+    dtype: str = "float32",
+    higher_is_better: bool = True,
+    calibration_samples: int | None = None,
+) -> list[dict]:
+    """The experiment's rows as results-store rows (``kind``, ``config``, ``metrics``).
+
+    ``dense`` is a ``dense`` row; the three 2:4 configurations are ``prune`` rows of SparseGPT
+    on the bundle's layers (``layers="all"``), the int4 ones with ``quant`` (``"int4"``: joint,
+    ``"int4-rtn"``: rounded after pruning) and their ``group_size``.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Rows of :func:`run` (one model or several).
+    dtype : str, default "float32"
+        The dtype the model was evaluated in.
+    higher_is_better : bool, default True
+        The direction of the models' metric.
+    calibration_samples : int, optional
+        The calibration samples SparseGPT was given.
+
+    Returns
+    -------
+    list of dict
+        Ready for :meth:`~explorer.results.store.ResultStore.record_many`.
+
+    Examples
+    --------
+    >>> row = dict(model="m", metric="accuracy", config="2:4 + int4 joint", value=0.9,
+    ...            group_size=64, prune_seconds=1.5)
+    >>> entry = store_rows([row])[0]
+    >>> entry["kind"], entry["config"]["quant"], entry["metrics"]["accuracy"]
+    ('prune', 'int4', 0.9)
+    """
+    out = []
+    for r in rows:
+        kind, extra = _STORED[r["config"]]
+        config = {"model": r["model"], "dtype": dtype, "experiment": "int4", **extra}
+        if kind == "prune":
+            config.update(method="sparsegpt", pattern="2:4", layers="all", seed=0)
+            if calibration_samples is not None:
+                config["calibration_samples"] = calibration_samples
+        if extra:
+            config["group_size"] = r["group_size"]
+        metrics = {"metric": r["metric"], r["metric"]: r["value"]}
+        metrics["higher_is_better"] = higher_is_better
+        if r.get("prune_seconds") is not None:
+            metrics["prune_seconds"] = r["prune_seconds"]
+        out.append({"kind": kind, "config": config, "metrics": metrics})
+    return out
+
+
 def run(
     models: Sequence[str] = ("fashion-mlp",),
     group_size: int = 128,
     progress: bool = True,
+    db: str | Path | ResultStore | None = None,
 ) -> list[dict]:
     """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model.
 
@@ -91,6 +159,9 @@ def run(
         layers' widths up to it.
     progress : bool, default True
         Show pruning progress bars.
+    db : path or ResultStore, optional
+        Also record each model's rows there (:func:`store_rows`), appended once the model is
+        done; a store passed in is left open. None records nothing.
 
     Returns
     -------
@@ -98,6 +169,15 @@ def run(
         One row per (model, config): the headline metric's ``value``, the group size and the
         pruning seconds.
     """
+    store = db if isinstance(db, ResultStore) or db is None else ResultStore(db)
+    try:
+        return _run(models, group_size, progress, store)
+    finally:
+        if store is not None and store is not db:
+            store.close()
+
+
+def _run(models, group_size: int, progress: bool, store: ResultStore | None) -> list[dict]:
     rows: list[dict] = []
     for name in models:
         settings = model_settings(name)
@@ -134,6 +214,11 @@ def run(
         prune(joint, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
               quantize="int4", group_size=g)  # fmt: skip
         rows.insert(-1, row("2:4 + int4 joint", joint, time.perf_counter() - started))
+        if store is not None:
+            dtype = dtype_name(next(bundle.model.parameters()).dtype)
+            mine = [r for r in rows if r["model"] == name]
+            entries = store_rows(mine, dtype, bundle.higher_is_better, settings["calibration"])
+            store.record_many(entries)
     return rows
 
 
@@ -182,7 +267,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G]``.
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G] [--db DB]``.
 
     Parameters
     ----------
@@ -198,9 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--models", default="fashion-mlp")
     p.add_argument("--group-size", type=int, default=128)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--db", default=None, help="also record the rows in this results store")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    rows = run([m for m in a.models.split(",") if m], a.group_size, not a.no_progress)
+    rows = run([m for m in a.models.split(",") if m], a.group_size, not a.no_progress, a.db)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(to_markdown(rows))

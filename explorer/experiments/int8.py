@@ -104,7 +104,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(a: argparse.Namespace, models: list[str], methods: list[str]) -> list[dict]:
-    return run(models, methods, gpu=a.gpu, progress=not a.no_progress)
+    return run(models, methods, gpu=a.gpu, progress=not a.no_progress, db=a.db)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -186,7 +186,8 @@ def run_cli(
     add_arguments : callable
         Adds the experiment's own options, after ``--models`` and ``--methods``.
     run : callable
-        ``run(args, models, methods)``: the table rows.
+        ``run(args, models, methods)``: the table rows (``args.db``: the results store to
+        record them in, ``":memory:"`` for none).
     to_markdown : callable
         The rows as Markdown, printed and written to ``--markdown``.
 
@@ -201,6 +202,11 @@ def run_cli(
     add_arguments(p)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None)
+    p.add_argument(
+        "--db",
+        default=":memory:",
+        help="record the rows in this results store (a run there resumes); default: none kept",
+    )
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     rows = run(a, [m for m in a.models.split(",") if m], [m for m in a.methods.split(",") if m])
