@@ -21,6 +21,7 @@ __all__ = [
     "FP8",
     "FP8_MAX",
     "Fp8ReferenceLinear",
+    "check_quantized_weight",
     "fp8_reference",
     "fp8_reference_model",
     "quantize_activations",
@@ -110,6 +111,67 @@ def quantize_weight(
         )
     scale = row_scales(w)
     return _to_fp8(w, scale), scale
+
+
+def check_quantized_weight(
+    codes: torch.Tensor, scale: torch.Tensor, shape: tuple[int, int], name: str = "weight"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a weight quantized elsewhere (a checkpoint's codes and scales) before it is used.
+
+    The parts must be what :func:`quantize_weight` returns for a weight of ``shape``; they are
+    used as they are, never quantized again.
+
+    Parameters
+    ----------
+    codes : torch.Tensor
+        float8_e4m3fn ``[out, in]``.
+    scale : torch.Tensor
+        float32 ``[out]``, finite and positive.
+    shape : tuple of int
+        ``(out_features, in_features)`` of the layer they are for.
+    name : str
+        What the weight is (a layer's name), for the error message.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``codes`` and ``scale``, contiguous.
+
+    Raises
+    ------
+    ValueError
+        A part of the wrong type, dtype or shape, or a scale that is not finite and positive.
+
+    Examples
+    --------
+    >>> q, s = quantize_weight(torch.tensor([[0.0, 1.0, 0.0, -2.0]]))
+    >>> check_quantized_weight(q, s, (1, 4))[1].tolist() == s.tolist()
+    True
+    >>> check_quantized_weight(q, s * 0, (1, 4))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the scales of weight must be finite and positive; 1 of 1 are not (row 0: 0.0)...
+    """
+    rows = int(shape[0])
+    for part, t, dtype, want in (
+        ("codes", codes, FP8, (rows, int(shape[1]))),
+        ("scales", scale, torch.float32, (rows,)),
+    ):
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != want:
+            got = (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(
+                f"the {part} of {name} must be a {dtype} tensor of shape {want}, got {got}. "
+                "Hint: pass what quantize_weight returns for this layer's weight."
+            )
+    bad = ~(torch.isfinite(scale) & (scale > 0))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"the scales of {name} must be finite and positive; {int(bad.sum())} of {rows} are "
+            f"not (row {row}: {float(scale[row])}). Hint: the stored scales were altered; use "
+            "a good copy, or quantize the weight again with quantize_weight."
+        )
+    return codes.contiguous(), scale.contiguous()
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -285,6 +285,7 @@ class SparseLinear(nn.Module):
         out_dtype: torch.dtype | None = None,
         alg: int = -1,
         mode: str = "auto",
+        fp8_weight: tuple[torch.Tensor, torch.Tensor] | None = None,
         **option_fields,
     ) -> SparseLinear:
         """Compress a CUDA ``nn.Linear`` whose weight is already 2:4 along ``in_features``.
@@ -312,6 +313,9 @@ class SparseLinear(nn.Module):
             A fixed cuSPARSELt config id, or -1 to choose.
         mode : {"auto", "eager", "compile", "graphs"}
             The execution mode routes are chosen for (see the class).
+        fp8_weight : (torch.Tensor, torch.Tensor), optional
+            With ``dtype=float8_e4m3fn``: fp8 codes ``[out, in]`` and float32 scales ``[out]``
+            quantized elsewhere (a checkpoint's), used as they are (:func:`prepare_weight`).
         **option_fields
             Fields of :class:`SparseOptions` given one by one (``dtype=torch.int8``); with
             ``options`` they replace its fields.
@@ -331,7 +335,7 @@ class SparseLinear(nn.Module):
             raise TypeError(f"expected an nn.Linear, got {type(linear).__name__}")
         options = (options or SparseOptions()).replace(**option_fields)
         layout, output, tune_tokens = options.layout, options.output, options.tune_tokens
-        prepared = prepare_weight(linear, options, backend, out_dtype)
+        prepared = prepare_weight(linear, options, backend, out_dtype, fp8_weight)
         dtype, out_dtype, w = prepared.dtype, prepared.out_dtype, prepared.weight
         layer = cls(
             linear.in_features,

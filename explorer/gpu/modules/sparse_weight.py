@@ -73,6 +73,7 @@ def prepare_weight(
     options: SparseOptions,
     backend: str = "cusparselt",
     out_dtype: torch.dtype | None = None,
+    fp8_weight: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> PreparedWeight:
     """Check, quantize and compress ``linear``'s 2:4 weight as ``options`` ask.
 
@@ -87,11 +88,16 @@ def prepare_weight(
     out_dtype : torch.dtype, optional
         The 8-bit paths' output dtype (int8: the activations' 16-bit dtype by default; fp8:
         bfloat16 or float32, never float16, which cannot hold the raw sums).
+    fp8_weight : (torch.Tensor, torch.Tensor), optional
+        With ``options.dtype`` float8_e4m3fn: the weight already quantized, float8_e4m3fn codes
+        ``[out, in]`` (2:4) and float32 scales ``[out]`` (a checkpoint's), used as they are
+        instead of quantizing ``linear.weight`` (:func:`~explorer.gpu.modules.fp8.quantize_weight`).
 
     Raises
     ------
     ValueError
-        CPU weight, weight not 2:4, shape off the alignment rules, float16 fp8 output.
+        CPU weight, weight not 2:4, shape off the alignment rules, float16 fp8 output, or an
+        ``fp8_weight`` for another dtype, of the wrong shape, not 2:4 or with bad scales.
     TypeError
         A dtype the chosen backend does not take.
     """
@@ -107,6 +113,11 @@ def prepare_weight(
             f"the weight of {linear} is not 2:4 along in_features. Hint: prune it first "
             "(explorer.prune or explorer.make_mask(weight, '2:4'))."
         )
+    if fp8_weight is not None and dtype != fp8.FP8:
+        raise ValueError(
+            f"fp8_weight was given for a {dtype} layer; the stored codes and scales are "
+            "float8_e4m3fn. Hint: pass dtype=torch.float8_e4m3fn."
+        )
     scale = None
     if dtype == torch.int8:
         wq, scale = quant.quantize_per_channel(w)
@@ -119,7 +130,16 @@ def prepare_weight(
                 "or pass torch.bfloat16 or torch.float32; the result is returned in the "
                 "input's dtype."
             )
-        wq, scale = fp8.quantize_weight(w, name=f"the weight of {linear}")
+        if fp8_weight is None:
+            wq, scale = fp8.quantize_weight(w, name=f"the weight of {linear}")
+        else:  # quantized elsewhere: kept as they are (quantizing again can change codes)
+            wq, scale = fp8.check_quantized_weight(*fp8_weight, w.shape, f"the weight of {linear}")
+            wq, scale = wq.to(w.device), scale.to(w.device)
+            if not C.is_24(wq.view(torch.uint8) & 0x7F):  # the bits of +-0 are 0x00 and 0x80
+                raise ValueError(
+                    f"the fp8 codes given for {linear} are not 2:4 along in_features. Hint: "
+                    "pass the codes of the 2:4 weight (zeros in place)."
+                )
         out_dtype = out_dtype or torch.bfloat16
     else:
         wq = w.to(dtype)

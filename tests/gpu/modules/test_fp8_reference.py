@@ -14,6 +14,7 @@ from explorer.gpu.modules.fp8 import (
     FP8,
     FP8_MAX,
     Fp8ReferenceLinear,
+    check_quantized_weight,
     fp8_reference,
     fp8_reference_model,
     quantize_activations,
@@ -71,6 +72,24 @@ def test_a_24_weight_stays_24_after_quantization():
     w = mask24(torch.randn(64, 128) * torch.logspace(-8, 2, 128))
     q, _ = quantize_weight(w)
     assert not ((q.float() != 0) & (w == 0)).any()
+
+
+def test_codes_and_scales_quantized_elsewhere_are_checked_and_kept():
+    torch.manual_seed(0)
+    q, s = quantize_weight(mask24(torch.randn(64, 128)))
+    got_q, got_s = check_quantized_weight(q, s, (64, 128), "layer 'fc'")
+    assert got_q is q and got_s is s  # contiguous already: the same tensors, not copies
+    for codes, scale, match in (
+        (q.float(), s, r"codes of layer 'fc' must be a torch.float8_e4m3fn tensor"),
+        (q[:, :64], s, r"shape \(64, 128\), got \(\(64, 64\), torch.float8_e4m3fn\)"),
+        (q, s[:, None], r"scales of layer 'fc' must be .* shape \(64,\), got \(\(64, 1\)"),
+        (q, s.double(), r"torch.float32 tensor of shape \(64,\), got \(\(64,\), torch.float64"),
+        (q, s.index_fill(0, torch.tensor([5]), math.nan), r"1 of 64 are not \(row 5: nan\)"),
+        (q, -s, r"64 of 64 are not \(row 0: -.*Hint"),
+        (q, s * 0, r"must be finite and positive; 64 of 64 are not \(row 0: 0\.0\)"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            check_quantized_weight(codes, scale, (64, 128), "layer 'fc'")
 
 
 def test_activation_scales_are_per_token():
