@@ -47,8 +47,8 @@ class CompressedWeight:
     shape : tuple of int
         The dense shape ``(rows, K)``.
     scale : torch.Tensor or None
-        ``[rows]`` float32 per-row scales of int8 ``values`` (``None`` for floating values):
-        the weight is ``values * scale[:, None]``.
+        ``[rows]`` float32 per-row scales of int8 (or float8_e4m3fn) ``values``, ``None`` for
+        values that are the weight's own: the weight is ``values * scale[:, None]`` in float32.
     """
 
     values: torch.Tensor

@@ -26,13 +26,13 @@ from explorer.dtypes import dtype_name
 from explorer.errors import require
 from explorer.lowbit import Int4Weight
 
+from .compressed_layers import FP8, check_positions, dense_codes, read_compressed
 from .manifest import (
     CODES,
     METADATA_KEY,
     PACKED,
     POSITIONS,
     SCALES,
-    VALUES,
     CheckpointCancelled,
     CheckpointError,
     dtype_from_name,
@@ -246,6 +246,7 @@ _HEADER_DTYPES = {
     "I32": "int32",
     "I64": "int64",
     "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
 }
 
 
@@ -285,28 +286,10 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
         if layer.get("quantize") == "int4":
             state[param] = _rebuild_int4(fqn, layer, raw, where)
             continue
-        values, positions = raw.get(param + VALUES), raw.get(param + POSITIONS)
-        if values is None or positions is None:
-            raise CheckpointError(
-                f"layer {fqn!r} is listed as 2:4 in {where} but its values or positions are "
-                "missing; the file was altered"
-            )
-        rows, k = layer["shape"]
-        if (
-            k % 4
-            or tuple(values.shape) != (rows, k // 2)
-            or tuple(positions.shape) != (rows, (k + 7) // 8)
-            or positions.dtype != torch.uint8
-        ):
-            raise CheckpointError(
-                f"layer {fqn!r} in {where}: values {list(values.shape)} and positions "
-                f"{list(positions.shape)} do not fit a {rows}x{k} 2:4 weight (expected "
-                f"[{rows}, {k // 2}] and [{rows}, {(k + 7) // 8}] uint8); the manifest does not "
-                "match the tensors"
-            )
-        packed = CompressedWeight(values, positions, (rows, k))
-        _check_positions(fqn, packed, where)
+        packed = read_compressed(fqn, layer, raw, where)
         dense = packed.decompress()
+        if packed.scale is not None:  # FP8: codes * scale in float32, then the layer's dtype
+            dense = dense.to(dtype_from_name(layer["dtype"]))
         _check_rebuilt(fqn, layer, dense, where)
         state[param] = dense
     for alias, original in manifest["aliases"].items():
@@ -316,20 +299,6 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
             )
         state[alias] = state[original]
     return state
-
-
-def _check_positions(fqn: str, packed: CompressedWeight, where: str) -> None:
-    rows, k = packed.shape
-    if rows and k:
-        pos = packed.positions()
-        bad = pos[..., 0] >= pos[..., 1]
-        if bool(bad.any()):
-            r, g = (int(i) for i in bad.nonzero()[0])
-            raise CheckpointError(
-                f"layer {fqn!r} in {where} is no longer 2:4: {int(bad.sum()):,} groups hold "
-                f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
-                "the positions were altered. Use a good copy of the file"
-            )
 
 
 def _check_rebuilt(fqn: str, layer: dict, dense: torch.Tensor, where: str) -> None:
@@ -364,9 +333,7 @@ def _int4_weight(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str
             f"layer {fqn!r} in {where} does not hold a valid 2:4 int4 weight ({exc}); the file "
             "was altered"
         ) from None
-    _check_positions(
-        fqn, CompressedWeight(packed.int_codes(), packed.metadata, packed.shape), where
-    )
+    check_positions(fqn, CompressedWeight(packed.int_codes(), packed.metadata, packed.shape), where)
     return packed
 
 
@@ -433,9 +400,11 @@ def load_sparse(
     sparse_linear : bool
         Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt), or
         a 2:4 + int4 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on its stored
-        codes and scales; needs a CUDA ``device``.
+        codes and scales; an FP8 layer becomes a float8_e4m3fn ``SparseLinear`` on its stored
+        codes and scales (never quantized again). Needs a CUDA ``device``.
     dtype : torch.dtype, optional
-        ``SparseLinear``'s dtype (default: the weight's if 16-bit, else float16).
+        ``SparseLinear``'s dtype for the layers stored with their values (default: the weight's
+        if 16-bit, else float16); int4 and FP8 layers keep theirs.
     progress : bool
     cancel : threading.Event, optional
 
@@ -479,8 +448,8 @@ def load_sparse(
         _check_on_meta(read_manifest(path), Path(path))
     manifest, raw = _read_verified(Path(path), progress, cancel)
     state = _rebuild(manifest, raw, where)
-    # int4 layers go to the GPU on their stored parts: kept, the rest of the file let go
-    int4 = _int4_weights(manifest, raw, where) if sparse_linear else {}
+    # int4 and FP8 layers go to the GPU on their stored parts: kept, the rest of the file let go
+    parts = _quantized_parts(manifest, raw, where) if sparse_linear else {}
     del raw
     if model is None:
         model = build_model(manifest, where)
@@ -503,7 +472,7 @@ def load_sparse(
     if device is not None:
         model.to(device)
     if sparse_linear:
-        _to_sparse_linear(model, manifest, dtype, int4)
+        _to_sparse_linear(model, manifest, dtype, parts)
     return model
 
 
@@ -549,12 +518,24 @@ def _check_on_meta(manifest: dict[str, Any], path: Path) -> None:
     check_ties(meta, manifest["aliases"], expected, str(path))
 
 
-def _to_sparse_linear(
-    model: nn.Module, manifest: dict[str, Any], dtype, int4: dict[str, Int4Weight]
-) -> None:
-    """Swap the 2:4 layers for ``SparseLinear``, or ``Int4Linear`` on the stored int4 parts.
+def _quantized_parts(
+    manifest: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> dict[str, Int4Weight | CompressedWeight]:
+    """The stored parts of the int4 and FP8 layers (``raw`` already checked)."""
+    parts: dict[str, Int4Weight | CompressedWeight] = dict(_int4_weights(manifest, raw, where))
+    for fqn, layer in manifest["layers"].items():
+        if layer.get("stored") == "2:4" and layer.get("quantize") == FP8:
+            parts[fqn] = read_compressed(fqn, layer, raw, where)
+    return parts
 
-    Every layer is built first, and swapped in only once all are built.
+
+def _to_sparse_linear(
+    model: nn.Module, manifest: dict[str, Any], dtype, parts: dict[str, Any]
+) -> None:
+    """Swap the 2:4 layers for ``SparseLinear``, the int4 ones for ``Int4Linear``.
+
+    int4 and FP8 layers are built on their stored parts (``parts``). Every layer is built first,
+    and swapped in only once all are built.
     """
     from explorer.gpu.modules.int4_linear import Int4Linear
     from explorer.gpu.modules.sparse_linear import SparseLinear
@@ -565,8 +546,14 @@ def _to_sparse_linear(
         if layer.get("stored") == "2:4" and fqn:
             linear = model.get_submodule(fqn)
             try:
-                if fqn in int4:
-                    built[fqn] = Int4Linear.from_parts(int4[fqn], linear)
+                part = parts.get(fqn)
+                if isinstance(part, Int4Weight):
+                    built[fqn] = Int4Linear.from_parts(part, linear)
+                elif part is not None:  # FP8: the stored codes and scales, as they are
+                    stored = (dense_codes(part), part.scale)
+                    built[fqn] = SparseLinear.from_linear(
+                        linear, dtype=part.values.dtype, fp8_weight=stored
+                    )
                 else:
                     built[fqn] = SparseLinear.from_linear(linear, dtype=dtype)
             except (ValueError, TypeError) as exc:  # shapes the kernels cannot take stay dense

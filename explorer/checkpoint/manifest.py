@@ -12,6 +12,14 @@ A layer pruned and quantized jointly to int4 (``prune(quantize="int4")``, layout
 and ``"<param>::scales"`` (``[rows, K/G]`` float32) instead of ``::values``, and its manifest entry
 records ``"quantize": "int4"`` and ``"group_size": G``.
 
+A layer stored in FP8 (``save_sparse(..., quantize="float8_e4m3fn")``, layout of
+:mod:`explorer.checkpoint.compressed_layers`) stores ``"<param>::codes"`` (``[rows, K/2]``
+float8_e4m3fn, the kept values' codes) and ``"<param>::scales"`` (``[rows, 1]`` float32, one per
+output channel: ``max|row| / 448``, 1 for a row of zeros) instead of ``::values``, and its
+manifest entry records ``"quantize": "float8_e4m3fn"``. Its ``sha256`` is the checksum of the
+weight loading rebuilds, ``codes * scale`` in the layer's dtype, not of the weight before
+quantization.
+
 The manifest records, per layer, the pattern, whether it was valid, the pruning method,
 calibration and error, and the SHA-256 of the dense masked weight; which layers were kept dense
 and why; and the SHA-256, shape and dtype of every stored tensor. Checksums catch corruption
@@ -56,6 +64,7 @@ _DTYPES = {
     for d in (
         *(torch.float16, torch.bfloat16, torch.float32, torch.float64),
         *(torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool),
+        torch.float8_e4m3fn,  # an FP8 layer's codes (safetensors' F8_E4M3)
     )
 }
 

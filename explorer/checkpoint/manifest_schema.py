@@ -325,15 +325,19 @@ def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> No
 
 
 def _check_quantized(fqn: str, layer: dict, where: str) -> None:
-    """``quantize`` and ``group_size`` come together, on a 2:4 layer, with sane values."""
+    """``quantize`` on a 2:4 layer: int4 with a sane ``group_size``, or FP8 without one."""
     field = f"layers[{short_repr(fqn)}]"
     if "quantize" not in layer and "group_size" not in layer:
         return
-    if layer.get("quantize") != "int4":
-        _fail(where, f"{field}.quantize", layer.get("quantize"), "'int4'")
+    if layer.get("quantize") not in ("int4", "float8_e4m3fn"):
+        _fail(where, f"{field}.quantize", layer.get("quantize"), "'int4' or 'float8_e4m3fn'")
     if layer["stored"] != "2:4":
         _fail(where, f"{field}.stored", layer["stored"], "'2:4' for a quantized layer")
     g = layer.get("group_size")
+    if layer["quantize"] == "float8_e4m3fn":
+        if "group_size" in layer:
+            _fail(where, f"{field}.group_size", g, "no group_size (FP8 has one scale a row)")
+        return
     k = layer["shape"][1]
     if not (isinstance(g, int) and not isinstance(g, bool) and 0 < g <= MAX_DIM and g % 4 == 0):
         _fail(where, f"{field}.group_size", g, "a positive multiple of 4")

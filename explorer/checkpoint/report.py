@@ -33,7 +33,8 @@ class LayerRecord:
     reason : str
         Why a dense layer was not stored as 2:4 (empty for 2:4 layers).
     quantize : str
-        ``"int4"`` for a 2:4 layer stored as group-wise int4 codes, else empty.
+        ``"int4"`` for a 2:4 layer stored as group-wise int4 codes, ``"float8_e4m3fn"`` for
+        one stored as FP8 codes with a scale per row, else empty.
     """
 
     name: str
@@ -54,10 +55,14 @@ class LayerRecord:
     def bits_per_weight(self) -> float:
         """Stored bits per dense weight (3.25 for 2:4 int4 with group size 128).
 
+        A 2:4 FP8 layer takes 4 bits of codes, 1 of positions and ``32 / K`` of its row's scale.
+
         Examples
         --------
         >>> LayerRecord("fc", (8, 256), "float32", "2:4", 8 * 104, 8 * 256 * 4, "", "int4").bits_per_weight
         3.25
+        >>> LayerRecord("fc", (8, 256), "bfloat16", "2:4", 8 * 164, 8 * 256 * 2, "", "float8_e4m3fn").bits_per_weight
+        5.125
         """
         n = self.shape[0] * self.shape[1]
         return 8 * self.stored_bytes / n if n else float("nan")

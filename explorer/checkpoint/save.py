@@ -21,6 +21,7 @@ from explorer.output_paths import check_output_path, replacing
 from explorer.results.store import explorer_version
 from explorer.sparse_rules import GROUP
 
+from .compressed_layers import check_quantize, pack_fp8
 from .manifest import (
     CODES,
     FORMAT,
@@ -48,6 +49,7 @@ def save_sparse(
     result: Any = None,
     *,
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    quantize: str | None = None,
     provenance: dict[str, Any] | None = None,
     progress: bool = True,
     cancel: Any = None,
@@ -57,7 +59,8 @@ def save_sparse(
 
     Every ``nn.Linear`` whose weight is 2:4 along ``in_features`` is stored as kept values
     plus 2-bit positions (the layout of :mod:`explorer.compression`: 9/16 of the dense bytes
-    for 16-bit weights); everything else is stored as it is. The manifest records each
+    for 16-bit weights), or with ``quantize="float8_e4m3fn"`` as FP8 codes with one scale per
+    output channel; everything else is stored as it is. The manifest records each
     layer's pattern, validity, method, calibration, error and checksum, which layers were kept
     dense and why, and a checksum of every tensor. The file is written to a temporary name
     and renamed, so a failure or cancellation leaves no partial file. No pickle is involved.
@@ -78,6 +81,12 @@ def save_sparse(
     filter_fn : callable, optional
         ``filter_fn(module, fqn) -> bool``: only these Linears may be compressed; the others
         are stored dense and listed as skipped.
+    quantize : {None, "float8_e4m3fn"}, optional
+        ``"float8_e4m3fn"``: store every 2:4 layer's kept values as FP8 codes ``[rows, K/2]``
+        with one float32 scale per output channel (``max|row| / 448``, as the GPU's fp8 layers
+        quantize; see :mod:`explorer.checkpoint.compressed_layers`), 1 byte a kept value. Loading
+        rebuilds ``codes * scale`` in the layer's dtype. A layer ``result`` quantized to int4
+        cannot also be stored in FP8 (an error).
     provenance : dict, optional
         JSON-serialisable notes kept in the manifest (data set, commit, who ran it ...).
     progress : bool
@@ -95,9 +104,12 @@ def save_sparse(
 
     Raises
     ------
+    ValueError
+        ``quantize`` is not None or ``"float8_e4m3fn"``, or it would apply to a layer that
+        ``result`` quantized to int4.
     CheckpointError
-        A layer ``result`` pruned to 2:4 is no longer 2:4, a weight on the meta device,
-        or provenance that is not JSON.
+        A layer ``result`` pruned to 2:4 is no longer 2:4, a weight on the meta device, a
+        weight holding Inf or NaN with ``quantize``, or provenance that is not JSON.
     MissingExtraError
         ``safetensors`` is not installed (``pip install "sparsity-explorer[deploy]"``).
     OutputPathError
@@ -115,6 +127,13 @@ def save_sparse(
     >>> report = explorer.save_sparse(net, path, result, progress=False)
     >>> report.sparse_ratio
     0.5625
+
+    In FP8, a kept value takes one byte (plus its positions and a scale a row):
+
+    >>> path8 = os.path.join(os.path.dirname(path), "net-fp8.safetensors")
+    >>> fp8 = explorer.save_sparse(net, path8, quantize="float8_e4m3fn", progress=False)
+    >>> fp8.manifest["layers"]["0"]["quantize"], fp8.sparse_ratio
+    ('float8_e4m3fn', 0.34375)
     """
     st = require("safetensors.torch", "deploy")
     from tqdm.auto import tqdm
@@ -130,6 +149,7 @@ def save_sparse(
         raise TypeError(
             f"result must be the PruneResult that explorer.prune returned, got {type(result).__name__}"
         )
+    quantize = check_quantize(quantize)
     if cancel is not None and not callable(getattr(cancel, "is_set", None)):
         raise TypeError(f"cancel must be a threading.Event, got {type(cancel).__name__}")
     try:
@@ -188,11 +208,28 @@ def save_sparse(
             skipped[fqn] = reason
         elif _int4_scales(result, fqn) is not None:
             # 2b. a layer pruned and quantized jointly: int4 codes, positions, group scales
+            if quantize:
+                raise ValueError(
+                    f"layer {fqn!r} was quantized to int4 while pruning (result.quantize='int4'), "
+                    f"so it cannot also be stored as quantize={quantize!r}; expected one "
+                    "quantization a layer. Save without quantize= to keep it int4, or without "
+                    "result= to store its weights in FP8 (nothing was written)"
+                )
             packed4 = _pack_int4(fqn, weight.detach(), result)
             tensors[param + CODES] = packed4.codes
             tensors[param + POSITIONS] = packed4.metadata
             tensors[param + SCALES] = packed4.scales
             entry["quantize"], entry["group_size"] = "int4", packed4.group_size
+            compressed.add(param)
+        elif quantize:
+            # 2c. FP8: the kept values' codes, positions, one scale a row; the checksum is the
+            #     weight's as loading rebuilds it (codes * scale in its dtype)
+            packed8 = pack_fp8(fqn, weight)
+            tensors[param + CODES] = packed8.values
+            tensors[param + POSITIONS] = packed8.metadata
+            tensors[param + SCALES] = packed8.scale.reshape(-1, 1).contiguous()
+            entry["quantize"] = quantize
+            entry["sha256"] = tensor_sha256(packed8.decompress().to(weight.dtype))
             compressed.add(param)
         else:
             packed = compress(weight.detach(), "2:4")

@@ -1,0 +1,278 @@
+"""A 2:4 layer's kept values in a checkpoint: FP8 codes written, and either form read back checked.
+
+A 2:4 layer stores its kept values ``[rows, K/2]`` in position order beside their 2-bit
+positions ``"<param>::positions"`` (``[rows, ceil(K/8)]`` uint8, the layout of
+:mod:`explorer.compression`), in one of two forms:
+
+* ``"<param>::values"``: the kept values in the weight's dtype;
+* ``"<param>::codes"``, float8_e4m3fn, with ``"<param>::scales"``, ``[rows, 1]`` float32
+  (``save_sparse(..., quantize="float8_e4m3fn")``; the manifest's layer entry says
+  ``"quantize": "float8_e4m3fn"``). The codes are the kept values quantized per output channel
+  exactly as the GPU's fp8 layers quantize a weight
+  (:func:`explorer.gpu.modules.fp8.quantize_weight`): ``scale = max|row| / 448`` in float32 (1
+  for a row of zeros), each code ``w / scale`` rounded to nearest even and saturated at +-448.
+  The scales are computed on the CPU whatever device the model is on, so a file does not depend
+  on it. The weight loading rebuilds is ``codes * scale`` in float32, cast to the layer's
+  dtype, and the layer's ``sha256`` in the manifest is the checksum of that weight.
+
+(The 2:4 + int4 form is :mod:`explorer.lowbit`'s, read by :mod:`~explorer.checkpoint.load`.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from explorer.compression import CompressedWeight, compress
+from explorer.dtypes import dtype_name
+
+from .manifest import CODES, POSITIONS, SCALES, VALUES, CheckpointError
+
+__all__ = [
+    "FP8",
+    "QUANTIZE_CHOICES",
+    "check_positions",
+    "check_quantize",
+    "dense_codes",
+    "pack_fp8",
+    "read_compressed",
+]
+
+#: The name of the FP8 form, in ``save_sparse(quantize=...)`` and in the manifest.
+FP8 = "float8_e4m3fn"
+#: What ``save_sparse(quantize=...)`` accepts besides None.
+QUANTIZE_CHOICES = (FP8,)
+_FIX = "the file was altered; use a good copy of the file, or save the model again"
+
+
+def check_quantize(quantize: Any) -> str | None:
+    """``save_sparse``'s ``quantize`` argument, checked: None or a name of :data:`QUANTIZE_CHOICES`.
+
+    Parameters
+    ----------
+    quantize : Any
+        The argument as given.
+
+    Returns
+    -------
+    str or None
+        ``quantize`` itself.
+
+    Raises
+    ------
+    ValueError
+        Anything else, a dtype object or another spelling included.
+
+    Examples
+    --------
+    >>> check_quantize("float8_e4m3fn")
+    'float8_e4m3fn'
+    >>> check_quantize("fp8")
+    Traceback (most recent call last):
+    ...
+    ValueError: quantize='fp8' is not a form save_sparse stores; expected None or 'float8_e4m3fn' (that exact name). Hint: quantize="float8_e4m3fn" stores the 2:4 layers' kept values as FP8 codes with one float32 scale per output channel
+    """
+    if quantize is None or (isinstance(quantize, str) and quantize in QUANTIZE_CHOICES):
+        return quantize
+    names = " or ".join(repr(name) for name in QUANTIZE_CHOICES)
+    raise ValueError(
+        f"quantize={quantize!r} is not a form save_sparse stores; expected None or {names} (that "
+        f'exact name). Hint: quantize="{FP8}" stores the 2:4 layers\' kept values as FP8 codes '
+        "with one float32 scale per output channel"
+    )
+
+
+def pack_fp8(fqn: str, weight: torch.Tensor) -> CompressedWeight:
+    """A 2:4 weight's kept values as float8_e4m3fn codes with one float32 scale per row.
+
+    Parameters
+    ----------
+    fqn : str
+        The layer's name, for messages.
+    weight : torch.Tensor
+        ``[rows, K]``, 2:4 along rows (zeros in place), finite; on any device.
+
+    Returns
+    -------
+    CompressedWeight
+        On the CPU: ``values`` the codes ``[rows, K/2]``, ``metadata`` the positions, ``scale``
+        ``[rows]`` float32; its :meth:`~explorer.compression.CompressedWeight.decompress` is the
+        dequantized weight ``codes * scale`` (float32).
+
+    Raises
+    ------
+    CheckpointError
+        A weight holding Inf or NaN (the message names the layer and the first one).
+
+    Examples
+    --------
+    >>> packed = pack_fp8("fc", torch.tensor([[0.0, 1.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0]]))
+    >>> packed.values.float().tolist(), (packed.scale * 448).tolist()
+    ([[224.0, -448.0], [0.0, 0.0]], [2.0, 448.0])
+    >>> packed.decompress().tolist()
+    [[0.0, 1.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0]]
+    """
+    from explorer.gpu.modules.fp8 import quantize_weight
+
+    w = weight.detach().cpu()
+    # 1. every value quantized per output channel, as the GPU's fp8 layers do
+    try:
+        codes, scale = quantize_weight(w, name=f"layer {fqn!r}")
+    except ValueError as exc:
+        raise CheckpointError(f"cannot store it as {FP8}: {exc}") from None
+    # 2. the kept ones, in the positions of the 2:4 layout (gathered as bytes: torch has no
+    #    gather of float8 on the CPU)
+    layout = compress(w)
+    kept = torch.gather(codes.view(torch.uint8), 1, layout.columns())
+    return CompressedWeight(kept.view(torch.float8_e4m3fn), layout.metadata, layout.shape, scale)
+
+
+def dense_codes(packed: CompressedWeight) -> torch.Tensor:
+    """The dense ``[rows, K]`` float8_e4m3fn codes of an FP8 2:4 weight, zeros in place.
+
+    What a GPU fp8 layer compresses (:meth:`explorer.gpu.SparseLinear.from_linear`'s
+    ``fp8_weight``).
+
+    Parameters
+    ----------
+    packed : CompressedWeight
+        From :func:`pack_fp8` or :func:`read_compressed`.
+
+    Returns
+    -------
+    torch.Tensor
+
+    Examples
+    --------
+    >>> packed = pack_fp8("fc", torch.tensor([[0.0, 1.0, 0.0, -2.0]]))
+    >>> dense_codes(packed).float().tolist()
+    [[0.0, 224.0, 0.0, -448.0]]
+    """
+    bits = CompressedWeight(packed.values.view(torch.uint8), packed.metadata, packed.shape)
+    return bits.decompress().view(torch.float8_e4m3fn)
+
+
+def read_compressed(
+    fqn: str, layer: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> CompressedWeight:
+    """A 2:4 layer's stored kept values and positions (FP8: codes and scales), all checked.
+
+    Parameters
+    ----------
+    fqn : str
+        The layer's name.
+    layer : dict[str, Any]
+        Its (schema-checked) manifest entry, stored as ``"2:4"`` without int4.
+    raw : dict[str, torch.Tensor]
+        The file's tensors, each already checked against its checksum.
+    where : str
+        The file, for messages.
+
+    Returns
+    -------
+    CompressedWeight
+        ``values`` in the weight's dtype, or FP8 codes with their ``scale`` (``[rows]``).
+
+    Raises
+    ------
+    CheckpointError
+        A part missing or of the wrong shape or dtype, FP8 scales that are not finite and
+        positive, or positions that are not a valid 2:4 encoding.
+
+    Examples
+    --------
+    >>> layer = {"param": "w", "shape": [1, 4], "quantize": "float8_e4m3fn"}
+    >>> packed = pack_fp8("fc", torch.tensor([[0.0, 1.0, 0.0, -2.0]]))
+    >>> raw = {"w::codes": packed.values, "w::positions": packed.metadata,
+    ...        "w::scales": packed.scale[:, None] * 0}
+    >>> read_compressed("fc", layer, raw, "m.safetensors")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors holds 1 FP8 scale(s) that are not finite and positive (row 0: 0.0)...
+    """
+    param, fp8 = layer["param"], layer.get("quantize") == FP8
+    values = raw.get(param + (CODES if fp8 else VALUES))
+    positions, scales = raw.get(param + POSITIONS), raw.get(param + SCALES) if fp8 else None
+    if values is None or positions is None or (fp8 and scales is None):
+        parts = "codes, scales" if fp8 else "values"
+        raise CheckpointError(
+            f"layer {fqn!r} is listed as 2:4{' ' + FP8 if fp8 else ''} in {where} but its "
+            f"{parts} or positions are missing; the file was altered"
+        )
+    rows, k = layer["shape"]
+    if (
+        k % 4
+        or tuple(values.shape) != (rows, k // 2)
+        or tuple(positions.shape) != (rows, (k + 7) // 8)
+        or positions.dtype != torch.uint8
+        or (fp8 and values.dtype != torch.float8_e4m3fn)
+    ):
+        name, kind = ("codes", f" {FP8}") if fp8 else ("values", "")
+        raise CheckpointError(
+            f"layer {fqn!r} in {where}: {name} {dtype_name(values.dtype)} {list(values.shape)} "
+            f"and positions {list(positions.shape)} do not fit a {rows}x{k} 2:4 weight "
+            f"(expected [{rows}, {k // 2}]{kind} and [{rows}, {(k + 7) // 8}] uint8); the "
+            "manifest does not match the tensors"
+        )
+    packed = CompressedWeight(values, positions, (rows, k), _scales(fqn, scales, rows, where))
+    check_positions(fqn, packed, where)
+    return packed
+
+
+def _scales(fqn: str, scales: torch.Tensor | None, rows: int, where: str) -> torch.Tensor | None:
+    """An FP8 layer's scales as ``[rows]``, each finite and positive (None for 16-bit values)."""
+    if scales is None:
+        return None
+    if scales.dtype != torch.float32 or tuple(scales.shape) != (rows, 1):
+        raise CheckpointError(
+            f"layer {fqn!r} in {where}: its FP8 scales are {dtype_name(scales.dtype)} "
+            f"{list(scales.shape)}, expected float32 [{rows}, 1] (one per output channel); {_FIX}"
+        )
+    bad = ~(torch.isfinite(scales) & (scales > 0))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise CheckpointError(
+            f"layer {fqn!r} in {where} holds {int(bad.sum())} FP8 scale(s) that are not finite "
+            f"and positive (row {row}: {float(scales[row, 0])}); expected float32 scales > 0 (1 "
+            f"for a row of zeros); {_FIX}"
+        )
+    return scales.reshape(rows)
+
+
+def check_positions(fqn: str, packed: CompressedWeight, where: str) -> None:
+    """Every group of a stored 2:4 weight names a valid position pair ``i0 < i1``.
+
+    Parameters
+    ----------
+    fqn : str
+        The layer's name.
+    packed : CompressedWeight
+        Its stored parts.
+    where : str
+        The file, for messages.
+
+    Raises
+    ------
+    CheckpointError
+        The first group whose pair is not ``i0 < i1``, and how many there are.
+
+    Examples
+    --------
+    >>> bad = CompressedWeight(torch.zeros(1, 2), torch.tensor([[0]], dtype=torch.uint8), (1, 4))
+    >>> check_positions("fc", bad, "m")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m is no longer 2:4: 1 groups hold an invalid position pair (row 0, group 0: [0, 0]); ...
+    """
+    rows, k = packed.shape
+    if rows and k:
+        pos = packed.positions()
+        bad = pos[..., 0] >= pos[..., 1]
+        if bool(bad.any()):
+            r, g = (int(i) for i in bad.nonzero()[0])
+            raise CheckpointError(
+                f"layer {fqn!r} in {where} is no longer 2:4: {int(bad.sum()):,} groups hold "
+                f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
+                "the positions were altered. Use a good copy of the file"
+            )
