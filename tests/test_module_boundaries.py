@@ -43,7 +43,7 @@ LARGE_MODULES = {
     "explorer/gpu/cuda/decode_int4.py": 728,
     "explorer/gpu/modules/int4_linear.py": 504,
     "explorer/gpu/cuda/kernels.py": 875,
-    "explorer/gpu/swap/model_swap.py": 793,
+    "explorer/gpu/swap/model_swap.py": 767,
     "explorer/gpu/modules/sparse_linear.py": 1130,
     "explorer/gpu/library/tuning.py": 628,
     "explorer/results/markdown/bench.py": 558,

@@ -29,6 +29,7 @@ from explorer.gpu.library.tuning import deferred_search, search_counts, search_s
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for, shown_clock
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
+from explorer.gpu.swap.unused_weights import free_unused_weights
 from explorer.sparse_rules import why_not_24
 
 __all__ = ["eligibility", "set_mode", "sparsify"]
@@ -317,7 +318,7 @@ def sparsify(
         units = _measure(model, units, counts, report, mode)
         if mode in ("auto", "eager") and units:
             _check_whole_model(model, units, counts, examples, report)
-        _free_unused_weights(model, units, mode, report)
+        free_unused_weights(model, units, mode, report)
     for unit in units:
         for fqn, mod in unit.layers.items():
             report.swapped.append((fqn, (mod.out_features, mod.in_features)))
@@ -587,7 +588,7 @@ def _measure(model, units, counts, report, mode) -> list:
     """Time every swapped unit at each token count; undo units that never win.
 
     Returns the units kept sparse (their weights are freed later, see
-    :func:`_free_unused_weights`).
+    :func:`~explorer.gpu.swap.unused_weights.free_unused_weights`).
 
     A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
     (both clocks for ``"auto"``, which decides per call).
@@ -653,49 +654,6 @@ def _measure(model, units, counts, report, mode) -> list:
                 continue
             kept.append(unit)
     return kept
-
-
-def _free_unused_weights(model, units, mode, report) -> None:
-    """Free the dense and decode weights no decision runs, and note the memory still kept.
-
-    Called after the whole-model eager check, whose verdicts may need the dense weight (a layer
-    it keeps dense in eager mode runs on it).
-    """
-    from explorer.gpu.modules.sparse_linear import SparseLinear
-
-    clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
-    for unit in units:
-        for layer in (m for m in unit.new.modules() if isinstance(m, SparseLinear)):
-            chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
-            # an fp8 layer keeps its fp8 codes: a compiled model traces FP8 dense
-            if not layer.decisions_made.needs_dense() and layer.dtype != torch.float8_e4m3fn:
-                layer.drop_dense()
-            if chosen and not any(r.kind == "decode" for r in chosen):
-                layer.drop_decode()  # no measured count runs the decode kernel
-    sparse_layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
-    extra = (
-        (
-            sum(m.dense_bytes for m in sparse_layers),
-            "dense weights kept where dense runs (faster there, a token count the whole-model "
-            "eager check keeps dense, or a decode size a default torch.compile traces dense; "
-            "mode='graphs' keeps less)",
-        ),
-        (
-            sum(m.decode_weight().nbytes for m in sparse_layers if m.decode_kept),
-            "weights kept in the decode kernel's layout for 1 to 64 tokens, where it is fastest",
-        ),
-    )
-    for nbytes, what in extra:
-        if nbytes:
-            report.notes.append(f"{nbytes / 2**20:.0f} MiB of {what}")
-    if any(m.dtype == torch.float8_e4m3fn for m in sparse_layers):
-        report.notes.append(
-            "float8_e4m3fn layers: their dense route and dense times are FP8 dense "
-            "(torch._scaled_mm on the same fp8 weight: the baseline an FP8 deployment has, with "
-            "the same results), never bf16; a layer where FP8 2:4 is slower runs FP8 dense, "
-            "and a compiled model runs every fp8 layer FP8 dense (the compiler fuses its "
-            "activation quantization with the step before, which the 2:4 op cannot)"
-        )
 
 
 def _part_name(unit, layer, index) -> str:
