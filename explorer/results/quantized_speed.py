@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from explorer import _html
 from explorer.results.model_speed import SPEED_MODES
+from explorer.results.store.provenance import cusparselt_text
 
 __all__ = [
     "KIND",
@@ -264,8 +265,8 @@ def benchmark_provenance(env: Mapping) -> dict:
     Examples
     --------
     >>> benchmark_provenance({"device": "NVIDIA H100 80GB HBM3", "capability": "9.0",
-    ...                       "torch": "2.11.0", "commit": "dced48c"})
-    {'gpu': 'NVIDIA H100 80GB HBM3', 'gpu_capability': '9.0', 'torch': '2.11.0', 'commit': 'dced48c'}
+    ...                       "cusparselt": 800, "commit": "dced48c"})
+    {'gpu': 'NVIDIA H100 80GB HBM3', 'gpu_capability': '9.0', 'cusparselt': '0.8.0', 'commit': 'dced48c'}
     """
     names = {
         "device": "gpu",
@@ -278,7 +279,10 @@ def benchmark_provenance(env: Mapping) -> dict:
         "commit": "commit",
         "command": "measured_by",
     }
-    return {ours: env[theirs] for theirs, ours in names.items() if env.get(theirs) is not None}
+    found = {ours: env[theirs] for theirs, ours in names.items() if env.get(theirs) is not None}
+    if "cusparselt" in found:  # environment() gives torch's integer (800), rows say "0.8.0"
+        found["cusparselt"] = cusparselt_text(found["cusparselt"])
+    return found
 
 
 @dataclass(frozen=True)

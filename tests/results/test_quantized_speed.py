@@ -39,7 +39,7 @@ ENV = {
     "device": "NVIDIA H100 80GB HBM3",
     "capability": "9.0",
     "cuda": "13.0",
-    "cusparselt": "0.8.0",
+    "cusparselt": 800,  # environment() writes torch's integer
     "nvmath-python": None,
     "time": "2026-11-25T03:36:00+00:00",
     "command": "python benchmarks/quantized_models.py --dtype float8_e4m3fn",

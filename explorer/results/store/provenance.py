@@ -17,7 +17,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 
-__all__ = ["explorer_version", "machine", "physical_index", "provenance"]
+__all__ = ["cusparselt_text", "explorer_version", "machine", "physical_index", "provenance"]
 
 
 def explorer_version() -> str:
@@ -55,16 +55,35 @@ def _driver_version() -> str | None:
     return lines[0].strip() if out.returncode == 0 and lines else None
 
 
+def cusparselt_text(raw: object) -> str | None:
+    """The cuSPARSELt version as text, from torch's integer such as 800 (0.8.0) or 602 (0.6.2).
+
+    Parameters
+    ----------
+    raw : int, str or None
+        The version as torch reports it; text is returned as it is.
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> cusparselt_text(800), cusparselt_text(602), cusparselt_text("0.8.0"), cusparselt_text(None)
+    ('0.8.0', '0.6.2', '0.8.0', None)
+    """
+    if raw is None or isinstance(raw, str):
+        return raw
+    raw = int(raw)
+    return f"{raw // 1000 if raw >= 1000 else 0}.{raw // 100 % 10}.{raw % 100}"
+
+
 def _cusparselt_version(torch) -> str | None:
-    # torch reports cuSPARSELt as an integer such as 800 (0.8.0) or 602 (0.6.2).
     try:
         raw = torch.backends.cusparselt.version()
     except (AttributeError, RuntimeError):
         return None
-    if raw is None:
-        return None
-    raw = int(raw)
-    return f"{raw // 1000 if raw >= 1000 else 0}.{raw // 100 % 10}.{raw % 100}"
+    return cusparselt_text(raw)
 
 
 def physical_index(visible: str | None) -> int | None:
