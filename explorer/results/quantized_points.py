@@ -159,7 +159,7 @@ def _measured(found: list[QuantizedSpeed]) -> tuple[QuantizedSpeed, dict]:
     return low, details
 
 
-def _why(model: str, quant: str, pattern: str, rows, measured: dict) -> dict:
+def _why(model: str, quant: str, pattern: str, timed: list[QuantizedSpeed], measured: dict) -> dict:
     # Why a point has no speed, and where speed of this precision was measured instead.
     precision, short = QUANT_PRECISION[quant], PRECISIONS[QUANT_PRECISION[quant]]
     if pattern not in ("dense", "2:4"):
@@ -170,9 +170,8 @@ def _why(model: str, quant: str, pattern: str, rows, measured: dict) -> dict:
         why["measured at"] = f"{at} (not the token count or mode shown)"
     others = {
         s.model
-        for speeds in quantized_speeds(rows, precision=precision, pattern=pattern).values()
-        for s in speeds
-        if s.model != model
+        for s in timed
+        if (s.precision, s.pattern) == (precision, pattern) and s.model != model
     }
     if others:
         why["measured for"] = (
@@ -231,6 +230,12 @@ def quantized_points(
         name = row.metrics.get("metric")
         if isinstance(row.metrics.get(name), (int, float)):
             dense[(row.model, row.config.get("dtype"))] = float(row.metrics[name])
+    # every quantized measurement, read once: {(model, precision, pattern): {(tokens, mode): [...]}}
+    timed = [s for found in quantized_speeds(rows).values() for s in found]
+    by_config: dict[tuple, dict[tuple[int, str], list[QuantizedSpeed]]] = {}
+    for s in timed:
+        key = (s.model, s.precision, s.pattern)
+        by_config.setdefault(key, {}).setdefault((s.tokens, s.mode), []).append(s)
     points: list[QuantizedPoint] = []
     for row in rows:
         c, quant = row.config, row.config.get("quant")
@@ -261,16 +266,14 @@ def quantized_points(
             "dtype": str(c.get("dtype")),
             "precision": precision,
         }
-        speeds = {}
-        if pattern in ("dense", "2:4"):
-            speeds = quantized_speeds(rows, c.get("model"), precision, pattern)
+        speeds = by_config.get((str(c.get("model")), precision, pattern), {})
         shown = {
             key: found
             for key, found in speeds.items()
             if (tokens is None or key[0] == tokens) and (mode is None or key[1] == mode)
         }
         if not shown:
-            why = _why(str(c.get("model")), quant, pattern, rows, speeds)
+            why = _why(str(c.get("model")), quant, pattern, timed, speeds)
             details = {**why, "accuracy": evaluated}
             points.append(QuantizedPoint(**common, speedup=None, details=details))
             continue
