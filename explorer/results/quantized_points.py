@@ -122,7 +122,7 @@ class QuantizedPoint(TradeoffPoint):
 def _label(kind: str, config: dict, quant: str) -> str:
     short = PRECISIONS[QUANT_PRECISION[quant]]
     if kind == "dense":
-        return f"{short} dense"
+        return f"{short} dense" + (_LABEL_SUFFIX["int8-gpu"] if quant == "int8-gpu" else "")
     words = [short, str(config.get("pattern")), str(config.get("method"))]
     words += ["permute"] * bool(config.get("permute")) + [str(config.get("update") or "")]
     return " ".join(w for w in words if w) + _LABEL_SUFFIX.get(quant, "")

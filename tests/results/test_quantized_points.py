@@ -166,3 +166,18 @@ def test_precision_groups_give_each_precision_its_colour_and_the_strip(rows):
     assert symbols == ["x", "x", "square", "circle"]
     assert [strip for _, _, _, strip in groups] == [True, True, False, False]
     assert 0 not in {i for _, _, idx, _ in groups for i in idx}  # the bf16 point is not theirs
+
+
+def test_the_gpu_kernels_int8_rows_are_labelled_apart(tmp_path):
+    with ResultStore(tmp_path / "r.db") as store:
+        for kind, extra in (("dense", {}), ("prune", {"method": "magnitude", "pattern": "2:4"})):
+            for quant in ("int8", "int8-gpu"):
+                config = {"model": "m", "dtype": "float32", "quant": quant, **extra}
+                store.record(kind, config, {**ACC, "accuracy": 0.9})
+        labels = [p.label for p in quantized_points(store.query(include_reference=False))]
+    assert labels == [
+        "int8 dense",
+        "int8 dense (GPU kernel)",
+        "int8 2:4 magnitude",
+        "int8 2:4 magnitude (GPU kernel)",
+    ]
