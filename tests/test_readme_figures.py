@@ -32,6 +32,9 @@ FIGURE_PAGES = {
 NOT_MEASURED = {
     ("docs/gpu.md", "What was measured"): {
         "1.38": "the 8B-like model's decode step bounded by its weight bytes alone (an estimate)",
+        "1.07": "a ceiling (estimate) column entry, computed from layer times, not a speedup row",
+        "0.89": "the BERT-like model before the fix, dced48c, read off a printed table (modes table)",
+        "0.78": "the same BERT-like rows of dced48c, compiled (modes table)",
     },
     ("docs/gpu.md", "Measured per layer (H100, commit 13196b2, one run)"): {
         "1.78": "16/9, the 16-bit decode kernel's limit over dense",
