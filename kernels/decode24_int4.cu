@@ -2,14 +2,24 @@
 // few activation rows X[T, K] (T <= 64, bfloat16 or float16): the decode step of generation,
 // where the time is the time to read the weight.
 //
-// Storage (explorer.lowbit.Int4Weight, read as it is; G = the group size, G % 128 == 0):
+// Storage. The kernel reads an explorer.lowbit.Int4Weight (G = the group size, G % 128 == 0)
 //   codes    [N, K/4]  uint8: byte j of a row holds the two kept values of 2:4 group j (columns
 //                      4j..4j+3), the first in the low nibble; a nibble is a code in [-7, 7] in
 //                      two's complement
 //   metadata [N, K/8]  uint8: one nibble per 2:4 group, i0 | i1 << 2 (i0 < i1), even group low
 //   scales   [N, K/G]  float32: weight = code * scales[row, column / G]
-// so a weight moves 3 + 32 / G bits (3.25 for G = 128), about a fifth of a 16-bit dense one.
-//
+// rearranged once into tiles (explorer.gpu.cuda.decode_int4.tile_int4_weight): tile (b, i) holds
+// what rows 16b..16b+15 need for columns 128i..128i+127, 832 contiguous bytes,
+//   bytes   0..511  codes     [16 rows][32 B]: bytes 32i..32i+31 of each row's codes
+//   bytes 512..767  metadata  [16 rows][16 B]: bytes 16i..16i+15 of each row's metadata
+//   bytes 768..831  scales    [16 rows] float32: each row's scale of the group holding column 128i
+// with the tiles of a block of rows in column order: tiles[(b * (K / 128) + i) * 832]. Rows past N
+// (to a multiple of 16) are zero codes with scale 0 and ordered metadata. So a warp's chunk is one
+// contiguous run of 832 bytes and a block reads its rows' weight front to back, where the lowbit
+// layout puts the pieces of a chunk in 48 places 64 to 1024 bytes apart; the scales take
+// 32 / 128 bits a weight whatever G is, 3.25 bits a weight in all, about a fifth of a 16-bit
+// dense one.
+
 // Codes to 16-bit floats, exactly. A nibble n placed in the mantissa of a "magic" float gives
 // an exact integer: bf16 0x4300 | (n ^ 8) = 136 + code, f16 0x6400 | (n ^ 8) = 1032 + code, so
 // one AND/XOR (lop3) and one packed FMA (x * 1 - 136, or - 1032) turn two nibbles into a pair
@@ -36,8 +46,8 @@
 //   memory moves them once) and 4 bytes of X per mma, token and k-step.
 //   A chunk in flight holds 26 registers a lane, which caps the bytes in flight per SM.
 // * "spa" (the default up to 8 tokens): "sp" with the weight staged through shared memory.
-//   Each warp keeps D chunks in flight in its own stages (832 bytes: codes, metadata, scales
-//   of 16 rows), filled by cp.async (16-byte copies that skip L1 and hold no registers) and
+//   Each warp keeps D chunks in flight in its own stages (832 bytes: one tile), filled by
+//   cp.async (16-byte copies of the tile's contiguous bytes that skip L1 and hold no registers) and
 //   refilled as soon as the warp has read a stage, so D * warps chunks a block are in flight
 //   while the warp converts and multiplies the current one.
 // * "ex" (the expansion of decode24.cu; the default above 8 tokens): dense mma.m16n8k16 after
@@ -47,8 +57,9 @@
 //   above 8 tokens the X loads, not the conversion, bound the sparse kernels).
 //
 // Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0, G % 128 == 0,
-// K % G == 0; X rows 16-byte aligned with a row stride that is a multiple of 8 elements; every
-// metadata nibble one of the six ordered pairs (0x4, 0x8, 0x9, 0xC, 0xD, 0xE); sm_80 or newer.
+// K % G == 0; tiles 16-byte aligned; X rows 16-byte aligned with a row stride that is a
+// multiple of 8 elements; every metadata nibble one of the six ordered pairs (0x4, 0x8, 0x9,
+// 0xC, 0xD, 0xE); sm_80 or newer.
 
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -201,57 +212,43 @@ struct Chunk {
 };
 
 struct Args {
-    const unsigned char* codes;
-    const unsigned char* meta;
-    const float* scales;
+    const unsigned char* tiles;
     const u16* x;
     const u16* bias;
     u16* y;
-    int n_rows, k, tokens, scales_per_row;
-    unsigned long long group_magic;  // ceil(2^32 / (G / 128)): chunk / (G / 128) by a multiply
+    int n_rows, k, tokens;
     long long ldx, ldy;
 };
 
-// Where a lane's two rows start (rows past N read row N - 1 again, with scale 0).
-struct Rows {
-    const unsigned char* code[2];
-    const unsigned char* meta[2];
-    const float* scale[2];
-    bool ok[2];
-};
+// One staged chunk, and one tile of the weight: codes [16 rows][32 B], metadata [16][16 B],
+// scales [16] (the layout above).
+constexpr int STAGE_BYTES = 512 + 256 + 64;
 
-__device__ __forceinline__ Rows lane_rows(const Args& a, int r0, int c, bool sp) {
-    Rows w;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = r0 + 8 * i;
-        w.ok[i] = r < a.n_rows;
-        const long long rc = min(r, a.n_rows - 1);
-        w.code[i] = a.codes + rc * (a.k >> 2) + (sp ? 0 : c * 8);
-        w.meta[i] = a.meta + rc * (a.k >> 3) + (sp ? 0 : c * 4);
-        w.scale[i] = a.scales + rc * a.scales_per_row;
-    }
-    return w;
+// The tile of this block's rows for chunk ch.
+__device__ __forceinline__ const unsigned char* tile_of(const Args& a, int ch) {
+    return a.tiles + ((long long)blockIdx.x * (a.k >> 7) + ch) * STAGE_BYTES;
 }
 
-// Chunk ch of the lane's rows; `live` false (a chunk past K) gives scale 0.
+// Chunk ch of the lane's rows g and g + 8 (lane c of the row: its bytes for ex); `live` false
+// (a chunk past K) gives scale 0.
 template <bool SP>
-__device__ __forceinline__ void load_chunk(Chunk& f, const Rows& w, const Args& a, int ch,
+__device__ __forceinline__ void load_chunk(Chunk& f, const Args& a, int g, int c, int ch,
                                            bool live) {
-    const int group = (int)(((unsigned long long)ch * a.group_magic) >> 32);
+    const unsigned char* t = tile_of(a, ch);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+        const int r = g + 8 * i;
         if (SP) {
-            f.code[2 * i] = load_weight(w.code[i] + ch * 32);
-            f.code[2 * i + 1] = load_weight(w.code[i] + ch * 32 + 16);
-            f.meta[i] = load_weight(w.meta[i] + ch * 16);
+            f.code[2 * i] = load_weight(t + r * 32);
+            f.code[2 * i + 1] = load_weight(t + r * 32 + 16);
+            f.meta[i] = load_weight(t + 512 + r * 16);
         } else {
-            const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.code[i] + ch * 32));
+            const uint2 q = __ldg(reinterpret_cast<const uint2*>(t + r * 32 + c * 8));
             f.code[2 * i] = make_uint4(q.x, q.y, 0, 0);
-            f.meta[i].x = __ldg(reinterpret_cast<const u32*>(w.meta[i] + ch * 16));
+            f.meta[i].x = __ldg(reinterpret_cast<const u32*>(t + 512 + r * 16 + c * 4));
         }
-        const float s = __ldg(w.scale[i] + group);
-        f.scale[i] = (live && w.ok[i]) ? s : 0.0f;
+        const float s = __ldg(reinterpret_cast<const float*>(t + 768) + r);
+        f.scale[i] = live ? s : 0.0f;
     }
 }
 
@@ -341,7 +338,7 @@ __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const 
     }
 }
 
-// cp.async: global -> shared without passing through registers (16 bytes L2 only, or 4 bytes).
+// cp.async: global -> shared without passing through registers (16 bytes, L2 only).
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     unsigned s;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
@@ -351,18 +348,11 @@ __device__ __forceinline__ void copy16(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(smem)),
                  "l"(gmem));
 }
-__device__ __forceinline__ void copy4(void* smem, const void* gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(smem)),
-                 "l"(gmem));
-}
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void copy_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
-
-// One staged chunk in shared memory: codes [16 rows][32 B], metadata [16][16 B], scales [16].
-constexpr int STAGE_BYTES = 512 + 256 + 64;
 
 enum Feed { EX = 0, SP = 1, SPA = 2 };
 
@@ -372,7 +362,6 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int row0 = blockIdx.x * 16;
-    const int r0 = row0 + g;
     const bool sp = FEED != EX;
     const u32 pair_sel = BF16 ? (u32)(c | c << 4 | (c + 4) << 8 | (c + 4) << 12)
                               : (u32)(c * 0x1111);
@@ -396,35 +385,16 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
         // stages (cp.async, no registers held), chunk i to warp i % warps
         unsigned char* stages =
             reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * STAGE_BYTES;
-        const long long n_last = a.n_rows - 1;
-        // what this lane copies: half a code row (rows lane / 2), a metadata row (lanes 0-15)
-        // or a scale (lanes 16-31)
-        const unsigned char* code_src =
-            a.codes + min((long long)(row0 + (lane >> 1)), n_last) * (a.k >> 2) + (lane & 1) * 16;
-        const int code_dst = (lane >> 1) * 32 + (lane & 1) * 16;
-        const unsigned char* meta_src =
-            a.meta + min((long long)(row0 + (lane & 15)), n_last) * (a.k >> 3);
-        const float* scale_src =
-            a.scales + min((long long)(row0 + (lane & 15)), n_last) * a.scales_per_row;
-        const int side_dst = lane < 16 ? 512 + lane * 16 : 768 + (lane - 16) * 4;
+        // a tile is 52 pieces of 16 bytes: every lane copies piece `lane`, lanes 0-19 also piece
+        // 32 + lane, so a warp moves 832 contiguous bytes; chunks are issued in order j = 0, 1,
+        // ...: the source advances by `warps` tiles
         const int mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;
-        const bool ok0 = r0 < a.n_rows, ok1 = r0 + 8 < a.n_rows;
-        // chunks are issued in order j = 0, 1, ...: the sources advance by `warps` chunks
-        const unsigned char* code_next = code_src + warp * 32;
-        const unsigned char* meta_next = meta_src + warp * 16;
-        int ch_next = warp;
+        const unsigned char* next = tile_of(a, warp) + lane * 16;
         auto issue = [&](int j) {
-            unsigned char* st = stages + (j % D) * STAGE_BYTES;
-            copy16(st + code_dst, code_next);
-            if (lane < 16) {
-                copy16(st + side_dst, meta_next);
-            } else {
-                const int group = (int)(((unsigned long long)ch_next * a.group_magic) >> 32);
-                copy4(st + side_dst, scale_src + group);
-            }
-            code_next += warps * 32;
-            meta_next += warps * 16;
-            ch_next += warps;
+            unsigned char* st = stages + (j % D) * STAGE_BYTES + lane * 16;
+            copy16(st, next);
+            if (lane < 20) copy16(st + 512, next + 512);
+            next += (long long)warps * STAGE_BYTES;
         };
 #pragma unroll
         for (int j = 0; j < D; ++j) {
@@ -442,10 +412,8 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
             f.code[3] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32 + 16);
             f.meta[0] = *reinterpret_cast<const uint4*>(st + 512 + g * 16);
             f.meta[1] = *reinterpret_cast<const uint4*>(st + 512 + (g + 8) * 16);
-            const float s0 = *reinterpret_cast<const float*>(st + 768 + g * 4);
-            const float s1 = *reinterpret_cast<const float*>(st + 768 + (g + 8) * 4);
-            f.scale[0] = ok0 ? s0 : 0.0f;
-            f.scale[1] = ok1 ? s1 : 0.0f;
+            f.scale[0] = *reinterpret_cast<const float*>(st + 768 + g * 4);
+            f.scale[1] = *reinterpret_cast<const float*>(st + 768 + (g + 8) * 4);
             __syncwarp();  // every lane has its copy of the stage: it may be refilled
             if (j + D < mine) issue(j + D);
             copy_commit();
@@ -454,13 +422,12 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
         copy_wait<0>();
     } else {
         // 1. main loop: D chunks of 128 columns loaded ahead per step, chunk i to warp i % warps
-        const Rows rows = lane_rows(a, r0, c, sp);
         for (int base = warp; base < chunks; base += warps * D) {
             Chunk f[D];
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // a chunk past K reads chunk `base` again, scaled by 0
                 const int ch = base + d * warps;
-                load_chunk<FEED == SP>(f[d], rows, a, ch < chunks ? ch : base, ch < chunks);
+                load_chunk<FEED == SP>(f[d], a, g, c, ch < chunks ? ch : base, ch < chunks);
             }
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // 2. products
@@ -501,12 +468,9 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 // the block so that the registers fit.
 #define INT4_KERNEL(NAME, BF16, FEED, NT, D, THREADS)                                          \
     extern "C" __global__ void __launch_bounds__(THREADS)                                      \
-        NAME(const unsigned char* codes, const unsigned char* meta, const float* scales,       \
-             const u16* x, const u16* bias, u16* y, int n_rows, int k, int tokens,             \
-             int scales_per_row, unsigned long long group_magic, long long ldx,                \
-             long long ldy) {                                                                   \
-        const Args a{codes, meta, scales, x, bias, y, n_rows, k, tokens, scales_per_row,      \
-                     group_magic, ldx, ldy};                                                    \
+        NAME(const unsigned char* tiles, const u16* x, const u16* bias, u16* y, int n_rows,    \
+             int k, int tokens, long long ldx, long long ldy) {                                \
+        const Args a{tiles, x, bias, y, n_rows, k, tokens, ldx, ldy};                          \
         decode24_int4<BF16, FEED, NT, D>(a);                                                    \
     }
 

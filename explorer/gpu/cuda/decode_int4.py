@@ -1,7 +1,8 @@
 """2:4 on top of int4: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X``.
 
 The weight is 2:4 and its kept values are group-wise int4 codes
-(:class:`explorer.lowbit.Int4Weight`, read as it is).
+(:class:`explorer.lowbit.Int4Weight`), which the kernel reads rearranged once into contiguous
+tiles of 16 rows and 128 columns (:mod:`explorer.gpu.cuda.int4_tiles`).
 
 A decode step reads every weight once, so its time is the time to move the weight. An
 :class:`~explorer.lowbit.Int4Weight` holds 3 + 32 / G bits a weight (kept codes, 2-bit
@@ -38,6 +39,7 @@ import torch
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
 from explorer.gpu.cuda.decode import MAX_TOKENS
+from explorer.gpu.cuda.int4_tiles import Int4Tiles, tile_int4_weight
 from explorer.gpu.cuda.launch import Launcher, current_stream
 from explorer.lowbit import Int4Weight, compress_int4, int4_reference
 
@@ -47,7 +49,6 @@ __all__ = [
     "Int4DecodeCall",
     "Int4LaunchConfig",
     "check_int4_layout",
-    "chunk_group_multiplier",
     "decode_int4_matmul",
     "decode_int4_reference",
     "default_int4_config",
@@ -90,7 +91,7 @@ _MAX_THREADS = {
 _STAGE_BYTES = 512 + 256 + 64
 _SHARED_LIMIT = 48 * 1024
 _TARGET_WARPS_PER_SM = 16
-_ARG_KINDS = ("u64",) * 6 + ("i32",) * 4 + ("u64", "i64", "i64")
+_ARG_KINDS = ("u64",) * 4 + ("i32",) * 3 + ("i64", "i64")
 
 
 def token_tiles(tokens: int) -> int:
@@ -240,14 +241,17 @@ class Int4LaunchConfig:
 def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
     """The launch used unless one is given.
 
-    From the sweep of ``benchmarks/int4_decode.py`` on an H100 (LLaMA-3-8B layer shapes, 1, 4 and 16
-    tokens).
+    From a sweep of launch settings on an H100 (``benchmarks/int4_decode.py``; LLaMA-3-8B layer
+    shapes, 1, 4 and 16 tokens, weights in tiles).
 
-    Up to 8 tokens the staged sparse kernel: 16 warps with 2 stages each (every chunk of a
-    4096-column layer in flight at once), or 4 warps with 4 stages when the grid has 4 or more
-    blocks per SM. Above 8 tokens the expansion kernel, whose activation loads are wider, with
-    about 16 warps per SM over the grid (a block covers 16 rows and its warps split K, so
-    layers with few rows take more warps per block).
+    At 1 token the sparse kernel with the weight in registers: 16 warps with one chunk each in
+    flight, or 4 warps with 2 when the grid has 4 or more blocks per SM. From 2 to 8 tokens the
+    staged sparse kernel: 16 warps with 2 stages each (every chunk of a 4096-column layer in
+    flight at once), or 4 warps with 2 stages on grids of 4 or more blocks per SM. Above 8
+    tokens the expansion kernel, whose activation loads are wider, with about 16 warps per SM
+    over the grid (a block covers 16 rows and its warps split K, so layers with few rows take
+    more warps per block), or 8 warps with one chunk each ahead on grids of 4 or more blocks
+    per SM up to 16 tokens.
 
     Parameters
     ----------
@@ -267,20 +271,27 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
 
     Examples
     --------
-    >>> default_int4_config(4096, 4096, 1, 132)
-    Int4LaunchConfig('spa', warps=16, ahead=2)
-    >>> default_int4_config(14336, 4096, 1, 132)
-    Int4LaunchConfig('spa', warps=4, ahead=4)
+    >>> default_int4_config(4096, 4096, 1, 132), default_int4_config(14336, 4096, 1, 132)
+    (Int4LaunchConfig('sp', warps=16, ahead=1), Int4LaunchConfig('sp', warps=4, ahead=2))
+    >>> default_int4_config(4096, 4096, 4, 132), default_int4_config(14336, 4096, 4, 132)
+    (Int4LaunchConfig('spa', warps=16, ahead=2), Int4LaunchConfig('spa', warps=4, ahead=2))
     >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
-    (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=2, ahead=2))
+    (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=8, ahead=1))
     """
     tiles = token_tiles(tokens)
     blocks = math.ceil(rows / 16)
     chunks = max(1, k // CHUNK)
+    many = blocks >= 4 * sms
     if tiles == 1:
-        config = (
-            Int4LaunchConfig("spa", 4, 4) if blocks >= 4 * sms else Int4LaunchConfig("spa", 16, 2)
-        )
+        method = "sp" if tokens == 1 else "spa"
+        if many:
+            config = Int4LaunchConfig(method, 4, 2)
+        else:
+            config = Int4LaunchConfig(method, 16, 1 if tokens == 1 else 2)
+        config.warps = max(1, min(config.warps, chunks))
+        return config
+    if tiles == 2 and many:
+        config = Int4LaunchConfig("ex", 8, 1)
         config.warps = max(1, min(config.warps, chunks))
         return config
     config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
@@ -331,8 +342,9 @@ def pack_int4_weight(
 ) -> Int4Weight:
     """The int4 decode kernel's weight: an :class:`~explorer.lowbit.Int4Weight` on ``device``.
 
-    The kernel reads the lowbit layout as it is, so this checks what the kernel needs and
-    moves the parts (contiguous) to the device; a dense 2:4 tensor is compressed first.
+    This checks what the kernel needs and moves the parts (contiguous) to the device; a dense
+    2:4 tensor is compressed first. The kernel's calls tile the result
+    (:func:`~explorer.gpu.cuda.int4_tiles.tile_int4_weight`).
     (Not :func:`explorer.lowbit.pack_int4`, which packs integer codes two per byte.)
 
     Parameters
@@ -426,16 +438,20 @@ def decode_int4_reference(
     return y.reshape(*lead, weight.shape[0]).to(x.dtype)
 
 
-def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> None:
-    if not isinstance(weight, Int4Weight):
+def _weight_device(weight: Int4Weight | Int4Tiles) -> torch.device:
+    return weight.device if isinstance(weight, Int4Tiles) else weight.codes.device
+
+
+def _check(x: torch.Tensor, weight: Int4Weight | Int4Tiles, bias: torch.Tensor | None) -> None:
+    if not isinstance(weight, (Int4Weight, Int4Tiles)):
         raise TypeError(
-            f"weight must be an Int4Weight (explorer.gpu.cuda.decode_int4.pack_int4_weight), got "
-            f"{type(weight).__name__}"
+            f"weight must be an Int4Weight (explorer.gpu.cuda.decode_int4.pack_int4_weight) or "
+            f"its Int4Tiles, got {type(weight).__name__}"
         )
     n, k = weight.shape
-    if x.device.type != "cuda" or weight.codes.device != x.device:
+    if x.device.type != "cuda" or _weight_device(weight) != x.device:
         raise ValueError(
-            f"x is on {x.device} and the weight on {weight.codes.device}; the int4 decode kernel "
+            f"x is on {x.device} and the weight on {_weight_device(weight)}; the int4 decode kernel "
             "needs both on one CUDA device. Hint: pack_int4_weight(weight, x.device), or "
             "decode_int4_reference on the CPU."
         )
@@ -446,7 +462,9 @@ def _check(x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None) -> No
         )
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
-    if k % CHUNK or weight.group_size % CHUNK or k % weight.group_size:
+    if isinstance(weight, Int4Weight) and (
+        k % CHUNK or weight.group_size % CHUNK or k % weight.group_size
+    ):
         check_int4_layout(weight)
     if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != x.dtype):
         raise ValueError(
@@ -463,50 +481,23 @@ def _aligned(x2: torch.Tensor) -> torch.Tensor:
     return x2
 
 
-def chunk_group_multiplier(group_size: int) -> int:
-    """``ceil(2^32 / (G / 128))``: the multiplier that finds a chunk's scale group.
-
-    The kernel finds the scale group of 128-column chunk ``i`` as ``(i * multiplier) >> 32``, which
-    equals ``i // (G / 128)`` for every chunk index below ``2^16`` (K up to 8M columns), without a
-    division.
-
-    Parameters
-    ----------
-    group_size : int
-        Input columns per scale ``G``, a multiple of 128.
-
-    Returns
-    -------
-    int
-        The multiplier.
-
-    Examples
-    --------
-    >>> m = chunk_group_multiplier(384)
-    >>> [(i * m) >> 32 for i in range(7)]
-    [0, 0, 0, 1, 1, 1, 2]
-    """
-    per_group = group_size // CHUNK
-    return -(-(1 << 32) // per_group)
-
-
-def _arguments(weight: Int4Weight, bias, x2, y) -> tuple:
-    n, k = weight.shape
+def _arguments(tiles: Int4Tiles, bias, x2, y) -> tuple:
+    n, k = tiles.shape
     return (
-        weight.codes.data_ptr(),
-        weight.metadata.data_ptr(),
-        weight.scales.data_ptr(),
+        tiles.data.data_ptr(),
         x2.data_ptr(),
         0 if bias is None else bias.data_ptr(),
         y.data_ptr(),
         n,
         k,
         x2.shape[0],
-        k // weight.group_size,
-        chunk_group_multiplier(weight.group_size),
         x2.stride(0),
         y.stride(0),
     )
+
+
+def _tiled(weight: Int4Weight | Int4Tiles) -> Int4Tiles:
+    return weight if isinstance(weight, Int4Tiles) else tile_int4_weight(weight)
 
 
 _NUMPY = {"u64": np.uint64, "i32": np.int32, "i64": np.int64}
@@ -514,19 +505,25 @@ _NUMPY = {"u64": np.uint64, "i32": np.int32, "i64": np.int64}
 
 def decode_int4_matmul(
     x: torch.Tensor,
-    weight: Int4Weight,
+    weight: Int4Weight | Int4Tiles,
     bias: torch.Tensor | None = None,
     config: Int4LaunchConfig | None = None,
 ) -> torch.Tensor:
     """``x @ W^T (+ bias)`` on the GPU for ``x[..., K]`` with at most 64 rows.
+
+    The kernel reads the weight as :class:`~explorer.gpu.cuda.int4_tiles.Int4Tiles`; an
+    :class:`~explorer.lowbit.Int4Weight` is tiled first, on every call (tile it once with
+    :func:`~explorer.gpu.cuda.int4_tiles.tile_int4_weight`, or use :class:`Int4DecodeCall`, for
+    repeated calls).
 
     Parameters
     ----------
     x : torch.Tensor
         CUDA, float16 or bfloat16, any leading dims holding at most :data:`MAX_TOKENS` rows in
         all. Rows that are not 16-byte aligned with a unit last stride are copied first.
-    weight : Int4Weight
-        From :func:`pack_int4_weight`, on ``x``'s device (K and the group size multiples of 128).
+    weight : Int4Weight or Int4Tiles
+        From :func:`pack_int4_weight` (or its tiles), on ``x``'s device (K and the group size
+        multiples of 128).
     bias : torch.Tensor, optional
         ``[N]`` of ``x``'s dtype.
     config : Int4LaunchConfig, optional
@@ -573,7 +570,7 @@ def decode_int4_matmul(
 
     args = tuple(
         _NUMPY[kind](value)
-        for kind, value in zip(_ARG_KINDS, _arguments(weight, bias, x2, y), strict=True)
+        for kind, value in zip(_ARG_KINDS, _arguments(_tiled(weight), bias, x2, y), strict=True)
     )
     launch(
         "decode24_int4",
@@ -600,8 +597,9 @@ class Int4DecodeCall:
 
     Parameters
     ----------
-    weight : Int4Weight
-        From :func:`pack_int4_weight`, on a CUDA device.
+    weight : Int4Weight or Int4Tiles
+        From :func:`pack_int4_weight`, on a CUDA device, or its tiles (an ``Int4Weight`` is
+        tiled here, once; pass the tiles to share them between calls of several row counts).
     bias : torch.Tensor, optional
         ``[N]`` of the activations' dtype, on the weight's device.
     tokens : int
@@ -625,7 +623,7 @@ class Int4DecodeCall:
 
     def __init__(
         self,
-        weight: Int4Weight,
+        weight: Int4Weight | Int4Tiles,
         bias: torch.Tensor | None,
         tokens: int,
         dtype: torch.dtype,
@@ -643,26 +641,23 @@ class Int4DecodeCall:
                 f"activations are {dtype}; the int4 decode kernel takes float16 or bfloat16"
             )
         n, k = weight.shape
-        _check(torch.empty(0, k, dtype=dtype, device=weight.codes.device), weight, bias)
-        self.device = weight.codes.device
+        self.device = _weight_device(weight)
+        _check(torch.empty(0, k, dtype=dtype, device=self.device), weight, bias)
+        tiles = _tiled(weight)
         dev = self.device.index or 0
         if config is None:
             config = default_int4_config(n, k, tokens, multiprocessor_count(dev))
         config.check(token_tiles(tokens))
         self.config = config
-        # codes, metadata, scales, x, bias, y, n, k, tokens, scales per row, group magic,
-        # x row stride, y row stride: all but x, y and x's row stride are fixed for this call
+        # tiles, x, bias, y, n, k, tokens, x row stride, y row stride: all but x, y and x's row
+        # stride are fixed for this call
         fixed = {
-            0: weight.codes.data_ptr(),
-            1: weight.metadata.data_ptr(),
-            2: weight.scales.data_ptr(),
-            4: 0 if bias is None else bias.data_ptr(),
-            6: n,
-            7: k,
-            8: tokens,
-            9: k // weight.group_size,
-            10: chunk_group_multiplier(weight.group_size),
-            12: n,
+            0: tiles.data.data_ptr(),
+            2: 0 if bias is None else bias.data_ptr(),
+            4: n,
+            5: k,
+            6: tokens,
+            8: n,
         }
         name = config.kernel_name(dtype, tokens)
         if module is None:
@@ -674,7 +669,7 @@ class Int4DecodeCall:
         self._shared, self._dev = config.shared, dev
         self._shape, self._dtype, self._k = (tokens, n), dtype, k
         # the tensors whose pointers are kept: alive as long as this call
-        self._keep = (weight, bias)
+        self._keep = (tiles, bias)
         self._op_id = ops.register(self)
 
     def __call__(self, x2: torch.Tensor) -> torch.Tensor:

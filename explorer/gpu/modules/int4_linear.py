@@ -27,84 +27,16 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.compression import CompressedWeight
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
+from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
 from explorer.lowbit import Int4Weight, compress_int4
 
-__all__ = ["TORCH_INT4_GROUPS", "Int4Linear", "torch_int4_parts", "torch_int4_takes"]
+__all__ = ["Int4Linear"]
 
-#: Group sizes torch's int4 weight-only kernel takes.
-TORCH_INT4_GROUPS = (32, 64, 128, 256)
-#: The packing torch's int4 kernel is given (``inner_k_tiles``): K must be a multiple of 128.
-_INNER_K_TILES = 8
 _DECODE_MAX_TOKENS = 64
-
-
-def torch_int4_takes(rows: int, k: int, group_size: int, dtype: torch.dtype) -> str | None:
-    """Why torch's int4 weight-only kernel cannot run a layer (None: it can).
-
-    Parameters
-    ----------
-    rows, k, group_size : int
-        The layer's output and input features, and its input columns per scale.
-    dtype : torch.dtype
-        The activations' dtype.
-
-    Returns
-    -------
-    str or None
-
-    Examples
-    --------
-    >>> torch_int4_takes(4096, 4096, 128, torch.bfloat16) is None
-    True
-    >>> torch_int4_takes(4096, 4096, 128, torch.float16)
-    "torch's int4 kernel takes bfloat16 activations, not float16"
-    """
-    if dtype != torch.bfloat16:
-        return f"torch's int4 kernel takes bfloat16 activations, not {dtype_name(dtype)}"
-    if rows % 8:
-        return f"torch's int4 kernel needs out_features a multiple of 8, got {rows}"
-    if k % (16 * _INNER_K_TILES):
-        return f"torch's int4 kernel needs in_features a multiple of 128, got {k}"
-    if group_size not in TORCH_INT4_GROUPS:
-        return f"torch's int4 kernel takes group sizes {TORCH_INT4_GROUPS}, not {group_size}"
-    return None
-
-
-def torch_int4_parts(weight: Int4Weight) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same dequantized weight in the layout torch's int4 kernel is built from.
-
-    Parameters
-    ----------
-    weight : Int4Weight
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``uint8 [N, K/2]``, two unsigned codes ``q + 8`` per byte with the even column in the
-        high nibble (what ``aten._convert_weight_to_int4pack`` takes), and the ``bfloat16
-        [K/G, N, 2]`` scales and zero points (zero points 0), so that torch computes
-        ``(u - 8) * s = q * s``: the 2:4 zeros are the code 0.
-
-    Examples
-    --------
-    >>> w = compress_int4(torch.tensor([[0.0, 3.0, 0.0, -7.0]]), group_size=4)
-    >>> packed, scales = torch_int4_parts(w)
-    >>> packed.tolist(), scales.shape
-    ([[139, 129]], torch.Size([1, 1, 2]))
-    """
-    scales = weight.scales.float()
-    # the kept codes scattered to their columns, zeros elsewhere: the 2:4 layout's own decoding
-    codes = CompressedWeight(weight.int_codes(), weight.metadata, weight.shape).decompress()
-    unsigned = (codes.to(torch.int16) + 8).to(torch.uint8)
-    packed = (unsigned[:, 0::2] << 4) | unsigned[:, 1::2]
-    zeros = torch.zeros_like(scales)
-    scales_and_zeros = torch.stack([scales.t(), zeros.t()], dim=-1).to(torch.bfloat16)
-    return packed.contiguous(), scales_and_zeros.contiguous()
 
 
 class Int4Linear(nn.Module):
@@ -153,7 +85,7 @@ class Int4Linear(nn.Module):
         )
         if self.torch_kernel_refusal is None:
             packed, scales_and_zeros = torch_int4_parts(weight)
-            packed = torch.ops.aten._convert_weight_to_int4pack(packed, _INNER_K_TILES)
+            packed = torch.ops.aten._convert_weight_to_int4pack(packed, INNER_K_TILES)
             self.register_buffer("_int4pack", packed, persistent=False)
             self.register_buffer("_int4scales", scales_and_zeros, persistent=False)
             self.register_buffer("_dense16", None, persistent=False)
@@ -167,6 +99,7 @@ class Int4Linear(nn.Module):
     def _reset_runtime(self) -> None:
         self._routes: dict = {}  # (tokens, clock) -> Route
         self._calls: dict = {}  # tokens -> Int4DecodeCall
+        self._tiles = None  # the kernel's layout of the weight, made at the first decode call
         self._op_id = ops.register(self)
 
     def __getstate__(self) -> dict:
@@ -174,6 +107,7 @@ class Int4Linear(nn.Module):
         state = self.__dict__.copy()
         state.pop("_routes", None)
         state.pop("_calls", None)
+        state.pop("_tiles", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -454,11 +388,14 @@ class Int4Linear(nn.Module):
     def _decode(self, x2: torch.Tensor) -> torch.Tensor:
         """The decode route: the 2:4 + int4 kernel on ``x2`` (at most 64 rows)."""
         from explorer.gpu.cuda.decode_int4 import Int4DecodeCall
+        from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 
         t = x2.shape[0]
         call = self._calls.get(t)
         if call is None:
-            call = self._calls[t] = Int4DecodeCall(self.int4_weight(), self.bias, t, self.dtype)
+            if self._tiles is None:  # one copy in the kernel's layout, shared by every row count
+                self._tiles = tile_int4_weight(self.int4_weight())
+            call = self._calls[t] = Int4DecodeCall(self._tiles, self.bias, t, self.dtype)
         return call(x2)
 
     # -- introspection -----------------------------------------------------------------------

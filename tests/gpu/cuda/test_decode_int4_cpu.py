@@ -10,7 +10,6 @@ from explorer.gpu.cuda.decode_int4 import (
     CHUNK,
     Int4DecodeCall,
     Int4LaunchConfig,
-    chunk_group_multiplier,
     decode_int4_matmul,
     decode_int4_reference,
     default_int4_config,
@@ -111,19 +110,12 @@ def test_token_tiles():
     assert [token_tiles(t) for t in range(1, 65)] == ([1] * 8 + [2] * 8 + [4] * 16 + [8] * 32)
 
 
-def test_chunk_group_multiplier_divides_exactly():
-    for group in (128, 256, 384, 512, 1024, 4096):
-        per = group // CHUNK
-        m = chunk_group_multiplier(group)
-        assert all((i * m) >> 32 == i // per for i in range(0, 1 << 16, 7))
-
-
 @pytest.mark.parametrize(("rows", "k"), [(4096, 4096), (1024, 4096), (14336, 4096), (16, 128)])
 @pytest.mark.parametrize("tokens", [1, 4, 16, 32, 64])
 def test_default_config_is_one_the_kernel_takes(rows, k, tokens):
     config = default_int4_config(rows, k, tokens, 132)
     config.check(token_tiles(tokens))
-    assert config.method == ("spa" if tokens <= 8 else "ex")
+    assert config.method == ("sp" if tokens == 1 else "spa" if tokens <= 8 else "ex")
     assert config.shared <= 48 * 1024 and config.warps <= max(1, k // CHUNK)
     name = config.kernel_name(torch.float16, tokens)
     assert name.startswith(f"int4_{config.method}_f16_t{8 * token_tiles(tokens)}_")

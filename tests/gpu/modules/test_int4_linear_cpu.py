@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from explorer.gpu import sparsify
-from explorer.gpu.modules.int4_linear import torch_int4_parts, torch_int4_takes
+from explorer.gpu.modules.torch_int4 import torch_int4_parts, torch_int4_takes
 from explorer.lowbit import compress_int4
 from explorer.masks import make_mask
 
