@@ -100,6 +100,7 @@ class Int4Linear(nn.Module):
         self._routes: dict = {}  # (tokens, clock) -> Route
         self._calls: dict = {}  # tokens -> Int4DecodeCall
         self._tiles = None  # the kernel's layout of the weight, made at the first decode call
+        self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
         self._op_id = ops.register(self)
 
     def __getstate__(self) -> dict:
@@ -108,6 +109,7 @@ class Int4Linear(nn.Module):
         state.pop("_routes", None)
         state.pop("_calls", None)
         state.pop("_tiles", None)
+        state.pop("_fast", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -231,6 +233,7 @@ class Int4Linear(nn.Module):
         """
         self.mode = check_mode(mode)
         self._routes.clear()
+        self._fast.clear()
 
     def route(self, tokens: int, clock: str) -> Route:
         """The route ``tokens`` rows take by ``clock``, measured on first use.
@@ -318,6 +321,10 @@ class Int4Linear(nn.Module):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """The eager forward: the route chosen for this row count.
 
+        An input seen before (same shape, device and dtype, same clock) goes straight to the call
+        its route makes: a decode step is host-bound in eager mode, so a repeated call costs
+        one dictionary lookup more than the kernel's own launch.
+
         Parameters
         ----------
         x : torch.Tensor
@@ -328,6 +335,10 @@ class Int4Linear(nn.Module):
         torch.Tensor
             ``(..., out_features)`` in the layer's dtype.
         """
+        clock = self._clock()
+        fast = self._fast.get((x.shape, x.get_device(), x.dtype, clock))
+        if fast is not None:
+            return fast(x)
         if x.shape[-1] != self.in_features:
             raise ValueError(
                 f"input has {x.shape[-1]} features in its last dimension, expected "
@@ -340,11 +351,25 @@ class Int4Linear(nn.Module):
         t = x2.shape[0]
         if t == 0:
             return x.new_empty(*lead, self.out_features, dtype=self.dtype)
-        if self.route(t, self._clock()) == DECODE:
-            y = self._decode(x2)
-        else:
-            y = self._dense(x2)
+        route = self.route(t, clock)
+        y = self._decode(x2) if route == DECODE else self._dense(x2)
+        if x.dtype == self.dtype and x.is_cuda and (t, clock) in self._routes:
+            self._remember(x, route, clock)  # a measured decision, not a capture's nearest
         return y.reshape(*lead, self.out_features)
+
+    def _remember(self, x: torch.Tensor, route: Route, clock: str) -> None:
+        """Keep the call ``x``'s route makes, for the next input like ``x``."""
+        t, k = x.numel() // self.in_features, self.in_features
+        out = (*x.shape[:-1], self.out_features)
+        if route == DECODE:
+            call = self._calls[t]
+            fast = lambda x: call(x.reshape(t, k)).view(out)  # noqa: E731
+        elif self._int4pack is None:
+            weight, bias = self._dense16, self.bias
+            fast = lambda x: nn.functional.linear(x, weight, bias)  # noqa: E731
+        else:
+            fast = self._dense
+        self._fast[(x.shape, x.get_device(), x.dtype, clock)] = fast
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
         """What the compiled op runs (``mode="graphs"``): :meth:`run`.

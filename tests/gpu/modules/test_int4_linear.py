@@ -71,6 +71,24 @@ def test_leading_dims_and_strided_input():
     assert relerr(y, _reference(layer, x.reshape(-1, 1024)).reshape(2, 3, 1024)) < TOL
 
 
+@pytest.mark.parametrize("shape", [(1, 1024), (2, 8, 1024), (300, 1024)])
+def test_a_repeated_input_takes_the_remembered_call(shape, monkeypatch):
+    layer = _layer()
+    x = torch.randn(*shape, device=DEV, dtype=torch.bfloat16)
+    first = layer(x)
+
+    def no_second_choice(*args):
+        raise AssertionError("a repeated input chose its route again")
+
+    monkeypatch.setattr(layer, "route", no_second_choice)
+    again = layer(x.clone())
+    assert torch.equal(again, first) and again.shape == (*shape[:-1], 1024)
+    assert relerr(again.reshape(-1, 1024), _reference(layer, x.reshape(-1, 1024))) < TOL
+    layer.set_mode("eager")  # a new mode chooses again
+    with pytest.raises(AssertionError, match="chose its route again"):
+        layer(x)
+
+
 def test_float16_activations_run_the_dequantized_dense_route():
     from explorer.gpu.modules.int4_linear import Int4Linear
 
