@@ -29,6 +29,7 @@ from torch import nn
 from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
+from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
@@ -99,7 +100,11 @@ class Int4Linear(nn.Module):
     def _reset_runtime(self) -> None:
         self._routes: dict = {}  # (tokens, clock) -> Route
         self._calls: dict = {}  # tokens -> Int4DecodeCall
-        self._tiles = None  # the kernel's layout of the weight, made at the first decode call
+        # the kernel's layout of the weight, shared by every row count; made here, never inside
+        # a call (a compiled model's CUDA-graph pool must not own it)
+        self._tiles = (
+            None if self.decode_refusal is not None else tile_int4_weight(self.int4_weight())
+        )
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
         self._op_id = ops.register(self)
 
@@ -353,7 +358,8 @@ class Int4Linear(nn.Module):
             return x.new_empty(*lead, self.out_features, dtype=self.dtype)
         route = self.route(t, clock)
         y = self._decode(x2) if route == DECODE else self._dense(x2)
-        if x.dtype == self.dtype and x.is_cuda and (t, clock) in self._routes:
+        settled = t > _DECODE_MAX_TOKENS or self.decode_refusal is not None
+        if x.dtype == self.dtype and x.is_cuda and (settled or (t, clock) in self._routes):
             self._remember(x, route, clock)  # a measured decision, not a capture's nearest
         return y.reshape(*lead, self.out_features)
 
@@ -413,13 +419,10 @@ class Int4Linear(nn.Module):
     def _decode(self, x2: torch.Tensor) -> torch.Tensor:
         """The decode route: the 2:4 + int4 kernel on ``x2`` (at most 64 rows)."""
         from explorer.gpu.cuda.decode_int4 import Int4DecodeCall
-        from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 
         t = x2.shape[0]
         call = self._calls.get(t)
         if call is None:
-            if self._tiles is None:  # one copy in the kernel's layout, shared by every row count
-                self._tiles = tile_int4_weight(self.int4_weight())
             call = self._calls[t] = Int4DecodeCall(self._tiles, self.bias, t, self.dtype)
         return call(x2)
 

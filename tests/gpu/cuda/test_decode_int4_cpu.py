@@ -115,7 +115,8 @@ def test_token_tiles():
 def test_default_config_is_one_the_kernel_takes(rows, k, tokens):
     config = default_int4_config(rows, k, tokens, 132)
     config.check(token_tiles(tokens))
-    assert config.method == ("sp" if tokens == 1 else "spa" if tokens <= 8 else "ex")
+    many = rows // 16 >= 4 * 132
+    assert config.method == (("spa" if many else "sp") if tokens <= 8 else "ex")
     assert config.shared <= 48 * 1024 and config.warps <= max(1, k // CHUNK)
     name = config.kernel_name(torch.float16, tokens)
     assert name.startswith(f"int4_{config.method}_f16_t{8 * token_tiles(tokens)}_")
