@@ -22,6 +22,14 @@ measured (its ``--json`` file), with the provenance of the machine that measured
 no GPU::
 
     python benchmarks/quantized_models.py --from-json fp8.json --db measured.db
+
+``--generate`` also times Hugging Face ``generate()`` as a user serves the model: greedy, a
+32-token prompt and 128 new tokens, at batch 1 and 16, with the dynamic cache (eager) and with
+``cache_implementation="static"`` (transformers compiles the step with CUDA graphs; the quantized
+models are set to ``mode="graphs"``), the three variants in turn for five rounds
+(:func:`explorer.bench.generate.interleaved_generate`); tokens per second, speedups as medians of
+the rounds' paired ratios, and the share of generated tokens the 2:4 model shares with the
+same precision dense one. Those rows go to the ``--json`` file under ``"generate"``.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import torch
 from torch import nn
 
 from explorer.bench import environment
+from explorer.bench.generate import interleaved_generate
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.gpu import set_mode, sparsify
 from explorer.gpu.modules.fp8_dense import Fp8DenseLinear
@@ -50,6 +59,9 @@ from explorer.results.store.provenance import provenance
 def _pruned(module: nn.Module, name: str) -> bool:
     return name.split(".")[-1] != "lm_head"
 
+
+#: ``--generate``: batch sizes, prompt length and new tokens per sequence.
+GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
 
 #: The dense baseline of each precision: a pruned Linear converted to it.
 DENSE_AT = {
@@ -71,6 +83,60 @@ def dense_at(model: nn.Module, dtype: str) -> nn.Module:
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def generate_rows(
+    variants: dict,
+    model: str,
+    dtype: str,
+    keys: tuple[str, str],
+    vocab: int,
+    batches: tuple[int, ...] = GENERATE_BATCHES,
+) -> list[dict]:
+    """Tokens per second of ``generate()`` for bf16 dense, the precision dense and 2:4 at it.
+
+    ``keys`` names the precision dense and the 2:4 variants of ``variants``.
+    """
+    base_key, sparse_key = keys
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    rows = []
+    for batch in batches:
+        ids = torch.randint(1, vocab, (batch, PROMPT), device="cuda", generator=gen)
+        for cache in ("dynamic", "static"):
+            static = cache == "static"
+            row = {"model": model, "dtype": dtype, "batch": batch, "prompt": PROMPT}
+            row.update(new_tokens=NEW_TOKENS, cache=cache)
+            quantized = [m for k, m in variants.items() if k != "bf16 dense"]
+            if static:
+                torch._dynamo.reset()
+                for m in quantized:  # the compiled step runs in CUDA graphs
+                    set_mode(m, "graphs")
+            try:
+                timed = interleaved_generate(variants, ids, NEW_TOKENS, static)
+            except Exception as exc:  # a refused run is a result to show, not a crash
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                timed = {}
+            finally:
+                for m in quantized:
+                    set_mode(m, "auto")
+            for key, (ms, _, _) in timed.items():
+                row[f"{key} tok/s"] = batch * NEW_TOKENS / (ms / 1e3)
+            if timed:
+                base, same, sparse = (timed[k][1] for k in ("bf16 dense", base_key, sparse_key))
+                row[f"{base_key} over bf16"] = paired_ratio(base, same)
+                row[f"{sparse_key} over bf16"] = paired_ratio(base, sparse)
+                row[f"{sparse_key} over {base_key}"] = paired_ratio(same, sparse)
+                equal = timed[sparse_key][2] == timed[base_key][2]
+                row[f"{sparse_key} tokens equal to {base_key}"] = float(equal.float().mean())
+            print(
+                f"generate {model} batch {batch} {cache}: "
+                + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float))
+                + (f" ({row['error']})" if "error" in row else ""),
+                flush=True,
+            )
+            rows.append(row)
+    torch._dynamo.reset()
+    return rows
 
 
 def import_json(path: Path, db: str, commit: str | None = None) -> int:
@@ -96,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", help="record the rows in this results store (appended to)")
     p.add_argument("--commit", help="the commit measured, recorded with the rows")
     p.add_argument("--from-json", type=Path, help="record this --json file's rows in --db")
+    p.add_argument("--generate", action="store_true", help="also time generate() (tokens/s)")
     args = p.parse_args(argv)
     command = "python benchmarks/quantized_models.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
@@ -114,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [tuple(int(v) for v in r.split("x")) for r in spec.split(",")]
     short = "int4" if args.dtype == "int4" else "fp8"
     base_key, sparse_key = f"{short} dense", f"2:4 {short}"
-    counts = tuple(sorted({b * s for b, s in runs}, reverse=True))
+    counts = {b * s for b, s in runs}
+    if args.generate:
+        counts |= set(GENERATE_BATCHES) | {b * PROMPT for b in GENERATE_BATCHES}
+    counts = tuple(sorted(counts, reverse=True))
     dense = build_model(args.model, torch.bfloat16)
     variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
     sparse = copy.deepcopy(dense)
@@ -168,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     if store is not None:
         store.close()
         print(f"recorded {len(rows)} runs in {args.db}")
+    generated = []
+    if args.generate:
+        generated = generate_rows(variants, args.model, args.dtype, (base_key, sparse_key), vocab)
     if args.json:
         env = {**environment(), "time": measured["time"], "command": command.strip()}
         env.update({"commit": args.commit} if args.commit else {})
-        args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))
+        data = {"env": env, "rows": rows, **({"generate": generated} if generated else {})}
+        args.json.write_text(json.dumps(data, default=str))
     return 0
 
 

@@ -26,7 +26,7 @@ import torch
 from explorer.dtypes import dtype_name
 from explorer.gpu.routes.timing import paired_ratio
 
-__all__ = ["bench_generate"]
+__all__ = ["bench_generate", "interleaved_generate"]
 
 
 def _generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
@@ -52,13 +52,31 @@ def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
     return start.elapsed_time(end), out
 
 
-def _interleaved_generate(
+def interleaved_generate(
     variants: dict, ids, new_tokens: int, static: bool = False, rounds: int = 5
 ) -> dict:
-    """``{name: (median ms, per-round ms, new tokens)}`` of generate calls.
+    """``{name: (median ms, per-round ms, new tokens)}`` of greedy ``generate`` calls.
 
     Every variant runs once per round in turn (the host's speed drifts between rounds), after one
-    warm-up call each (which compiles the step for a static cache).
+    warm-up call each (which compiles the step for a static cache). Timed with CUDA events.
+
+    Parameters
+    ----------
+    variants : dict
+        ``{name: model}``, Hugging Face models with ``generate``.
+    ids : torch.Tensor
+        The prompt, ``[batch, length]`` token ids on the models' device.
+    new_tokens : int
+        Tokens generated per sequence (exactly: ``min_new_tokens`` too).
+    static : bool, optional
+        ``cache_implementation="static"`` (transformers compiles the step).
+    rounds : int, optional
+        Timed calls per variant.
+
+    Returns
+    -------
+    dict
+        ``{name: (median ms, [ms per round], generated ids of the last round)}``.
     """
     kw = _generate_kwargs(ids, new_tokens, static)
     runs: dict = {name: [] for name in variants}
@@ -147,7 +165,7 @@ def bench_generate(
         k=0,
         status="ok",
     )
-    ttft = _interleaved_generate(variants, ids, 1)
+    ttft = interleaved_generate(variants, ids, 1)
     for key, (ms, _, _) in ttft.items():
         first_token[f"{key}_ttft_ms"] = ms
     for key in ("control", "explorer", "decode"):
@@ -185,7 +203,7 @@ def bench_generate(
                     if key in ("explorer", "decode"):  # the step runs in CUDA graphs
                         set_mode(model, "graphs")
             try:  # every variant in turn, round after round
-                timed = _interleaved_generate(variants, ids, new_tokens, static_cache)
+                timed = interleaved_generate(variants, ids, new_tokens, static_cache)
             except Exception as exc:  # a failure is a result to report, not a crash
                 row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 timed = {}
