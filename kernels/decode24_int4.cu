@@ -500,3 +500,51 @@ INT4_FAMILY(int4_ex_bf16, true, EX)
 INT4_FAMILY(int4_ex_f16, false, EX)
 INT4_STAGED_FAMILY(int4_spa_bf16, true)
 INT4_STAGED_FAMILY(int4_spa_f16, false)
+
+// W itself in 16 bits, W[N, K] = code * scale in place (zeros elsewhere), from the tiles: the
+// dense route above 64 tokens dequantizes once per call and hands the product to cuBLAS, where
+// torch's int4 kernel's time grows with the tokens. A thread writes 32 columns of one row (8
+// groups: 8 code bytes, 4 metadata bytes and the row's scale of the chunk), each value
+// code * scale rounded once from fp32; consecutive threads write consecutive columns.
+template <bool BF16>
+__device__ __forceinline__ void dequantize_int4(const unsigned char* tiles, u16* w, int n_rows,
+                                                int k) {
+    const long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int per_row = k >> 5;
+    if (item >= (long long)n_rows * per_row) return;
+    const int row = (int)(item / per_row), part = (int)(item % per_row);
+    const int ch = part >> 2, j = part & 3;
+    const unsigned char* t = tiles + ((long long)(row >> 4) * (k >> 7) + ch) * STAGE_BYTES;
+    const int r = row & 15;
+    const uint2 codes = *reinterpret_cast<const uint2*>(t + r * 32 + j * 8);
+    const u32 meta = *reinterpret_cast<const u32*>(t + 512 + r * 16 + j * 4);
+    const float scale = *reinterpret_cast<const float*>(t + 768 + r * 4);
+    u32 out[16];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {  // group 8j + q of the chunk: columns 4q..4q+3 of this part
+        const u32 byte = ((q < 4 ? codes.x : codes.y) >> (8 * (q & 3))) & 0xFFu;
+        const int v0 = ((int)(byte << 28)) >> 28, v1 = ((int)(byte << 24)) >> 28;
+        const u32 nib = (meta >> (4 * q)) & 15u;
+        const u32 i0 = nib & 3u, i1 = nib >> 2;
+        const u16 h0 = from_f32((float)v0 * scale, BF16), h1 = from_f32((float)v1 * scale, BF16);
+        u32 slot[4];
+#pragma unroll
+        for (u32 sl = 0; sl < 4; ++sl) slot[sl] = sl == i0 ? h0 : sl == i1 ? h1 : 0u;
+        out[2 * q] = slot[0] | (slot[1] << 16);
+        out[2 * q + 1] = slot[2] | (slot[3] << 16);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(w + (long long)row * k + ch * 128 + j * 32);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        dst[v] = make_uint4(out[4 * v], out[4 * v + 1], out[4 * v + 2], out[4 * v + 3]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    int4_dequant_bf16(const unsigned char* tiles, u16* w, int n_rows, int k) {
+    dequantize_int4<true>(tiles, w, n_rows, k);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    int4_dequant_f16(const unsigned char* tiles, u16* w, int n_rows, int k) {
+    dequantize_int4<false>(tiles, w, n_rows, k);
+}

@@ -244,9 +244,10 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
     From a sweep of launch settings on an H100 (``benchmarks/int4_decode.py``; LLaMA-3-8B layer
     shapes, 1, 4 and 16 tokens, weights in tiles).
 
-    Up to 8 tokens the sparse kernel: with the weight in registers, 16 warps with one chunk each
-    in flight (every chunk of a 4096-column layer in flight at once), or staged through shared
-    memory by 4 warps with 2 stages each when the grid has 4 or more blocks per SM. Above 8
+    Up to 8 tokens the sparse kernel with the weight in registers: 16 warps with one chunk each
+    in flight (every chunk of a 4096-column layer in flight at once), 32 at 1 token on grids of
+    fewer blocks than SMs; on grids of 4 or more blocks per SM 4 warps with 2 chunks each (at 1
+    token) or staged through shared memory in 2 stages each (2 to 8 tokens). Above 8
     tokens the expansion kernel, whose activation loads are wider, with about 16 warps per SM
     over the grid (a block covers 16 rows and its warps split K, so layers with few rows take
     more warps per block), or 8 warps with one chunk each ahead on grids of 4 or more blocks
@@ -270,8 +271,10 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
 
     Examples
     --------
-    >>> default_int4_config(4096, 4096, 1, 132), default_int4_config(14336, 4096, 4, 132)
-    (Int4LaunchConfig('sp', warps=16, ahead=1), Int4LaunchConfig('spa', warps=4, ahead=2))
+    >>> default_int4_config(4096, 4096, 1, 132), default_int4_config(1024, 4096, 1, 132)
+    (Int4LaunchConfig('sp', warps=16, ahead=1), Int4LaunchConfig('sp', warps=32, ahead=1))
+    >>> default_int4_config(14336, 4096, 1, 132), default_int4_config(14336, 4096, 4, 132)
+    (Int4LaunchConfig('sp', warps=4, ahead=2), Int4LaunchConfig('spa', warps=4, ahead=2))
     >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
     (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=8, ahead=1))
     """
@@ -280,7 +283,10 @@ def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchC
     chunks = max(1, k // CHUNK)
     many = blocks >= 4 * sms
     if tiles == 1:
-        config = Int4LaunchConfig("spa", 4, 2) if many else Int4LaunchConfig("sp", 16, 1)
+        if many:
+            config = Int4LaunchConfig("sp" if tokens == 1 else "spa", 4, 2)
+        else:
+            config = Int4LaunchConfig("sp", 32 if tokens == 1 and blocks < sms else 16, 1)
         config.warps = max(1, min(config.warps, chunks))
         return config
     if tiles == 2 and many:

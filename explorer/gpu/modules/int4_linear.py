@@ -14,11 +14,14 @@ once (per problem, shared like every decision, :mod:`explorer.gpu.routes.route_t
 and the faster one is kept (dense unless the decode kernel is measurably faster, as for every
 sparse layer). Both routes compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``;
 torch's kernel holds the scales in bfloat16, so the two agree to about 1e-2 relative, not bit
-for bit. Above 64 tokens the dense route runs.
+for bit. Above 64 tokens the dense route runs, and there it is cuBLAS on the weight dequantized
+for the call by one kernel (:mod:`explorer.gpu.cuda.int4_dequant`): torch's int4 kernel slows
+down with the token count, and a prefill through it would run several times slower than bf16.
 
-Under ``torch.compile`` the dense route is traced (the compiler's own op, no host cost of ours)
-unless the layer runs in ``mode="graphs"``, where the chosen route is one opaque op
-(:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel.
+Under ``torch.compile`` the dense route up to 64 tokens is traced (the compiler's own op, no
+host cost of ours); above them, for symbolic sizes, and wherever the layer runs in
+``mode="graphs"``, the layer is one opaque op (:mod:`explorer.gpu.cuda.ops`) that CUDA graphs
+capture like any kernel.
 """
 
 from __future__ import annotations
@@ -94,7 +97,11 @@ class Int4Linear(nn.Module):
             self.register_buffer("_int4pack", None, persistent=False)
             self.register_buffer("_int4scales", None, persistent=False)
             self.register_buffer("_dense16", weight.decompress().to(dtype), persistent=False)
-        self.decode_refusal = _decode_refusal(weight) if decode else "the decode route is off"
+        layout_refusal = _decode_refusal(weight)
+        self._tiled = layout_refusal is None  # the explorer's int4 kernels can read it
+        self.decode_refusal = (
+            layout_refusal if decode or layout_refusal else "the decode route is off"
+        )
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -102,9 +109,8 @@ class Int4Linear(nn.Module):
         self._calls: dict = {}  # tokens -> Int4DecodeCall
         # the kernel's layout of the weight, shared by every row count; made here, never inside
         # a call (a compiled model's CUDA-graph pool must not own it)
-        self._tiles = (
-            None if self.decode_refusal is not None else tile_int4_weight(self.int4_weight())
-        )
+        self._tiles = tile_int4_weight(self.int4_weight()) if self._tiled else None
+        self._dequantizer = None  # the dense 16-bit weight above 64 tokens, made per call
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
         self._op_id = ops.register(self)
 
@@ -114,6 +120,7 @@ class Int4Linear(nn.Module):
         state.pop("_routes", None)
         state.pop("_calls", None)
         state.pop("_tiles", None)
+        state.pop("_dequantizer", None)
         state.pop("_fast", None)
         return state
 
@@ -318,9 +325,11 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]``."""
         if torch.compiler.is_compiling():
-            if self.mode == "graphs":
-                return ops.forward(x, self._op_id)  # the chosen route, captured whole
-            return self._dense(x)  # traced: the compiler's own int4 op
+            tokens = x.numel() // self.in_features
+            if self.mode == "graphs" or not isinstance(tokens, int) or self._dequantizes(tokens):
+                # the chosen route (or the kernel dequantizing the weight), one opaque op
+                return ops.forward(x, self._op_id)
+            return self._torch_int4(x)  # traced: the compiler's own int4 op
         return self.run(x)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -403,10 +412,29 @@ class Int4Linear(nn.Module):
         """
         return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.dtype)
 
+    def _dequantizes(self, tokens: int) -> bool:
+        """Whether the dense route runs cuBLAS on the weight dequantized for the call."""
+        return tokens > _DECODE_MAX_TOKENS and self._tiled and self._int4pack is not None
+
     def _dense(self, x: torch.Tensor) -> torch.Tensor:
-        """The dense route: torch's int4 kernel, or the 16-bit dequantized weight."""
+        """The dense route, at int4.
+
+        torch's int4 kernel up to 64 tokens; above them cuBLAS on the weight dequantized for
+        the call (torch's kernel slows down with the tokens); the 16-bit dequantized weight
+        where torch's kernel does not take the layer.
+        """
         if self._int4pack is None:
             return nn.functional.linear(x, self._dense16, self.bias)
+        if self._dequantizes(x.numel() // self.in_features):
+            if self._dequantizer is None:
+                from explorer.gpu.cuda.int4_dequant import Int4Dequantizer
+
+                self._dequantizer = Int4Dequantizer(self._tiles, self.dtype)
+            return nn.functional.linear(x, self._dequantizer(), self.bias)
+        return self._torch_int4(x)
+
+    def _torch_int4(self, x: torch.Tensor) -> torch.Tensor:
+        """The product by torch's int4 weight-only kernel (the same codes, bf16 scales)."""
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         y = torch.ops.aten._weight_int4pack_mm(

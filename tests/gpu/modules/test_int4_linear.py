@@ -89,6 +89,29 @@ def test_a_repeated_input_takes_the_remembered_call(shape, monkeypatch):
         layer(x)
 
 
+@pytest.mark.parametrize("compile_mode", [None, "default"])
+def test_above_64_tokens_the_dense_route_is_cublas_on_the_dequantized_weight(
+    compile_mode, monkeypatch
+):
+    from explorer.gpu.cuda.int4_dequant import dequantize_int4_reference
+    from explorer.gpu.cuda.int4_tiles import tile_int4_weight
+
+    layer = _layer()
+    x = torch.randn(3, 100, 1024, device=DEV, dtype=torch.bfloat16)
+
+    def refused(*args):
+        raise AssertionError("torch's int4 kernel ran above 64 tokens")
+
+    monkeypatch.setattr(layer, "_torch_int4", refused)
+    w = dequantize_int4_reference(tile_int4_weight(layer.int4_weight()), torch.bfloat16)
+    expected = nn.functional.linear(x.reshape(300, 1024), w, layer.bias).reshape(3, 100, 1024)
+    torch._dynamo.reset()
+    run = layer if compile_mode is None else torch.compile(layer, mode=compile_mode)
+    assert torch.equal(run(x), expected)
+    assert relerr(layer(x), _reference(layer, x)) < TOL
+    torch._dynamo.reset()
+
+
 def test_float16_activations_run_the_dequantized_dense_route():
     from explorer.gpu.modules.int4_linear import Int4Linear
 
