@@ -12,9 +12,11 @@ that the copies hold three times the L2 cache, so each call reads its weight fro
 * the explorer's 16-bit 2:4 decode kernel (``explorer.gpu.cuda.decode.DecodeCall``);
 * the 2:4 + int4 kernel (``explorer.gpu.cuda.decode_int4.Int4DecodeCall``), default launch.
 
-It prints the errors of a quick check, the graph-replay time of the smallest call (the fixed
-cost of a launch), a sweep of launch settings (feeding, warps per block, chunks in flight) at
-1, 4 and 16 tokens, optionally variants of the weight loads, the table of times,
+Above 64 tokens it times the int4 dense route (the weight dequantized per call by
+``explorer.gpu.cuda.int4_dequant`` and cuBLAS) against dense bf16 and torch's int4 kernel at
+128, 1024 and 4096 tokens. It prints the errors of a quick check, the graph-replay time of the
+smallest call (the fixed cost of a launch), a sweep of launch settings (feeding, warps per
+block, chunks in flight) at 1, 4 and 16 tokens, optionally variants of the weight loads, the table of times,
 ratios over dense bf16 and over torch int4 and the achieved bandwidth (bytes each call must
 read and write over its time, also as a share of the device-to-device copy bandwidth measured
 in the same run), and the host time per eager call. Full numbers go to DIR/int4_decode.json.
@@ -45,11 +47,15 @@ from explorer.gpu.cuda.decode_int4 import (
     pack_int4_weight,
     token_tiles,
 )
+from explorer.gpu.cuda.int4_dequant import Int4Dequantizer
+from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 from explorer.gpu.routes.timing import graph_ms, host_us
 from explorer.lowbit import Int4Weight
 from explorer.masks import make_mask
 
 TOKENS = (1, 4, 16, 32, 64)
+#: Token counts of the dense route's prefill table (above the decode kernel's 64).
+PREFILL_TOKENS = (128, 1024, 4096)
 GROUP = 128
 DEV = "cuda"
 
@@ -321,6 +327,47 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
     return rows
 
 
+def prefill(gen: torch.Generator, l2: int, tokens=PREFILL_TOKENS) -> list[dict]:
+    """The int4 dense route above 64 tokens: cuBLAS on the weight dequantized per call.
+
+    Against dense bf16 ``F.linear`` and torch's int4 kernel on the same shapes (bf16).
+    """
+    rows = []
+    for (n, k), t in itertools.product(DECODE_SHAPES, tokens):
+        w = _weight(n, k, torch.bfloat16, gen)
+        tiles = tile_int4_weight(pack_int4_weight(w.float()))
+        tq = torch_int4(n, k, gen)
+        x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
+
+        def dense(w=w, x=x):
+            wc = w.clone()
+            return lambda: F.linear(x, wc)
+
+        def dequantized(tiles=tiles, x=x):
+            call = Int4Dequantizer(tiles.to(DEV), torch.bfloat16)
+            return lambda: F.linear(x, call())
+
+        def torch4(tq=tq, x=x):
+            wq, sz = tq[0].clone(), tq[1].clone()
+            return lambda: torch.ops.aten._weight_int4pack_mm(x, wq, GROUP, sz)
+
+        row = dict(n=n, k=k, tokens=t, dtype="bfloat16")
+        row["dense_us"] = rotated_us(dense, n * k * 2, l2)
+        row["dequantized_us"] = rotated_us(dequantized, int4_bytes(n, k), l2)
+        row["torch_int4_us"] = rotated_us(torch4, torch_int4_bytes(n, k), l2)
+        row["dequantized_over_torch_int4"] = row["torch_int4_us"] / row["dequantized_us"]
+        row["dequantized_over_dense"] = row["dense_us"] / row["dequantized_us"]
+        rows.append(row)
+        print(
+            f"[prefill] {n}x{k}@{t}: dense {row['dense_us']:.1f} us, torch int4 "
+            f"{row['torch_int4_us']:.1f}, dequantized + cuBLAS {row['dequantized_us']:.1f} "
+            f"({row['dequantized_over_torch_int4']:.2f}x torch int4, "
+            f"{row['dequantized_over_dense']:.2f}x dense)",
+            flush=True,
+        )
+    return rows
+
+
 def host_cost(gen: torch.Generator, calls: int = 2000) -> dict:
     """Host microseconds per eager call, Int4DecodeCall against F.linear (4096x4096, 1 token)."""
     w = _weight(4096, 4096, torch.bfloat16, gen)
@@ -408,6 +455,7 @@ def main() -> int:
     tokens, dtypes = ((1, 16), (torch.bfloat16,)) if a.quick else (TOKENS, None)
     result["rows"] = table(gen, l2, copy_bps, tokens, dtypes)
     result["host"] = host_cost(gen)
+    result["prefill"] = prefill(gen, l2, (128, 4096) if a.quick else PREFILL_TOKENS)
     (out / "int4_decode.json").write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["rows"]))
     return 1 if bad else 0
