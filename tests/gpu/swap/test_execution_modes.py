@@ -130,7 +130,9 @@ def test_capture_takes_the_gpu_clock_decision_and_matches():
     graph.replay()
     torch.cuda.synchronize()
     assert relerr(y, _ref(x, lin)) < 1e-2
-    assert sl._fast_graph, "the capture's call is remembered under the GPU clock"
+    # remembered under the GPU clock, or, where every clock measured dense, by shape alone
+    dense_by_every_clock = (x.shape, x.get_device(), x.dtype) in sl._dense_any
+    assert sl._fast_graph or dense_by_every_clock, "the capture's call is remembered"
 
 
 def test_compiled_default_mode_matches_eager():
