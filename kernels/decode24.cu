@@ -15,7 +15,9 @@
 // with the four columns of one whole group: its A registers are built from one group's two
 // values and nibble, its B registers from four contiguous X values, and within a 64-column
 // chunk lane c owns groups 4c..4c+3, which are 16 contiguous bytes of values and 2 bytes of
-// metadata in a row. Every byte of W is loaded once, in 16-byte (int8: 8-byte) pieces.
+// metadata in a row. Every byte of W is loaded once, in 16-byte (int8: 8-byte) pieces. The
+// wide int8 kernels (K % 32 == 0, up to 16 tokens) take 128-column chunks instead, lane c
+// owning groups 8c..8c+7: 16 bytes of int8 values and 4 of metadata a row per load.
 // The warps of a block split K and add their partial tiles through shared memory; a block
 // covers 16 rows, so the grid is ceil(N / 16) blocks of WARPS warps.
 //
@@ -99,7 +101,7 @@ __device__ __forceinline__ void expand(u32 pair, u32 nib, u32& lo, u32& hi) {
     hi = prmt(pair, sel >> 16);
 }
 
-template <bool BF16, bool INT8, int NT>
+template <bool BF16, bool INT8, bool WIDE, int NT>
 __device__ __forceinline__ void decode24(const void* __restrict__ values_,
                                          const unsigned char* __restrict__ meta,
                                          const float* __restrict__ scale,
@@ -118,12 +120,27 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-    // 1. main loop: 64-column chunks, split over the block's warps
-    const int chunks = k >> 6;
+    // 1. main loop: chunks of CW columns (64; 128 for WIDE int8), split over the block's warps;
+    // lane c owns GL = CW / 16 consecutive groups of a chunk, one per mma
+    constexpr int CW = WIDE ? 128 : 64, GL = CW / 16;
+    const int chunks = k / CW;
 #pragma unroll 2
     for (int ch = warp; ch < chunks; ch += warps) {
-        u32 w0[4], w1[4];  // kept pairs of groups 4c..4c+3 of rows r0, r1
-        if (INT8) {
+        u32 w0[GL], w1[GL];  // kept pairs of groups GL*c .. GL*c + GL-1 of rows r0, r1
+        if (INT8 && WIDE) {  // 16 int8 values (8 groups) a row: one 16-byte load
+            const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
+            uint4 q0 = make_uint4(0, 0, 0, 0), q1 = make_uint4(0, 0, 0, 0);
+            if (ok0) q0 = __ldg(reinterpret_cast<const uint4*>(v + r0 * half_k + ch * 64 + c * 16));
+            if (ok1) q1 = __ldg(reinterpret_cast<const uint4*>(v + r1 * half_k + ch * 64 + c * 16));
+            const u32 a[4] = {q0.x, q0.y, q0.z, q0.w}, b[4] = {q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                w0[2 * i] = int8_pair<BF16>(a[i]);
+                w0[2 * i + 1] = int8_pair<BF16>(a[i] >> 16);
+                w1[2 * i] = int8_pair<BF16>(b[i]);
+                w1[2 * i + 1] = int8_pair<BF16>(b[i] >> 16);
+            }
+        } else if (INT8) {
             const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
             uint2 q0 = make_uint2(0, 0), q1 = make_uint2(0, 0);
             if (ok0) q0 = __ldg(reinterpret_cast<const uint2*>(v + r0 * half_k + ch * 32 + c * 8));
@@ -144,24 +161,31 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
             w0[0] = p0.x; w0[1] = p0.y; w0[2] = p0.z; w0[3] = p0.w;
             w1[0] = p1.x; w1[1] = p1.y; w1[2] = p1.z; w1[3] = p1.w;
         }
-        u32 m0 = 0, m1 = 0;
-        if (ok0) m0 = __ldg(reinterpret_cast<const u16*>(meta + r0 * meta_k + ch * 8 + c * 2));
-        if (ok1) m1 = __ldg(reinterpret_cast<const u16*>(meta + r1 * meta_k + ch * 8 + c * 2));
-        // B: token g + 8j, columns of groups 4c..4c+3 (16 contiguous values, two 16-byte loads)
-        uint4 xb[NT][2];
+        u32 m0 = 0, m1 = 0;  // the lane's GL nibbles of each row
+        if (WIDE) {
+            if (ok0) m0 = __ldg(reinterpret_cast<const u32*>(meta + r0 * meta_k + ch * 16 + c * 4));
+            if (ok1) m1 = __ldg(reinterpret_cast<const u32*>(meta + r1 * meta_k + ch * 16 + c * 4));
+        } else {
+            if (ok0) m0 = __ldg(reinterpret_cast<const u16*>(meta + r0 * meta_k + ch * 8 + c * 2));
+            if (ok1) m1 = __ldg(reinterpret_cast<const u16*>(meta + r1 * meta_k + ch * 8 + c * 2));
+        }
+        // B: token g + 8j, columns of the lane's groups (4 * GL contiguous values, 16-byte loads)
+        uint4 xb[NT][GL / 2];
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const int t = g + 8 * j;
-            if (t < tokens) {
-                const uint4* xp = reinterpret_cast<const uint4*>(x + t * ldx + ch * 64 + c * 16);
-                xb[j][0] = __ldg(xp);
-                xb[j][1] = __ldg(xp + 1);
-            } else {
-                xb[j][0] = xb[j][1] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int h = 0; h < GL / 2; ++h) {
+                if (t < tokens) {
+                    xb[j][h] = __ldg(
+                        reinterpret_cast<const uint4*>(x + t * ldx + ch * CW + c * 4 * GL) + h);
+                } else {
+                    xb[j][h] = make_uint4(0, 0, 0, 0);
+                }
             }
         }
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {  // 2. one mma per group slot s (16 K columns)
+        for (int s = 0; s < GL; ++s) {  // 2. one mma per group slot s (16 K columns)
             u32 a0, a1, a2, a3;
             expand(w0[s], (m0 >> (4 * s)) & 15u, a0, a2);
             expand(w1[s], (m1 >> (4 * s)) & 15u, a1, a3);
@@ -172,8 +196,8 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
             }
         }
     }
-    // 3. tail: the last (k % 64) / 16 tiles of 16 columns, lane c owning group c of the tile
-    const int tail0 = chunks * 64, tiles = (k - tail0) >> 4;
+    // 3. tail: the last (k % CW) / 16 tiles of 16 columns, lane c owning group c of the tile
+    const int tail0 = chunks * CW, tiles = (k - tail0) >> 4;
     for (int tt = warp; tt < tiles; tt += warps) {
         const int col = tail0 + tt * 16, grp = (col >> 2) + c;
         u32 p0 = 0, p1 = 0, n0 = 0, n1 = 0;
@@ -227,21 +251,30 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
 
 // Fewer token tiles leave registers for more warps per block (small N needs them to fill the
 // GPU); 32 and 64 tokens hold 16 and 32 accumulators and 32 and 64 registers of X per lane.
-#define DECODE_KERNEL(NAME, BF16, INT8, NT, THREADS)                                           \
+#define DECODE_KERNEL(NAME, BF16, INT8, WIDE, NT, THREADS)                                     \
     extern "C" __global__ void __launch_bounds__(THREADS)                                      \
         NAME(const void* values, const unsigned char* meta, const float* scale, const u16* x,  \
              const u16* bias, u16* y, int n_rows, int k, int tokens, long long ldx,            \
              long long ldy) {                                                                   \
-        decode24<BF16, INT8, NT>(values, meta, scale, x, bias, y, n_rows, k, tokens, ldx, ldy); \
+        decode24<BF16, INT8, WIDE, NT>(values, meta, scale, x, bias, y, n_rows, k, tokens,     \
+                                       ldx, ldy);                                               \
     }
 
-#define DECODE_FAMILY(PREFIX, BF16, INT8)   \
-    DECODE_KERNEL(PREFIX##_t8, BF16, INT8, 1, 1024)  \
-    DECODE_KERNEL(PREFIX##_t16, BF16, INT8, 2, 1024) \
-    DECODE_KERNEL(PREFIX##_t32, BF16, INT8, 4, 512)  \
-    DECODE_KERNEL(PREFIX##_t64, BF16, INT8, 8, 256)
+#define DECODE_FAMILY(PREFIX, BF16, INT8)                  \
+    DECODE_KERNEL(PREFIX##_t8, BF16, INT8, false, 1, 1024)  \
+    DECODE_KERNEL(PREFIX##_t16, BF16, INT8, false, 2, 1024) \
+    DECODE_KERNEL(PREFIX##_t32, BF16, INT8, false, 4, 512)  \
+    DECODE_KERNEL(PREFIX##_t64, BF16, INT8, false, 8, 256)
+
+// int8 values with 128-column chunks (a lane loads 16 bytes of values and 4 of metadata a row
+// per chunk, twice the 64-column chunk's 8 and 2): K % 32 == 0, up to 16 tokens
+#define DECODE_WIDE_FAMILY(PREFIX, BF16)                  \
+    DECODE_KERNEL(PREFIX##_t8, BF16, true, true, 1, 1024) \
+    DECODE_KERNEL(PREFIX##_t16, BF16, true, true, 2, 1024)
 
 DECODE_FAMILY(decode24_bf16, true, false)
 DECODE_FAMILY(decode24_f16, false, false)
 DECODE_FAMILY(decode24_bf16_int8, true, true)
 DECODE_FAMILY(decode24_f16_int8, false, true)
+DECODE_WIDE_FAMILY(decode24_bf16_int8w, true)
+DECODE_WIDE_FAMILY(decode24_f16_int8w, false)

@@ -252,9 +252,15 @@ def decode_matmul(
 _ARG_KINDS = ("u64",) * 6 + ("i32", "i32", "i32", "i64", "i64")
 
 
-def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int) -> str:
+def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int, k: int) -> str:
+    """The kernel's name for ``dtype`` activations and ``tokens`` rows.
+
+    int8 values with ``K % 32 == 0`` up to 16 tokens take the wide kernel (128-column chunks:
+    16-byte loads of values and 4-byte loads of positions).
+    """
     kind = "bf16" if dtype == torch.bfloat16 else "f16"
-    return f"decode24_{kind}{'_int8' if int8 else ''}_t{8 * _tiles(tokens)}"
+    values = ("_int8w" if k % 32 == 0 and tokens <= 16 else "_int8") if int8 else ""
+    return f"decode24_{kind}{values}_t{8 * _tiles(tokens)}"
 
 
 def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
@@ -270,7 +276,7 @@ def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=Non
         warps = default_warps(n, k, t, _sms(dev))
     if not 1 <= warps <= _MAX_WARPS[tiles]:
         raise ValueError(f"warps = {warps}; expected 1 to {_MAX_WARPS[tiles]} for {t} rows")
-    name = _kernel_name(x2.dtype, weight.scale is not None, t)
+    name = _kernel_name(x2.dtype, weight.scale is not None, t, k)
     args = (
         _ptr(weight.values),
         _ptr(weight.metadata),
@@ -339,7 +345,7 @@ class DecodeCall:
         self.device = weight.values.device
         dev = self.device.index or 0
         warps = default_warps(n, k, tokens, _sms(dev))
-        name = _kernel_name(dtype, weight.scale is not None, tokens)
+        name = _kernel_name(dtype, weight.scale is not None, tokens, k)
         # values, metadata, scale, x, bias, y, n, k, tokens, x row stride, y row stride: all
         # but x, y and x's row stride are fixed for this call
         fixed = {

@@ -53,6 +53,25 @@ def test_decode_odd_shapes_and_bias(n, k, dtype):
         assert relerr(y.cpu(), cpu.double()) < TOL
 
 
+@pytest.mark.parametrize(
+    ("n", "k"),
+    [(17, 32), (1000, 4096 + 96), (1023, 4096 + 112), (64, 4096 + 16), (8, 128), (4096, 14336)],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_int8_decode_odd_shapes_and_bias(n, k, dtype):
+    """int8 values: the wide kernel (K % 32 == 0, up to 16 tokens) with every tail, else the
+    64-column one."""
+    D = _decode()
+    p = D.pack(_weight(n, k, dtype), int8=True)
+    b = torch.randn(n, device=DEV).to(dtype)
+    for t in (1, 9, 16, 17):
+        x = torch.randn(t, k, device=DEV).to(dtype)
+        ref = x.double() @ p.decompress().double().t() + b.double()
+        assert relerr(D.decode_matmul(x, p, b), ref) < TOL, (n, k, t)
+        call = D.DecodeCall(p, b, t, dtype)
+        assert relerr(call(x), ref) < TOL, (n, k, t)
+
+
 def test_decode_every_output_written():
     """Poisoned outputs would show as NaN: the kernel writes each element exactly once."""
     D = _decode()
