@@ -64,12 +64,14 @@ def test_int8_decode_odd_shapes_and_bias(n, k, dtype):
     D = _decode()
     p = D.pack(_weight(n, k, dtype), int8=True)
     b = torch.randn(n, device=DEV).to(dtype)
+    # a few outputs: the output's own rounding (bf16: up to 2^-8 relative) sets the bound
+    tol = 4e-3 if dtype == torch.bfloat16 else TOL
     for t in (1, 9, 16, 17):
         x = torch.randn(t, k, device=DEV).to(dtype)
         ref = x.double() @ p.decompress().double().t() + b.double()
-        assert relerr(D.decode_matmul(x, p, b), ref) < TOL, (n, k, t)
+        assert relerr(D.decode_matmul(x, p, b), ref) < tol, (n, k, t)
         call = D.DecodeCall(p, b, t, dtype)
-        assert relerr(call(x), ref) < TOL, (n, k, t)
+        assert relerr(call(x), ref) < tol, (n, k, t)
 
 
 def test_decode_every_output_written():
