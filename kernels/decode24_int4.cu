@@ -35,7 +35,8 @@
 //
 // Three ways to feed the tensor cores with a chunk, chosen by the kernel's name:
 //
-// * "sp": the sparse tensor-core instruction mma.sp (m16n8k32, ordered metadata),
+// * "sp" (the default up to 8 tokens on grids of fewer than 4 blocks per SM, and at 1 token on
+//   larger ones): the sparse tensor-core instruction mma.sp (m16n8k32, ordered metadata),
 //   which takes the kept pairs and the 2-bit positions as they are stored: no expansion to
 //   four slots, and half the instructions of a dense product. Mma m of a chunk covers its
 //   columns 32m..32m+31 (groups 8m..8m+7) in natural order, so the metadata operand of lane
@@ -45,7 +46,8 @@
 //   of its two rows per chunk (16-byte loads; the four lanes of a row read the same bytes, so
 //   memory moves them once) and 4 bytes of X per mma, token and k-step.
 //   A chunk in flight holds 26 registers a lane, which caps the bytes in flight per SM.
-// * "spa" (the default up to 8 tokens): "sp" with the weight staged through shared memory.
+// * "spa" (the default from 2 to 8 tokens on larger grids): "sp" with the weight staged
+//   through shared memory.
 //   Each warp keeps D chunks in flight in its own stages (832 bytes: one tile), filled by
 //   cp.async (16-byte copies of the tile's contiguous bytes that skip L1 and hold no registers) and
 //   refilled as soon as the warp has read a stage, so D * warps chunks a block are in flight

@@ -59,10 +59,10 @@ __all__ = [
 
 #: Input columns one warp step covers; K and the group size must be multiples of it.
 CHUNK = 128
-#: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs, the weight
-#: staged through shared memory by asynchronous copies (the default up to 8 tokens); ``"sp"`` the
-#: same with the weight loaded into registers; ``"ex"`` dense mma after expanding each pair to
-#: its four slots (the default above 8 tokens, where its activation loads are wider).
+#: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs staged through
+#: shared memory by asynchronous copies, ``"sp"`` the same loaded into registers (which runs where
+#: up to 8 tokens: :func:`default_int4_config`); ``"ex"`` dense mma after expanding each pair to its
+#: four slots (the default above 8 tokens, where its activation loads are wider).
 METHODS = ("spa", "sp", "ex")
 _SIXTEEN = (torch.float16, torch.bfloat16)
 #: The nibbles i0 | i1 << 2 with i0 < i1: the only position codes the sparse mma accepts.
