@@ -97,17 +97,7 @@ def test_report_is_self_contained_html_with_exports(tmp_path):
     assert len(json.loads((tmp_path / "r.json").read_text())) >= 7
 
 
-def test_report_without_plotly_is_tables(tmp_path, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_plotly(name, *args, **kwargs):
-        if name.startswith("plotly"):
-            raise ImportError("no plotly")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_plotly)
+def test_report_without_plotly_is_tables(tmp_path, without_plotly):
     with ResultStore(tmp_path / "r.db") as store:
         _fill(store)
         html = write_report(store, tmp_path / "r.html").read_text()

@@ -58,17 +58,7 @@ def test_the_report_draws_each_precision_with_a_legend_and_lists_both_speedups(t
     assert "Pruned models" in html and "wanda 2:4 all bfloat16" in html
 
 
-def test_without_plotly_the_tables_remain(tmp_path, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_plotly(name, *args, **kwargs):
-        if name.startswith("plotly"):
-            raise ImportError("no plotly")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_plotly)
+def test_without_plotly_the_tables_remain(tmp_path, without_plotly):
     with ResultStore(tmp_path / "r.db") as store:
         _fill(store)
         html = write_report(store, tmp_path / "r.html", include_reference=False).read_text()

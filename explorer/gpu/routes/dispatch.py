@@ -29,6 +29,7 @@ __all__ = [
     "Route",
     "check_mode",
     "clock_for",
+    "clocks_for",
     "dense_needed",
     "nearest_route",
     "pick_route",
@@ -237,6 +238,26 @@ def clock_for(mode: str) -> str:
     ('gpu', 'wall', 'wall')
     """
     return "gpu" if check_mode(mode) == "graphs" else "wall"
+
+
+def clocks_for(mode: str) -> tuple[str, ...]:
+    """The clocks a model set to ``mode`` runs by: both for ``"auto"``, else :func:`clock_for`'s.
+
+    Parameters
+    ----------
+    mode : str
+        One of :data:`MODES`.
+
+    Returns
+    -------
+    tuple of str
+
+    Examples
+    --------
+    >>> clocks_for("auto"), clocks_for("eager"), clocks_for("graphs")
+    (('gpu', 'wall'), ('wall',), ('gpu',))
+    """
+    return ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
 
 
 def shown_clock(mode: str) -> str:

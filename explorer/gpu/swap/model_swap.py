@@ -27,7 +27,7 @@ from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library.tuning import deferred_search, search_counts, search_stats
 from explorer.gpu.modules.sparse_options import SparseOptions
-from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for, shown_clock
+from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for, clocks_for, shown_clock
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 from explorer.gpu.swap.unused_weights import free_unused_weights
 from explorer.sparse_rules import why_not_24
@@ -593,7 +593,7 @@ def _measure(model, units, counts, report, mode) -> list:
     A unit wins if a sparse route is chosen at some token count by the clock of ``mode``
     (both clocks for ``"auto"``, which decides per call).
     """
-    clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
+    clocks = clocks_for(mode)
     shown = shown_clock(mode)
     from explorer.gpu.cuda.ops import call_overhead_us
     from explorer.gpu.modules.sparse_linear import SparseLinear

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer.gpu.routes.dispatch import clock_for
+from explorer.gpu.routes.dispatch import clocks_for
 
 __all__ = ["free_unused_weights"]
 
@@ -35,7 +35,7 @@ def free_unused_weights(model: nn.Module, units: list, mode: str, report) -> Non
     """
     from explorer.gpu.modules.sparse_linear import SparseLinear
 
-    clocks = ("gpu", "wall") if mode == "auto" else (clock_for(mode),)
+    clocks = clocks_for(mode)
     for unit in units:
         for layer in (m for m in unit.new.modules() if isinstance(m, SparseLinear)):
             chosen = [d.route(c) for d in layer.measured().values() for c in clocks]
