@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit", help="the commit measured, recorded with the rows")
     p.add_argument("--from-json", type=Path, help="record this --json file's rows in --db")
     p.add_argument("--generate", action="store_true", help="also time generate() (tokens/s)")
+    p.add_argument(
+        "--layers", type=int, help="transformer layers instead of the spec's (32: a whole 8B model)"
+    )
     args = p.parse_args(argv)
     command = "python benchmarks/quantized_models.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
@@ -185,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.generate:
         counts |= set(GENERATE_BATCHES) | {b * PROMPT for b in GENERATE_BATCHES}
     counts = tuple(sorted(counts, reverse=True))
-    dense = build_model(args.model, torch.bfloat16)
+    if args.layers is not None and args.layers < 1:
+        p.error(f"--layers {args.layers}: expected a positive number of layers")
+    dense = build_model(args.model, torch.bfloat16, layers=args.layers)
     variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
@@ -197,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch, seq in runs:
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
         row = {"model": args.model, "dtype": args.dtype, "batch": batch, "seq": seq}
+        if args.layers is not None:  # another model than the spec's: named apart in the store
+            row.update(model=f"{args.model}, {args.layers} layers", layers=args.layers)
         with torch.no_grad():
             ref = variants["bf16 dense"](input_ids=ids).logits
             for key in (base_key, sparse_key):
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 set_mode(model, "auto")
         torch._dynamo.reset()
         print(
-            f"{args.model} {batch}x{seq}: "
+            f"{row['model']} {batch}x{seq}: "
             + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float))
         )
         rows.append(row)
@@ -240,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {len(rows)} runs in {args.db}")
     generated = []
     if args.generate:
-        generated = generate_rows(variants, args.model, args.dtype, (base_key, sparse_key), vocab)
+        name = args.model if args.layers is None else f"{args.model}, {args.layers} layers"
+        generated = generate_rows(variants, name, args.dtype, (base_key, sparse_key), vocab)
     if args.json:
         env = {**environment(), "time": measured["time"], "command": command.strip()}
         env.update({"commit": args.commit} if args.commit else {})

@@ -122,7 +122,7 @@ MODEL_SPECS = {
 }
 
 
-def build_model(name: str, dtype: torch.dtype) -> nn.Module:
+def build_model(name: str, dtype: torch.dtype, layers: int | None = None) -> nn.Module:
     """Model ``name`` of :data:`MODEL_SPECS` on the GPU, random weights, Linears 2:4 but the head.
 
     Parameters
@@ -131,6 +131,9 @@ def build_model(name: str, dtype: torch.dtype) -> nn.Module:
         A key of :data:`MODEL_SPECS`.
     dtype : torch.dtype
         The model's dtype.
+    layers : int, optional
+        Number of transformer layers, instead of the spec's (32 gives a whole LLaMA-3-8B-like
+        model: the spec's few layers keep benchmarks short, but over-weight the dense head).
 
     Returns
     -------
@@ -142,17 +145,22 @@ def build_model(name: str, dtype: torch.dtype) -> nn.Module:
     from explorer.bench.runner import mask24
 
     spec = MODEL_SPECS[name]
+    if layers is not None and (
+        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
+    ):
+        raise ValueError(f"layers={layers!r}: expected a positive int (or None for the spec's)")
+    config = {**spec.config, **({"num_hidden_layers": layers} if layers else {})}
     torch.manual_seed(0)
     with torch.device("cuda"):
         if spec.kind == "llama":
-            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec.config))
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
         elif spec.kind == "qwen2":
-            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**spec.config))
+            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config))
         elif spec.kind == "phi3":
-            model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**spec.config))
+            model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**config))
         else:
             model = transformers.BertModel(
-                transformers.BertConfig(**spec.config), add_pooling_layer=False
+                transformers.BertConfig(**config), add_pooling_layer=False
             )
     model = model.to(dtype).eval()
     with torch.no_grad():
