@@ -23,6 +23,12 @@ no GPU::
 
     python benchmarks/quantized_models.py --from-json fp8.json --db measured.db
 
+``--layers N`` builds the model with N transformer layers instead of the spec's few (``--layers
+32`` is a whole LLaMA-3-8B-like model, where the dense bf16 head weighs less); its rows name the
+model ``"llama-8b, 32 layers"``. ``--layer-by-layer`` also times a fourth variant, 2:4 with no
+q/k/v or gate/up stacked (``sparsify(..., fuse_qkv=False, fuse_mlp=False)``), side by side with the
+others: what stacking the layers gains.
+
 ``--generate`` also times Hugging Face ``generate()`` as a user serves the model: greedy, a
 32-token prompt and 128 new tokens, at batch 1 and 16, with the dynamic cache (eager) and with
 ``cache_implementation="static"`` (transformers compiles the step with CUDA graphs; the quantized
@@ -59,6 +65,9 @@ from explorer.results.store.provenance import provenance
 def _pruned(module: nn.Module, name: str) -> bool:
     return name.split(".")[-1] != "lm_head"
 
+
+#: ``--layer-by-layer``: sparsify's options that keep every layer apart.
+UNSTACKED = {"fuse_qkv": False, "fuse_mlp": False}
 
 #: ``--generate``: batch sizes, prompt length and new tokens per sequence.
 GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
@@ -164,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-json", type=Path, help="record this --json file's rows in --db")
     p.add_argument("--generate", action="store_true", help="also time generate() (tokens/s)")
     p.add_argument(
+        "--layer-by-layer",
+        action="store_true",
+        help="also time 2:4 with q/k/v and gate/up not stacked (sparsify's fuse_qkv/fuse_mlp off)",
+    )
+    p.add_argument(
         "--layers", type=int, help="transformer layers instead of the spec's (32: a whole 8B model)"
     )
     args = p.parse_args(argv)
@@ -197,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         report = sparsify(sparse, filter_fn=_pruned, dtype=args.dtype, tokens=counts)
     print(repr(report))
     variants[sparse_key] = sparse
+    if args.layer_by_layer:  # the same, with no layers stacked: what stacking gains
+        single = copy.deepcopy(dense)
+        with torch.no_grad():
+            sparsify(single, filter_fn=_pruned, dtype=args.dtype, tokens=counts, **UNSTACKED)
+        variants[f"{sparse_key} layer by layer"] = single
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
     rows = []
     for batch, seq in runs:
@@ -231,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{how} {base_key} over bf16"] = paired_ratio(base, same)
             row[f"{how} {sparse_key} over bf16"] = paired_ratio(base, timed[sparse_key])
             row[f"{how} {sparse_key} over {base_key}"] = paired_ratio(same, timed[sparse_key])
+            if args.layer_by_layer:
+                single = timed[f"{sparse_key} layer by layer"]
+                row[f"{how} {sparse_key} layer by layer over {base_key}"] = paired_ratio(
+                    same, single
+                )
             for model in variants.values():
                 set_mode(model, "auto")
         torch._dynamo.reset()

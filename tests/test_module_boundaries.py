@@ -46,7 +46,7 @@ LARGE_MODULES = {
     "explorer/gpu/swap/model_swap.py": 767,
     "explorer/gpu/modules/sparse_linear.py": 1130,
     "explorer/gpu/library/tuning.py": 628,
-    "explorer/results/markdown/bench.py": 558,
+    "explorer/results/markdown/bench.py": 557,
     "explorer/results/speedup.py": 511,
     "explorer/results/store/db.py": 722,
     "explorer/widgets/mask_view.py": 713,

@@ -145,23 +145,15 @@ def build_model(name: str, dtype: torch.dtype, layers: int | None = None) -> nn.
     from explorer.bench.runner import mask24
 
     spec = MODEL_SPECS[name]
-    if layers is not None and (
-        isinstance(layers, bool) or not isinstance(layers, int) or layers < 1
-    ):
-        raise ValueError(f"layers={layers!r}: expected a positive int (or None for the spec's)")
     config = {**spec.config, **({"num_hidden_layers": layers} if layers else {})}
+    family = {"llama": "Llama", "qwen2": "Qwen2", "phi3": "Phi3", "bert": "Bert"}[spec.kind]
+    config = getattr(transformers, f"{family}Config")(**config)
     torch.manual_seed(0)
     with torch.device("cuda"):
-        if spec.kind == "llama":
-            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
-        elif spec.kind == "qwen2":
-            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config))
-        elif spec.kind == "phi3":
-            model = transformers.Phi3ForCausalLM(transformers.Phi3Config(**config))
+        if spec.kind == "bert":
+            model = transformers.BertModel(config, add_pooling_layer=False)
         else:
-            model = transformers.BertModel(
-                transformers.BertConfig(**config), add_pooling_layer=False
-            )
+            model = getattr(transformers, f"{family}ForCausalLM")(config)
     model = model.to(dtype).eval()
     with torch.no_grad():
         for fqn, mod in model.named_modules():
@@ -383,17 +375,13 @@ def bench_whole_model(
         decode = row["seq"] == 1 and spec.kind != "bert"
         if compiled:
             est_gpu = rep.layer_estimate(decision_tokens(row["n"], dtype), clock="gpu")
-            _compiled_columns(row, call, dense, sparse, with_decode if decode else None, est_gpu)
+            decode_model = with_decode if decode else None
+            _compiled_columns(row, call, (dense, sparse, decode_model, control), est_gpu)
+        speeds = {k: v for k, v in row.items() if "speedup" in k or "ceiling" in k}
+        shown = ", ".join(f"{k} {v:.2f}x" for k, v in speeds.items() if isinstance(v, float))
         say(
             f"{name} {row['dtype']} {row['batch']}x{row['seq']}: dense {row['dense_ms']:.3f} ms, "
-            f"explorer {row['speedup']:.2f}x (ceiling {row.get('ceiling') or float('nan'):.2f}x, "
-            f"dense copy {row.get('control_speedup') or float('nan'):.2f}x), "
-            f"compile default {row.get('speedup_default') or float('nan'):.2f}x, decode=True "
-            f"eager {row.get('decode_speedup') or float('nan'):.2f}x / default "
-            f"{row.get('decode_speedup_default') or float('nan'):.2f}x / graphs "
-            f"{row.get('decode_speedup_compiled') or float('nan'):.2f}x, graphs "
-            f"{row.get('speedup_compiled') or float('nan'):.2f}x, torch "
-            f"{row.get('torch_speedup') or float('nan'):.2f}x, err {row['relerr']:.1e}"
+            f"{shown}, err {row['relerr']:.1e}"
         )
     # 3. The shared whole-model timing, in the modes asked for.
     for row, ids in zip(rows, inputs, strict=True):
@@ -443,12 +431,12 @@ def _model_speed_columns(
             row[f"model_speed_{mode}_error"] = str(result.reason)
 
 
-def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> None:
+def _compiled_columns(row: dict, call, models, est_gpu) -> None:
     """Add the ``torch.compile`` columns to ``row``.
 
     The default mode with the models as ``sparsify()`` left them, and CUDA graphs
     (``mode="reduce-overhead"``) with the sparse models set to ``mode="graphs"``, as the docs ask of
-    a model run that way.
+    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (graphs A/A).
 
     The variants of one compile mode are compiled together and timed side by side, round
     after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled
@@ -457,11 +445,14 @@ def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> N
     """
     from explorer.gpu import set_mode
 
+    dense, sparse, with_decode, control = models
     mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
     groups = {
         "default": {"dense_default_ms": dense, "explorer_default_ms": sparse},
         mode: {"dense_compiled_ms": dense, "explorer_compiled_ms": sparse},
     }
+    if control is not None:
+        groups[mode]["control_compiled_ms"] = control
     if with_decode is not None:
         groups["default"]["decode_default_ms"] = with_decode
         groups[mode]["decode_compiled_ms"] = with_decode
@@ -498,6 +489,7 @@ def _compiled_columns(row: dict, call, dense, sparse, with_decode, est_gpu) -> N
         ("decode_speedup_default", "decode_default_ms"),
         ("decode_speedup_compiled", "decode_compiled_ms"),
         ("speedup_compiled", "explorer_compiled_ms"),
+        ("control_speedup_compiled", "control_compiled_ms"),
     ):
         if key in ratios:
             row[out] = ratios[key]

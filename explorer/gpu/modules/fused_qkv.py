@@ -14,6 +14,8 @@ the custom op of :mod:`explorer.gpu.cuda.ops` once per attention module.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -22,6 +24,9 @@ from explorer.dtypes import dtype_name
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.modules.sparse_weight import stack_linears
+
+if TYPE_CHECKING:
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
 __all__ = ["ATTENTION_PROJECTIONS", "QKVPart", "SparseQKV", "find_qkv"]
 
@@ -78,8 +83,9 @@ class SparseQKV(nn.Module):
 
     Parameters
     ----------
-    proj : SparseLinear
-        The stacked ``[Wq; Wk; Wv]`` layer (row-major output).
+    proj : SparseLinear or Int4Linear
+        The stacked ``[Wq; Wk; Wv]`` layer (row-major output): 2:4 in 16 bits, or 2:4 with int4
+        kept values (``sparsify(model, dtype="int4")``).
     sizes : tuple of int
         Output features of the query, key and value projections.
 
@@ -95,7 +101,7 @@ class SparseQKV(nn.Module):
     (True, (16, 128))
     """
 
-    def __init__(self, proj: SparseLinear, sizes: tuple[int, int, int]) -> None:
+    def __init__(self, proj: SparseLinear | Int4Linear, sizes: tuple[int, int, int]) -> None:
         super().__init__()
         if sum(sizes) != proj.out_features:
             raise ValueError(

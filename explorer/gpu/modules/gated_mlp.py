@@ -9,6 +9,8 @@ always row-major: the down projection hands its result to a residual add, not to
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -18,6 +20,9 @@ from explorer.gpu.cuda import ops
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.modules.sparse_weight import stack_linears
+
+if TYPE_CHECKING:
+    from explorer.gpu.modules.int4_linear import Int4Linear
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 
@@ -92,10 +97,11 @@ class SparseGatedMLP(nn.Module):
 
     Parameters
     ----------
-    gate_up : SparseLinear
+    gate_up : SparseLinear or Int4Linear
         The stacked ``[gate; up]`` projection (``2 * hidden`` outputs).
-    down : SparseLinear
-        The down projection.
+    down : SparseLinear or Int4Linear
+        The down projection. Both 2:4 in 16 bits, or both 2:4 with int4 kept values
+        (``sparsify(model, dtype="int4")``).
 
     Examples
     --------
@@ -110,7 +116,7 @@ class SparseGatedMLP(nn.Module):
     True
     """
 
-    def __init__(self, gate_up: SparseLinear, down: SparseLinear) -> None:
+    def __init__(self, gate_up: SparseLinear | Int4Linear, down: SparseLinear | Int4Linear) -> None:
         super().__init__()
         if gate_up.out_features != 2 * down.in_features:
             raise ValueError(

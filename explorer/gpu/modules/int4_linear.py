@@ -65,6 +65,9 @@ class Int4Linear(nn.Module):
         route at every token count: int4 dense, the baseline 2:4 is measured against.
     """
 
+    #: Outputs are row-major (what the fused blocks read), on the explorer's own kernels.
+    output, backend = "rows", "explorer"
+
     def __init__(
         self,
         weight: Int4Weight,
@@ -99,9 +102,7 @@ class Int4Linear(nn.Module):
             self.register_buffer("_dense16", weight.decompress().to(dtype), persistent=False)
         layout_refusal = _decode_refusal(weight)
         self._tiled = layout_refusal is None  # the explorer's int4 kernels can read it
-        self.decode_refusal = (
-            layout_refusal if decode or layout_refusal else "the decode route is off"
-        )
+        self.decode_refusal = layout_refusal or (None if decode else "the decode route is off")
         self._reset_runtime()
 
     def _reset_runtime(self) -> None:
@@ -117,11 +118,8 @@ class Int4Linear(nn.Module):
     def __getstate__(self) -> dict:
         """A copy keeps the weights, not this process's launches or op id."""
         state = self.__dict__.copy()
-        state.pop("_routes", None)
-        state.pop("_calls", None)
-        state.pop("_tiles", None)
-        state.pop("_dequantizer", None)
-        state.pop("_fast", None)
+        for name in ("_routes", "_calls", "_tiles", "_dequantizer", "_fast"):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -248,7 +246,7 @@ class Int4Linear(nn.Module):
         self._fast.clear()
 
     def route(self, tokens: int, clock: str) -> Route:
-        """The route ``tokens`` rows take by ``clock``, measured on first use.
+        """The route (``DENSE`` or ``DECODE``) ``tokens`` rows take by ``clock``, measured once.
 
         Both routes are timed by both clocks once per problem; inside a CUDA-graph capture the
         nearest measured count decides, dense if none.
@@ -257,11 +255,6 @@ class Int4Linear(nn.Module):
         ----------
         tokens, clock : int, str
             Rows of the input, and ``"gpu"`` or ``"wall"``.
-
-        Returns
-        -------
-        Route
-            ``DENSE`` or ``DECODE``.
         """
         if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
             return DENSE
@@ -292,10 +285,6 @@ class Int4Linear(nn.Module):
         ----------
         tokens, clock : int, str
             Rows of the input, and ``"gpu"`` or ``"wall"``.
-
-        Returns
-        -------
-        dict
         """
         decision = BOOK.decided(self._problem(), tokens)
         return {} if decision is None else decision.times(clock)
@@ -325,12 +314,32 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]``."""
         if torch.compiler.is_compiling():
-            tokens = x.numel() // self.in_features
-            if self.mode == "graphs" or not isinstance(tokens, int) or self._dequantizes(tokens):
-                # the chosen route (or the kernel dequantizing the weight), one opaque op
-                return ops.forward(x, self._op_id)
-            return self._torch_int4(x)  # traced: the compiler's own int4 op
+            if self.traces_dense(x.numel() // self.in_features):
+                return self._dense(x)  # traced: the compiler's own int4 op
+            return ops.forward(x, self._op_id)  # the chosen route (or dequantizing), one op
         return self.run(x)
+
+    def traces_dense(self, tokens) -> bool:
+        """Whether a compiled model traces the dense route at ``tokens`` rows (else the op).
+
+        Traced up to 64 tokens, outside ``mode="graphs"``; symbolic sizes go to the op.
+
+        Parameters
+        ----------
+        tokens : int or symbolic size
+            Rows of the input.
+        """
+        return self.mode != "graphs" and isinstance(tokens, int) and not self._dequantizes(tokens)
+
+    def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
+        """The dense route as torch calls a compiler traces (where :meth:`traces_dense`).
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+        """
+        return self._dense(x)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
         """The eager forward: the route chosen for this row count.
@@ -379,9 +388,6 @@ class Int4Linear(nn.Module):
         if route == DECODE:
             call = self._calls[t]
             fast = lambda x: call(x.reshape(t, k)).view(out)  # noqa: E731
-        elif self._int4pack is None:
-            weight, bias = self._dense16, self.bias
-            fast = lambda x: nn.functional.linear(x, weight, bias)  # noqa: E731
         else:
             fast = self._dense
         self._fast[(x.shape, x.get_device(), x.dtype, clock)] = fast
@@ -392,10 +398,7 @@ class Int4Linear(nn.Module):
         Parameters
         ----------
         x : torch.Tensor
-
-        Returns
-        -------
-        torch.Tensor
+            The input, ``(..., in_features)``.
         """
         return self.run(x)
 
@@ -405,10 +408,7 @@ class Int4Linear(nn.Module):
         Parameters
         ----------
         x : torch.Tensor
-
-        Returns
-        -------
-        torch.Tensor
+            The input, ``(..., in_features)``.
         """
         return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.dtype)
 

@@ -147,8 +147,9 @@ def sparsify(
         :mod:`explorer.gpu.modules.fp8`), ``"int4"`` (kept weights group-wise int4, 128 columns a
         scale; each layer an :class:`~explorer.gpu.modules.int4_linear.Int4Linear` that runs torch's
         int4 weight-only kernel or, at 1 to 64 tokens where it measures faster, the explorer's
-        2:4 + int4 decode kernel; no fused blocks) or None to keep each layer's 16-bit dtype
-        (float32 layers run in float16).
+        2:4 + int4 decode kernel; q/k/v and gate/up stacked as in 16 bits, see
+        :mod:`explorer.gpu.swap.int4_swap`) or None to keep each layer's 16-bit dtype (float32
+        layers run in float16).
     inplace : bool
         Change ``model`` itself (default) or a deep copy (then see ``report.model``).
     prune : bool
@@ -249,7 +250,8 @@ def sparsify(
         if backend != "cusparselt":
             raise ValueError("dtype='int4' runs the explorer's own kernels: leave backend out")
         counts = _token_counts(tokens)
-        return _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, int4_scales or {})
+        fuse = (fuse_qkv, fuse_mlp)
+        return _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, int4_scales, fuse)
     if int4_scales:
         raise ValueError(
             f"int4_scales are for dtype='int4', but dtype is {dtype!r}. Hint: "
@@ -352,14 +354,9 @@ def _prune_24(targets) -> None:
                 mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
 
 
-def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> SparsifyReport:
-    """``sparsify(dtype="int4")``: every eligible layer an ``Int4Linear``.
-
-    Its routes are measured at the decode sizes among ``counts`` (larger counts run torch's int4
-    kernel).
-    """
-    from explorer.gpu.modules.int4_linear import Int4Linear
-    from explorer.gpu.routes.dispatch import DECODE
+def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales, fuse) -> SparsifyReport:
+    """``sparsify(dtype="int4")``: :mod:`explorer.gpu.swap.int4_swap` on the eligible layers."""
+    from explorer.gpu.swap.int4_swap import swap_int4_layers
 
     _refuse_compiled(model)
     if not inplace:
@@ -369,46 +366,7 @@ def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales) -> Sp
     targets, places = _targets(model, filter_fn, report)
     if prune:
         _prune_24(targets)
-    built = []
-    for fqn, mod in targets:
-        try:
-            given = scales.get(fqn)
-            if given is None:
-                new = Int4Linear.from_linear(mod, mode=mode)
-            else:
-                group = mod.in_features // max(1, given.shape[-1])
-                given = given.to(mod.weight.device, torch.float32)
-                new = Int4Linear.from_linear(mod, group, scales=given, mode=mode)
-        except (ValueError, TypeError, RuntimeError) as exc:
-            report.skipped.append((fqn, f"int4 compression failed: {exc}"))
-            continue
-        if new.decode_refusal is not None:
-            report.skipped.append((fqn, f"no 2:4 + int4 kernel: {new.decode_refusal}"))
-            continue
-        for place in places[id(mod)]:
-            _set_module(model, place, new)
-        report.swapped.append((fqn, tuple(mod.weight.shape)))
-        built.append((fqn, new))
-    for fqn, layer in built:
-        for n in (c for c in counts if c <= 64):
-            for clock in ("wall", "gpu"):
-                chosen = layer.route(n, clock)
-                times = layer.route_times(n, clock)
-                report.timings.append(
-                    LayerTiming(
-                        fqn,
-                        (layer.out_features, layer.in_features),
-                        n,
-                        times.get(DENSE),
-                        times.get(DECODE),
-                        "2:4 int4 decode" if chosen == DECODE else "int4 dense (torch)",
-                        clock,
-                    )
-                )
-    report.notes.append(
-        "int4: layers above 64 tokens run torch's int4 weight-only kernel; speed-ups are over "
-        "int4 dense, not over the 16-bit model"
-    )
+    swap_int4_layers(model, targets, places, report, counts, mode, scales, *fuse)
     return report
 
 

@@ -309,9 +309,7 @@ def format_decode(rows: list[dict]) -> str:
 
 
 def format_models(rows: list[dict]) -> str:
-    """The whole-model table: dense and sparse in each execution mode, with the ceiling.
-
-    The modes are eager, ``torch.compile``'s default mode and CUDA graphs (``reduce-overhead``).
+    """Whole models, dense and sparse: eager, compile default and CUDA graphs, with the ceiling.
 
     Parameters
     ----------
@@ -335,7 +333,8 @@ def format_models(rows: list[dict]) -> str:
         torch_cell = speedup_cell(r.get("torch_speedup"))
         if r.get("torch_error"):
             torch_cell = "fails: " + r["torch_error"].split(":")[0]
-        comp = speedup_cell(r.get("speedup_compiled"))
+        aa = r.get("control_speedup_compiled")  # the dense copy under CUDA graphs too
+        comp = speedup_cell(r.get("speedup_compiled")) + f" (A/A {speedup_cell(aa)})" * bool(aa)
         if r.get("explorer_compiled_error"):
             comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
         default = speedup_cell(r.get("speedup_default"))

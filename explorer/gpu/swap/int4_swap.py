@@ -1,0 +1,214 @@
+"""``sparsify(dtype="int4")``'s swap: every layer an ``Int4Linear``, shared inputs stacked.
+
+Each pruned ``nn.Linear`` becomes an :class:`~explorer.gpu.modules.int4_linear.Int4Linear`,
+which runs torch's int4 weight-only kernel or the explorer's 2:4 + int4 decode kernel, whichever
+measures faster. As in 16 bits, layers that read the same input run as one product first:
+
+* the query, key and value projections of a self-attention module become one
+  :class:`~explorer.gpu.modules.fused_qkv.SparseQKV` over one ``Int4Linear`` of their stacked rows;
+* a SwiGLU block becomes a :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP` whose stacked
+  gate/up product and down projection are ``Int4Linear`` layers.
+
+Why: at a few tokens an int4 layer's time is its bytes plus a fixed cost per call, and a small
+layer leaves most of the GPU idle. On an H100 (commit 6e6a962) the decode kernel cannot go below
+about 2.2 us a call, and a 1024 x 4096 key or value projection alone moved its bytes at 19% of
+the copy bandwidth, against 75% for the 14336 x 4096 gate projection. One product of the stacked
+rows pays one fixed cost instead of three and fills the GPU better. Both routes of a stacked layer
+compute the same numbers as its parts would: int4 groups run along a row, so stacking rows
+changes no code or scale.
+
+The stacked weight is quantized with the scales the pruning recorded for its parts, where every
+part has them (``prune(..., quantize="int4").scales``), else round to nearest as for one layer.
+A block that cannot be stacked (a part shared with another place, scales for only some parts, a
+layout the kernel refuses) runs layer by layer, and the report's notes say why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
+from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
+from explorer.gpu.modules.int4_linear import Int4Linear
+from explorer.gpu.modules.sparse_weight import stack_linears
+from explorer.gpu.routes.dispatch import DECODE, DENSE
+from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
+
+__all__ = ["MAX_DECODE_TOKENS", "swap_int4_layers"]
+
+#: Token counts up to this one are timed between the two routes; above it the dense route runs.
+MAX_DECODE_TOKENS = 64
+
+
+def swap_int4_layers(
+    model: nn.Module,
+    targets: list[tuple[str, nn.Linear]],
+    places: Mapping[int, list[str]],
+    report: SparsifyReport,
+    counts: tuple[int, ...],
+    mode: str = "auto",
+    scales: Mapping[str, torch.Tensor] | None = None,
+    fuse_qkv: bool = True,
+    fuse_mlp: bool = True,
+) -> None:
+    """Swap ``targets`` for int4 layers in ``model`` and record what was done in ``report``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, changed in place.
+    targets : list of (str, torch.nn.Linear)
+        The CUDA layers to swap, by name, with 2:4 weights.
+    places : mapping of int to list of str
+        Every name each module object sits at (``id(module)``): a layer shared between places is
+        swapped at all of them and never stacked with others.
+    report : SparsifyReport
+        Gains the swapped, skipped and fused layers and the routes' times.
+    counts : tuple of int
+        Token counts to choose routes at (those up to :data:`MAX_DECODE_TOKENS` are timed).
+    mode : {"auto", "eager", "compile", "graphs"}
+        The clock routes are chosen by.
+    scales : mapping of str to torch.Tensor, optional
+        ``{layer: [out, in / G]}`` scales a joint prune-and-quantize recorded.
+    fuse_qkv, fuse_mlp : bool
+        Stack self-attention q/k/v projections, and SwiGLU gate/up projections.
+
+    Examples
+    --------
+    >>> report = SparsifyReport(backend="explorer", dtype="int4")
+    >>> swap_int4_layers(nn.Linear(8, 8), [], {}, report, counts=())
+    >>> report.swapped
+    []
+    """
+    scales = scales or {}
+    wanted = {place: mod for _, mod in targets for place in places[id(mod)]}  # every place
+    built: list[tuple[str, Int4Linear]] = []
+    done: set[str] = set()
+    for fqn, mod in list(model.named_modules()):
+        block, names = None, find_qkv(mod) if fuse_qkv else None
+        if names is not None:
+            block = _stacked_qkv(mod, fqn, names, wanted, places, scales, mode, report)
+        elif fuse_mlp and fqn and is_gated_mlp(mod):  # (the root cannot be swapped in place)
+            block = _stacked_mlp(model, mod, fqn, wanted, places, scales, mode, report)
+        if block is not None:
+            parts, layers = block
+            done.update(parts)
+            report.swapped.extend((f, tuple(wanted[f].weight.shape)) for f in parts)
+            built.extend(layers)
+    for fqn, mod in targets:
+        if fqn in done:
+            continue
+        if "" in places[id(mod)]:
+            why = "the model is this Linear itself. Hint: sparsify(nn.Sequential(layer), ...)"
+            report.skipped.append((fqn or "(the model)", why))
+            continue
+        try:
+            new = _int4_layer(mod, [scales.get(fqn)], mode)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.skipped.append((fqn, f"int4 compression failed: {exc}"))
+            continue
+        if new.decode_refusal is not None:
+            report.skipped.append((fqn, f"no 2:4 + int4 kernel: {new.decode_refusal}"))
+            continue
+        for place in places[id(mod)]:
+            model.set_submodule(place, new)
+        report.swapped.append((fqn, tuple(mod.weight.shape)))
+        built.append((fqn, new))
+    _record_routes(built, counts, report)
+    report.notes.append(
+        "int4: layers above 64 tokens run cuBLAS on the weight dequantized for the call; "
+        "speed-ups are over int4 dense, not over the 16-bit model"
+    )
+
+
+def _int4_layer(linear: nn.Linear, given: list, mode: str) -> Int4Linear:
+    """``linear`` at int4, with the scales ``given`` for its parts (all None: round to nearest)."""
+    if all(g is None for g in given):
+        return Int4Linear.from_linear(linear, mode=mode)
+    if any(g is None for g in given):
+        raise ValueError("the pruning recorded int4 scales for some of the stacked layers only")
+    stacked = torch.cat([g.to(linear.weight.device, torch.float32) for g in given])
+    group = linear.in_features // max(1, stacked.shape[-1])
+    return Int4Linear.from_linear(linear, group, scales=stacked, mode=mode)
+
+
+def _stackable(fqns, wanted, places, report, where: str) -> list[nn.Linear] | None:
+    """The layers named ``fqns`` if all are targets, each at one place; else None."""
+    if not all(f in wanted for f in fqns):
+        return None
+    parts = [wanted[f] for f in fqns]
+    if any(len(places[id(p)]) != 1 for p in parts):
+        report.notes.append(f"{where}: a layer is shared with another place; not stacked")
+        return None
+    return parts
+
+
+def _stacked(parts, fqns, scales, mode, report, where: str) -> Int4Linear | None:
+    """One ``Int4Linear`` of ``parts``' stacked rows, or None (the reason in the notes)."""
+    try:
+        layer = _int4_layer(stack_linears(*parts), [scales.get(f) for f in fqns], mode)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        report.notes.append(f"{where}: not stacked ({exc}); layer by layer instead")
+        return None
+    if layer.decode_refusal is not None:
+        report.notes.append(f"{where}: not stacked ({layer.decode_refusal}); layer by layer")
+        return None
+    return layer
+
+
+def _stacked_qkv(attn, fqn, names, wanted, places, scales, mode, report):
+    """``attn``'s q/k/v as one ``SparseQKV`` on int4: (part names, built layers), or None."""
+    fqns = [f"{fqn}.{n}" if fqn else n for n in names]
+    parts = _stackable(fqns, wanted, places, report, f"{fqn} q/k/v")
+    proj = parts and _stacked(parts, fqns, scales, mode, report, f"{fqn} q/k/v")
+    if not proj:
+        return None
+    block = SparseQKV(proj, tuple(p.out_features for p in parts))
+    attn.add_module("sparse_qkv", block)
+    for name, part in zip(names, block.parts(), strict=True):
+        setattr(attn, name, part)
+    report.fused.append(f"{fqn}.sparse_qkv" if fqn else "sparse_qkv")
+    return fqns, [(f"{fqn}.sparse_qkv" if fqn else "sparse_qkv", proj)]
+
+
+def _stacked_mlp(model, mlp, fqn, wanted, places, scales, mode, report):
+    """The SwiGLU block ``mlp`` as a ``SparseGatedMLP`` on int4, or None."""
+    fqns = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
+    parts = _stackable(fqns, wanted, places, report, f"{fqn} gate/up")
+    gate_up = parts and _stacked(parts[:2], fqns[:2], scales, mode, report, f"{fqn} gate/up")
+    if not gate_up:
+        return None
+    try:
+        down = _int4_layer(parts[2], [scales.get(fqns[2])], mode)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
+        return None
+    if down.decode_refusal is not None:
+        report.notes.append(f"{fqn}: MLP not fused ({down.decode_refusal}); layer by layer")
+        return None
+    model.set_submodule(fqn, SparseGatedMLP(gate_up, down))
+    report.fused.append(fqn)
+    return fqns, [(f"{fqn}.gate_up", gate_up), (f"{fqn}.down", down)]
+
+
+def _record_routes(built, counts, report: SparsifyReport) -> None:
+    """Choose (measure) each layer's route at the decode sizes, by both clocks, and report it."""
+    for fqn, layer in built:
+        for n in (c for c in counts if c <= MAX_DECODE_TOKENS):
+            for clock in ("wall", "gpu"):
+                chosen = layer.route(n, clock)
+                times = layer.route_times(n, clock)
+                report.timings.append(
+                    LayerTiming(
+                        fqn,
+                        (layer.out_features, layer.in_features),
+                        n,
+                        times.get(DENSE),
+                        times.get(DECODE),
+                        "2:4 int4 decode" if chosen == DECODE else "int4 dense (torch)",
+                        clock,
+                    )
+                )

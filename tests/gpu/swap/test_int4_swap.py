@@ -1,0 +1,174 @@
+"""sparsify(dtype="int4") stacks q/k/v and gate/up into one int4 product each (on the GPU).
+
+Stacking rows changes no int4 code or scale (groups run along a row), so the stacked layers are
+checked bit for bit against the layers quantized one by one, and the stacked model's output
+against the layer-by-layer model's within the int4 tolerance of ``test_int4_linear`` (both
+routes hold 1e-2 of the float64 dequantized product), eagerly, in a CUDA graph and compiled.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from gpu_helpers import mask24, relerr
+from torch import nn
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+TOL = 2e-2  # two int4 products in a row, each within 1e-2 of its float64 reference
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, kv: int) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, kv, bias=False)
+        self.v_proj = nn.Linear(d, kv, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(q) + (k * v).sum(-1, keepdim=True)
+
+
+class LlamaMLP(nn.Module):  # the class name is how sparsify knows a SwiGLU block
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 256, kv: int = 128, hidden: int = 512) -> None:
+        super().__init__()
+        self.self_attn = Attention(d, kv)
+        self.mlp = LlamaMLP(d, hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(x)
+        return x + self.mlp(x)
+
+
+def _model():
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block()).to(DEV, torch.bfloat16).eval()
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.Linear):
+                mod.weight.copy_(mask24(mod.weight))
+    return model
+
+
+def _both(**kwargs):
+    """The model stacked by ``sparsify(dtype="int4")``, and quantized layer by layer."""
+    from explorer.gpu import sparsify
+
+    model = _model()
+    single = copy.deepcopy(model)
+    report = sparsify(model, dtype="int4", tokens=(16, 1), **kwargs)
+    sparsify(single, dtype="int4", tokens=(16, 1), fuse_qkv=False, fuse_mlp=False)
+    return model, single, report
+
+
+def test_q_k_v_and_gate_up_become_one_int4_product_with_the_same_codes():
+    from explorer.gpu.modules.fused_qkv import QKVPart, SparseQKV
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP
+    from explorer.gpu.modules.int4_linear import Int4Linear
+
+    model, single, report = _both()
+    assert report.fused == ["0.self_attn.sparse_qkv", "0.mlp", "1.self_attn.sparse_qkv", "1.mlp"]
+    assert len(report.swapped) == 14 and not report.skipped  # every Linear, named as before
+    attn, mlp = model[0].self_attn, model[0].mlp
+    assert isinstance(attn.sparse_qkv, SparseQKV) and isinstance(attn.q_proj, QKVPart)
+    assert isinstance(attn.sparse_qkv.proj, Int4Linear) and attn.sparse_qkv.proj.out_features == 512
+    assert isinstance(mlp, SparseGatedMLP) and isinstance(mlp.gate_up, Int4Linear)
+    assert isinstance(model[0].self_attn.o_proj, Int4Linear)
+    alone = single[0].self_attn
+    stacked = attn.sparse_qkv.proj
+    for name in ("codes", "metadata", "scales"):
+        parts = [getattr(getattr(alone, p), name) for p in ("q_proj", "k_proj", "v_proj")]
+        assert torch.equal(getattr(stacked, name), torch.cat(parts)), name
+        parts = [getattr(getattr(single[0].mlp, p), name) for p in ("gate_proj", "up_proj")]
+        assert torch.equal(getattr(mlp.gate_up, name), torch.cat(parts)), name
+    tokens = {t.tokens for t in report.timings if t.fqn == "0.self_attn.sparse_qkv"}
+    assert tokens == {16, 1}
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+def test_the_stacked_model_matches_the_layer_by_layer_one(tokens):
+    model, single, _ = _both()
+    x = torch.randn(1, tokens, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert relerr(model(x), single(x)) < TOL
+
+
+def test_a_cuda_graph_replays_the_stacked_model():
+    from explorer.gpu import set_mode
+
+    model, single, _ = _both()
+    set_mode(model, "graphs")
+    x = torch.randn(1, 1, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        eager = model(x)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            model(x)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(x)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        assert relerr(out, model(x)) < 1e-6  # the same routes, replayed on the new input
+        assert relerr(out, single(x)) < TOL
+        assert relerr(out, eager) > 1e-3  # (the replay did read the new input)
+
+
+@pytest.mark.parametrize("tokens", [16, 300])
+def test_torch_compile_runs_the_stacked_model(tokens):
+    model, single, _ = _both()
+    x = torch.randn(1, tokens, 256, device=DEV, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            compiled = torch.compile(model)
+            assert relerr(compiled(x), single(x)) < TOL
+    finally:
+        torch._dynamo.reset()
+
+
+def test_joint_pruning_scales_are_stacked_with_their_layers():
+    from explorer.gpu import sparsify
+
+    model = _model()
+    scales = {}
+    for fqn, mod in model.named_modules():
+        if isinstance(mod, nn.Linear):
+            groups = mod.weight.float().view(mod.out_features, -1, 128)
+            scales[fqn] = (groups.abs().amax(-1) / 7).clamp_min(1e-8) * 1.25  # not the RTN scale
+    sparsify(model, dtype="int4", tokens=(1,), int4_scales=scales)
+    stacked = model[0].self_attn.sparse_qkv.proj
+    want = torch.cat([scales[f"0.self_attn.{p}_proj"] for p in "qkv"]).to(stacked.scales)
+    assert torch.equal(stacked.scales, want)
+
+
+def test_scales_for_some_parts_only_keep_the_block_layer_by_layer():
+    from explorer.gpu import sparsify
+    from explorer.gpu.modules.int4_linear import Int4Linear
+
+    model = _model()
+    q = model[0].self_attn.q_proj
+    only_q = {"0.self_attn.q_proj": q.weight.float().view(256, -1, 128).abs().amax(-1) / 7}
+    report = sparsify(model, dtype="int4", tokens=(1,), int4_scales=only_q)
+    assert "0.self_attn.sparse_qkv" not in report.fused
+    assert any("some of the stacked layers only" in n for n in report.notes)
+    assert isinstance(model[0].self_attn.q_proj, Int4Linear)
+    assert "1.self_attn.sparse_qkv" in report.fused
