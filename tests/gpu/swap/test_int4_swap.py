@@ -3,7 +3,8 @@
 Stacking rows changes no int4 code or scale (groups run along a row), so the stacked layers are
 checked bit for bit against the layers quantized one by one, and the stacked model's output
 against the layer-by-layer model's within the int4 tolerance of ``test_int4_linear`` (both
-routes hold 1e-2 of the float64 dequantized product), eagerly, in a CUDA graph and compiled.
+routes hold 1e-2 of the float64 dequantized product, compounded through the blocks), eagerly, in
+a CUDA graph and compiled.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from torch import nn
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
-TOL = 2e-2  # two int4 products in a row, each within 1e-2 of its float64 reference
+# The two models take different routes (a stacked layer may run the decode kernel where its parts
+# run torch's int4 kernel), each within 1e-2 of the float64 product, and a block is four int4
+# products deep (q/k/v, o, gate/up, down): measured 0.021-0.027 for two blocks. A wrong stacking
+# (columns of k and v swapped, a scale on the wrong rows) is off by far more than this.
+TOL = 4e-2
 
 
 class Attention(nn.Module):
