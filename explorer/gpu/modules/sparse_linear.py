@@ -53,7 +53,9 @@ _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 
 
 #: What a layer holds for this process only (plans, routes, remembered calls): not copied.
-_PROCESS_STATE = "_plans _routes _fast _fast_graph _dense_any _decode_calls _cache".split()
+_PROCESS_STATE = (
+    "_plans _routes _fast _fast_graph _dense_any _wall_dense _decode_calls _cache".split()
+)
 
 
 class SparseLinear(nn.Module):
@@ -189,6 +191,9 @@ class SparseLinear(nn.Module):
         # (shape, device, dtype) -> the dense route as one F.linear call, for any strides, where
         # every clock this layer may run by chose dense: looked up before anything else
         self._dense_any: dict = {}
+        # the same where the wall clock chose dense but the GPU clock may not (mode "auto"):
+        # taken outside a CUDA-graph capture only (BERT-like layers, eager and host-bound)
+        self._wall_dense: dict = {}
         self._decode_calls: dict = {}  # (rows, activation dtype) -> decode.DecodeCall
         self._cache = C.default_cache()
         self._op_id = ops.register(self)
@@ -234,6 +239,7 @@ class SparseLinear(nn.Module):
         self._fast.clear()
         self._fast_graph.clear()
         self._dense_any.clear()
+        self._wall_dense.clear()
 
     @property
     def op_id(self) -> int:
@@ -493,6 +499,7 @@ class SparseLinear(nn.Module):
         self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
         self._fast.clear()
         self._dense_any.clear()
+        self._wall_dense.clear()
 
     def _choose(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
@@ -743,11 +750,6 @@ class SparseLinear(nn.Module):
         ----------
         x : torch.Tensor
             The input, ``(..., in_features)``.
-
-        Returns
-        -------
-        torch.Tensor
-            The layer's output.
         """
         return self._dense_forward(x, self.activation != "none")
 
@@ -769,8 +771,12 @@ class SparseLinear(nn.Module):
         """
         # a shape dense by every clock this layer may run by: one F.linear, found by shape, device
         # and dtype alone (no capture check, no strides; decode sizes, eager is host-bound there)
-        dense = self._dense_any.get((x.shape, x.get_device(), x.dtype))
+        key = (x.shape, x.get_device(), x.dtype)
+        dense = self._dense_any.get(key)
         if dense is not None:
+            return dense(x)
+        dense = self._wall_dense.get(key)  # (a capture takes the GPU clock's route instead)
+        if dense is not None and not torch.cuda.is_current_stream_capturing():
             return dense(x)
         fast = self._fast_table(self._clock_now()).get(
             (x.shape, x.stride(), x.get_device(), x.dtype)
@@ -787,11 +793,6 @@ class SparseLinear(nn.Module):
         ----------
         x : torch.Tensor
             The input, ``(..., in_features)``.
-
-        Returns
-        -------
-        torch.Tensor
-            The layer's output, ``(..., out_features)``.
         """
         clock = self._clock_now()
         fast = self._fast_table(clock).get((x.shape, x.stride(), x.get_device(), x.dtype))
@@ -876,12 +877,8 @@ class SparseLinear(nn.Module):
         """The dense route as one call of a 2-D (or any-leading-dims) input."""
         if fused_act or self._fp8_dense:
             return partial(self._dense_forward, fused_act=fused_act)
-        weight, bias = self._dense, self.bias
-
-        def linear(x: torch.Tensor) -> torch.Tensor:
-            return nn.functional.linear(x, weight, bias)
-
-        return linear
+        # a partial is called from C: one Python frame less per eager call than a closure
+        return partial(nn.functional.linear, weight=self._dense, bias=self.bias)
 
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         """The product on the dense weight (FP8 dense for fp8), in the input's dtype."""
@@ -966,8 +963,11 @@ class SparseLinear(nn.Module):
                 # F.linear takes any leading dims: one call, no reshapes (host time in decode)
                 call = self._dense_call(act)
                 self._remember(x, call, clock, any_dims=True)
+                key = (x.shape, x.get_device(), x.dtype)
                 if dense_always and len(self._dense_any) < 64:
-                    self._dense_any[(x.shape, x.get_device(), x.dtype)] = call
+                    self._dense_any[key] = call
+                elif clock == "wall" and not capturing and len(self._wall_dense) < 64:
+                    self._wall_dense[key] = call
             return y if len(lead) == 1 else y.reshape(*lead, self.out_features)
         pad = n - t
         xp = nn.functional.pad(x2, (0, 0, 0, pad)) if pad else x2

@@ -135,6 +135,38 @@ def test_capture_takes_the_gpu_clock_decision_and_matches():
     assert sl._fast_graph or dense_by_every_clock, "the capture's call is remembered"
 
 
+def test_a_layer_dense_by_the_wall_clock_is_one_call_eagerly_and_captures_the_gpu_route():
+    from explorer.gpu import SparseLinear
+
+    lin = _linear(2048, 4096)
+    sl = SparseLinear.from_linear(lin, keep_dense=True)  # mode "auto": both clocks
+    x = torch.randn(4096, 2048, device=DEV, dtype=torch.bfloat16)
+    sl(x)  # measured by both clocks
+    sl.keep_dense_at(4096)  # as a failed whole-model eager check does: the wall clock runs dense
+    sl(x)
+    key = (x.shape, x.get_device(), x.dtype)
+    (gpu_route, _), *_ = sl.decisions("gpu").values()
+    if gpu_route.kind == "dense":
+        assert key in sl._dense_any  # dense by every clock: no capture check
+    else:
+        assert key in sl._wall_dense and key not in sl._dense_any
+    assert relerr(sl(x), _ref(x, lin)) < 1e-2  # the remembered eager call
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sl(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = sl(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relerr(y, _ref(x, lin)) < 1e-2
+    if gpu_route.kind != "dense":  # the capture took the GPU clock's route, not the eager call
+        assert sl._fast_graph
+
+
 def test_compiled_default_mode_matches_eager():
     from explorer.gpu import sparsify
 
