@@ -146,25 +146,27 @@ def _stackable(fqns, wanted, places, report, where: str) -> list[nn.Linear] | No
     return parts
 
 
-def _stacked(parts, fqns, scales, mode, report, where: str) -> Int4Linear | None:
-    """One ``Int4Linear`` of ``parts``' stacked rows, or None (the reason in the notes)."""
+def _stacked(linears, fqns, scales, mode, report, where: str) -> Int4Linear | None:
+    """``linears`` as one ``Int4Linear`` (their rows stacked), or None (the reason in the notes)."""
+    linear = linears[0] if len(linears) == 1 else stack_linears(*linears)
     try:
-        layer = _int4_layer(stack_linears(*parts), [scales.get(f) for f in fqns], mode)
+        layer = _int4_layer(linear, [scales.get(f) for f in fqns], mode)
     except (ValueError, TypeError, RuntimeError) as exc:
-        report.notes.append(f"{where}: not stacked ({exc}); layer by layer instead")
-        return None
-    if layer.decode_refusal is not None:
-        report.notes.append(f"{where}: not stacked ({layer.decode_refusal}); layer by layer")
-        return None
-    return layer
+        why = str(exc)
+    else:
+        why = layer.decode_refusal
+    if why is None:
+        return layer
+    report.notes.append(f"{where}: not stacked ({why}); layer by layer instead")
+    return None
 
 
 def _stacked_qkv(attn, fqn, names, wanted, places, scales, mode, report):
     """``attn``'s q/k/v as one ``SparseQKV`` on int4: (part names, built layers), or None."""
     fqns = [f"{fqn}.{n}" if fqn else n for n in names]
     parts = _stackable(fqns, wanted, places, report, f"{fqn} q/k/v")
-    proj = parts and _stacked(parts, fqns, scales, mode, report, f"{fqn} q/k/v")
-    if not proj:
+    proj = None if parts is None else _stacked(parts, fqns, scales, mode, report, f"{fqn} q/k/v")
+    if proj is None:
         return None
     block = SparseQKV(proj, tuple(p.out_features for p in parts))
     attn.add_module("sparse_qkv", block)
@@ -178,16 +180,12 @@ def _stacked_mlp(model, mlp, fqn, wanted, places, scales, mode, report):
     """The SwiGLU block ``mlp`` as a ``SparseGatedMLP`` on int4, or None."""
     fqns = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
     parts = _stackable(fqns, wanted, places, report, f"{fqn} gate/up")
-    gate_up = parts and _stacked(parts[:2], fqns[:2], scales, mode, report, f"{fqn} gate/up")
-    if not gate_up:
-        return None
-    try:
-        down = _int4_layer(parts[2], [scales.get(fqns[2])], mode)
-    except (ValueError, TypeError, RuntimeError) as exc:
-        report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
-        return None
-    if down.decode_refusal is not None:
-        report.notes.append(f"{fqn}: MLP not fused ({down.decode_refusal}); layer by layer")
+    gate_up = down = None
+    if parts is not None:
+        gate_up = _stacked(parts[:2], fqns[:2], scales, mode, report, f"{fqn} gate/up")
+    if gate_up is not None:
+        down = _stacked(parts[2:], fqns[2:], scales, mode, report, f"{fqn} MLP")
+    if down is None:
         return None
     model.set_submodule(fqn, SparseGatedMLP(gate_up, down))
     report.fused.append(fqn)

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 import torch
-from gpu_helpers import mask24, relerr
+from gpu_helpers import captured, mask24, relerr
 from torch import nn
 
 pytestmark = pytest.mark.gpu
@@ -128,14 +128,7 @@ def test_cuda_graph_replays_the_chosen_route():
     layer = _layer()
     x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
     layer(x)  # choose outside the capture
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        layer(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = layer(x)
+    g, y = captured(lambda: layer(x))
     x.copy_(torch.randn_like(x))
     g.replay()
     assert relerr(y, _reference(layer, x)) < TOL

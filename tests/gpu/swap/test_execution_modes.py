@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from gpu_helpers import mask24, relerr
+from gpu_helpers import captured, mask24, relerr
 from torch import nn
 
 pytestmark = pytest.mark.gpu
@@ -118,14 +118,7 @@ def test_capture_takes_the_gpu_clock_decision_and_matches():
     sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True)
     x = torch.randn(16, 512, device=DEV, dtype=torch.bfloat16)
     sl(x)  # measured outside the capture
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        sl(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = sl(x)
+    graph, y = captured(lambda: sl(x))
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
@@ -151,14 +144,7 @@ def test_a_layer_dense_by_the_wall_clock_is_one_call_eagerly_and_captures_the_gp
     else:
         assert key in sl._wall_dense and key not in sl._dense_any
     assert relerr(sl(x), _ref(x, lin)) < 1e-2  # the remembered eager call
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        sl(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = sl(x)
+    graph, y = captured(lambda: sl(x))
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()

@@ -13,7 +13,7 @@ import copy
 
 import pytest
 import torch
-from gpu_helpers import mask24, relerr
+from gpu_helpers import captured, mask24, relerr
 from torch import nn
 
 pytestmark = pytest.mark.gpu
@@ -122,14 +122,7 @@ def test_a_cuda_graph_replays_the_stacked_model():
     x = torch.randn(1, 1, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         eager = model(x)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            model(x)  # warm-up outside the capture
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = model(x)
+        graph, out = captured(lambda: model(x))
         x.copy_(torch.randn_like(x))
         graph.replay()
         assert relerr(out, model(x)) < 1e-6  # the same routes, replayed on the new input
