@@ -70,6 +70,22 @@ def test_random_round_trip_equals_rtn(rows, groups, g, seed):
     assert torch.equal(compress_int4(deq, g, scales=scales).decompress(), deq)
 
 
+@settings(deadline=None, max_examples=20)
+@given(rows=st.lists(st.integers(1, 5), min_size=2, max_size=3), seed=st.integers(0, 99))
+def test_stacked_rows_compress_to_the_parts_codes_and_scales(rows, seed):
+    # why sparsify(dtype="int4") may stack q/k/v or gate/up: groups run along a row
+    gen = torch.Generator().manual_seed(seed)
+    parts = [_pruned(torch.randn(r, 32, generator=gen)) for r in rows]
+    alone = [compress_int4(p, group_size=8) for p in parts]
+    stacked = compress_int4(torch.cat(parts), group_size=8)
+    for name in ("codes", "metadata", "scales"):
+        assert torch.equal(getattr(stacked, name), torch.cat([getattr(a, name) for a in alone]))
+    recorded = [a.scales * 1.5 for a in alone]  # scales a joint pruning recorded, stacked too
+    with_scales = compress_int4(torch.cat(parts), group_size=8, scales=torch.cat(recorded))
+    one_by_one = [compress_int4(p, 8, scales=r) for p, r in zip(parts, recorded, strict=True)]
+    assert torch.equal(with_scales.codes, torch.cat([o.codes for o in one_by_one]))
+
+
 def test_matmul_and_reference_match_dense():
     gen = torch.Generator().manual_seed(0)
     w = _pruned(torch.randn(24, 256, generator=gen))

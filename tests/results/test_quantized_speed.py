@@ -207,3 +207,17 @@ def test_the_benchmark_never_writes_over_a_file_that_is_not_a_store(tmp_path):
     with pytest.raises(SystemExit):
         main(["--from-json", str(measured)])  # no --db: no default place to write
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fp8.json", "notes.txt"]
+
+
+def test_the_benchmark_refuses_a_layer_count_below_one_before_any_work(tmp_path, capsys):
+    main = _script()["main"]
+    with pytest.raises(SystemExit):
+        main(["--layers", "0", "--json", str(tmp_path / "out.json")])
+    assert "--layers 0" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_whole_model_run_is_recorded_under_its_own_name():
+    row = {**FP8_ROW, "model": "llama-8b, 32 layers", "layers": 32}
+    names = {r["config"]["model"] for r in rows_from_benchmark([row])}
+    assert names == {"llama-8b, 32 layers"}  # never mixed with the four-layer spec's rows
