@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = tuple(sorted(counts, reverse=True))
     if args.layers is not None and args.layers < 1:
         p.error(f"--layers {args.layers}: expected a positive number of layers")
+    # another model than the spec's: named apart in the store
+    name = args.model if args.layers is None else f"{args.model}, {args.layers} layers"
     dense = build_model(args.model, torch.bfloat16, layers=args.layers)
     variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
     sparse = copy.deepcopy(dense)
@@ -221,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     for batch, seq in runs:
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
         row = {"model": args.model, "dtype": args.dtype, "batch": batch, "seq": seq}
-        if args.layers is not None:  # another model than the spec's: named apart in the store
-            row.update(model=f"{args.model}, {args.layers} layers", layers=args.layers)
+        if args.layers is not None:
+            row.update(model=name, layers=args.layers)
         with torch.no_grad():
             ref = variants["bf16 dense"](input_ids=ids).logits
             for key in (base_key, sparse_key):
@@ -271,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {len(rows)} runs in {args.db}")
     generated = []
     if args.generate:
-        name = args.model if args.layers is None else f"{args.model}, {args.layers} layers"
         generated = generate_rows(variants, name, args.dtype, (base_key, sparse_key), vocab)
     if args.json:
         env = {**environment(), "time": measured["time"], "command": command.strip()}

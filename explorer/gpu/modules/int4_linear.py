@@ -38,9 +38,9 @@ from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
 from explorer.lowbit import Int4Weight, compress_int4
 
-__all__ = ["Int4Linear"]
+__all__ = ["DECODE_MAX_TOKENS", "Int4Linear"]
 
-_DECODE_MAX_TOKENS = 64
+DECODE_MAX_TOKENS = 64  #: the most tokens the decode route takes; above them, dense
 
 
 class Int4Linear(nn.Module):
@@ -256,7 +256,7 @@ class Int4Linear(nn.Module):
         tokens, clock : int, str
             Rows of the input, and ``"gpu"`` or ``"wall"``.
         """
-        if tokens > _DECODE_MAX_TOKENS or self.decode_refusal is not None:
+        if tokens > DECODE_MAX_TOKENS or self.decode_refusal is not None:
             return DENSE
         key = (tokens, clock)
         found = self._routes.get(key)
@@ -376,7 +376,7 @@ class Int4Linear(nn.Module):
             return x.new_empty(*lead, self.out_features, dtype=self.dtype)
         route = self.route(t, clock)
         y = self._decode(x2) if route == DECODE else self._dense(x2)
-        settled = t > _DECODE_MAX_TOKENS or self.decode_refusal is not None
+        settled = t > DECODE_MAX_TOKENS or self.decode_refusal is not None
         if x.dtype == self.dtype and x.is_cuda and (settled or (t, clock) in self._routes):
             self._remember(x, route, clock)  # a measured decision, not a capture's nearest
         return y.reshape(*lead, self.out_features)
@@ -414,7 +414,7 @@ class Int4Linear(nn.Module):
 
     def _dequantizes(self, tokens: int) -> bool:
         """Whether the dense route runs cuBLAS on the weight dequantized for the call."""
-        return tokens > _DECODE_MAX_TOKENS and self._tiled and self._int4pack is not None
+        return tokens > DECODE_MAX_TOKENS and self._tiled and self._int4pack is not None
 
     def _dense(self, x: torch.Tensor) -> torch.Tensor:
         """The dense route, at int4.

@@ -32,15 +32,12 @@ from torch import nn
 
 from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
 from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
-from explorer.gpu.modules.int4_linear import Int4Linear
+from explorer.gpu.modules.int4_linear import DECODE_MAX_TOKENS, Int4Linear
 from explorer.gpu.modules.sparse_weight import stack_linears
 from explorer.gpu.routes.dispatch import DECODE, DENSE
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
-__all__ = ["MAX_DECODE_TOKENS", "swap_int4_layers"]
-
-#: Token counts up to this one are timed between the two routes; above it the dense route runs.
-MAX_DECODE_TOKENS = 64
+__all__ = ["swap_int4_layers"]
 
 
 def swap_int4_layers(
@@ -68,7 +65,7 @@ def swap_int4_layers(
     report : SparsifyReport
         Gains the swapped, skipped and fused layers and the routes' times.
     counts : tuple of int
-        Token counts to choose routes at (those up to :data:`MAX_DECODE_TOKENS` are timed).
+        Token counts to choose routes at (those up to ``DECODE_MAX_TOKENS`` of ``int4_linear`` are timed).
     mode : {"auto", "eager", "compile", "graphs"}
         The clock routes are chosen by.
     scales : mapping of str to torch.Tensor, optional
@@ -195,7 +192,7 @@ def _stacked_mlp(model, mlp, fqn, wanted, places, scales, mode, report):
 def _record_routes(built, counts, report: SparsifyReport) -> None:
     """Choose (measure) each layer's route at the decode sizes, by both clocks, and report it."""
     for fqn, layer in built:
-        for n in (c for c in counts if c <= MAX_DECODE_TOKENS):
+        for n in (c for c in counts if c <= DECODE_MAX_TOKENS):
             for clock in ("wall", "gpu"):
                 chosen = layer.route(n, clock)
                 times = layer.route_times(n, clock)
