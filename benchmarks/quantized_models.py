@@ -29,8 +29,17 @@ model ``"llama-8b, 32 layers"``. ``--layer-by-layer`` also times a fourth varian
 q/k/v or gate/up stacked (``sparsify(..., fuse_qkv=False, fuse_mlp=False)``), side by side with the
 others: what stacking the layers gains.
 
+``--dtype bfloat16`` measures 2:4 in 16 bits the same way: the "same precision dense" variant is
+then an unchanged copy of the bf16 model (an A/A control: equal work timed in turn), and the 2:4
+model is ``sparsify(model, decode=True)``, which also offers each layer the explorer's decode
+kernel at 1 to 64 tokens. With ``--layers 32`` it answers whether ``decode=True`` pays on a whole
+8B-like model, where the benchmark suite's four layers give the dense head more weight. Its rows
+go to ``--json`` only (the results store's quantized rows hold int4 and FP8)::
+
+    python benchmarks/quantized_models.py --dtype bfloat16 --layers 32 --runs 16x1,1x1
+
 ``--generate`` also times Hugging Face ``generate()`` as a user serves the model: greedy, a
-32-token prompt and 128 new tokens, at batch 1 and 16, with the dynamic cache (eager) and with
+32-token prompt and 128 new tokens, at batch 1 and 16 (``--batches`` for others), with the dynamic cache (eager) and with
 ``cache_implementation="static"`` (transformers compiles the step with CUDA graphs; the quantized
 models are set to ``mode="graphs"``), the three variants in turn for five rounds
 (:func:`explorer.bench.generate.interleaved_generate`); tokens per second, speedups as medians of
@@ -72,11 +81,64 @@ UNSTACKED = {"fuse_qkv": False, "fuse_mlp": False}
 #: ``--generate``: batch sizes, prompt length and new tokens per sequence.
 GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
 
-#: The dense baseline of each precision: a pruned Linear converted to it.
+#: The dense baseline of each precision: a pruned Linear converted to it (bf16: kept as it is,
+#: in a copy of the model, so that variant is an A/A control).
 DENSE_AT = {
     "int4": lambda lin: Int4Linear.from_linear(lin, decode=False),
     "float8_e4m3fn": Fp8DenseLinear,
+    "bfloat16": lambda lin: lin,
 }
+
+#: Each precision's name in the variants' keys (``"int4 dense"``, ``"2:4 int4"``).
+SHORT_NAMES = {"int4": "int4", "float8_e4m3fn": "fp8", "bfloat16": "bf16"}
+
+
+def variant_keys(dtype: str) -> tuple[str, str]:
+    """The keys of the precision's dense variant and of its 2:4 variant.
+
+    Examples
+    --------
+    >>> variant_keys("int4")
+    ('int4 dense', '2:4 int4')
+    >>> variant_keys("bfloat16")  # the baseline is "bf16 dense"; this one is its unchanged copy
+    ('bf16 dense copy', '2:4 bf16')
+    """
+    short = SHORT_NAMES[dtype]
+    return (f"{short} dense copy" if dtype == "bfloat16" else f"{short} dense"), f"2:4 {short}"
+
+
+def sparsify_options(dtype: str) -> dict:
+    """``sparsify``'s precision options for ``dtype``: 16 bits with the decode kernel offered.
+
+    Examples
+    --------
+    >>> sparsify_options("int4"), sparsify_options("bfloat16")
+    ({'dtype': 'int4'}, {'decode': True})
+    """
+    return {"decode": True} if dtype == "bfloat16" else {"dtype": dtype}
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    """``--batches``: comma-separated positive batch sizes.
+
+    Examples
+    --------
+    >>> parse_batches("1,8")
+    (1, 8)
+    >>> parse_batches("0")
+    Traceback (most recent call last):
+    ...
+    ValueError: --batches '0': expected positive whole numbers, comma-separated, e.g. 1,8
+    """
+    try:
+        batches = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
+        raise ValueError(
+            f"--batches {text!r}: expected positive whole numbers, comma-separated, e.g. 1,8"
+        )
+    return batches
 
 
 def dense_at(model: nn.Module, dtype: str) -> nn.Module:
@@ -165,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="llama-8b", choices=sorted(MODEL_SPECS))
     p.add_argument("--dtype", default="int4", choices=sorted(DENSE_AT))
     p.add_argument(
-        "--runs", help="batch x seq, comma-separated (int4: 16x1,1x1; fp8: 4x1024,1x4096)"
+        "--runs", help="batch x seq, comma-separated (default: fp8 4x1024,1x4096, else 16x1,1x1)"
     )
     p.add_argument("--json", type=Path)
     p.add_argument("--db", help="record the rows in this results store (appended to)")
@@ -180,7 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--layers", type=int, help="transformer layers instead of the spec's (32: a whole 8B model)"
     )
+    p.add_argument(
+        "--batches",
+        default=",".join(map(str, GENERATE_BATCHES)),
+        help="--generate's batch sizes, comma-separated (default %(default)s)",
+    )
     args = p.parse_args(argv)
+    try:
+        batches = parse_batches(args.batches)
+    except ValueError as exc:
+        p.error(str(exc))
     command = "python benchmarks/quantized_models.py " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )
@@ -190,17 +261,22 @@ def main(argv: list[str] | None = None) -> int:
         count = import_json(args.from_json, args.db, args.commit)
         print(f"recorded {count} rows of {args.from_json} in {args.db}")
         return 0
+    if args.db and args.dtype == "bfloat16":
+        p.error(
+            "--db records int4 and FP8 rows; a bfloat16 run's rows go to --json only "
+            "(bench --suites models --db records the 16-bit models)"
+        )
     store = ResultStore(args.db) if args.db else None  # refused now, not after the timing
     measured = {**provenance(), "measured_by": command.strip()}
     if args.commit:
         measured["commit"] = args.commit
-    spec = args.runs or ("16x1,1x1" if args.dtype == "int4" else "4x1024,1x4096")
+    spec = args.runs or ("4x1024,1x4096" if args.dtype == "float8_e4m3fn" else "16x1,1x1")
     runs = [tuple(int(v) for v in r.split("x")) for r in spec.split(",")]
-    short = "int4" if args.dtype == "int4" else "fp8"
-    base_key, sparse_key = f"{short} dense", f"2:4 {short}"
+    base_key, sparse_key = variant_keys(args.dtype)
+    options = sparsify_options(args.dtype)
     counts = {b * s for b, s in runs}
     if args.generate:
-        counts |= set(GENERATE_BATCHES) | {b * PROMPT for b in GENERATE_BATCHES}
+        counts |= set(batches) | {b * PROMPT for b in batches}
     counts = tuple(sorted(counts, reverse=True))
     if args.layers is not None and args.layers < 1:
         p.error(f"--layers {args.layers}: expected a positive number of layers")
@@ -210,13 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
-        report = sparsify(sparse, filter_fn=_pruned, dtype=args.dtype, tokens=counts)
+        report = sparsify(sparse, filter_fn=_pruned, tokens=counts, **options)
     print(repr(report))
     variants[sparse_key] = sparse
     if args.layer_by_layer:  # the same, with no layers stacked: what stacking gains
         single = copy.deepcopy(dense)
         with torch.no_grad():
-            sparsify(single, filter_fn=_pruned, dtype=args.dtype, tokens=counts, **UNSTACKED)
+            sparsify(single, filter_fn=_pruned, tokens=counts, **options, **UNSTACKED)
         variants[f"{sparse_key} layer by layer"] = single
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
     rows = []
@@ -273,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {len(rows)} runs in {args.db}")
     generated = []
     if args.generate:
-        generated = generate_rows(variants, name, args.dtype, (base_key, sparse_key), vocab)
+        keys = (base_key, sparse_key)
+        generated = generate_rows(variants, name, args.dtype, keys, vocab, batches)
     if args.json:
         env = {**environment(), "time": measured["time"], "command": command.strip()}
         env.update({"commit": args.commit} if args.commit else {})
