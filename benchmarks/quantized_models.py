@@ -163,10 +163,12 @@ def generate_rows(
     keys: tuple[str, str],
     vocab: int,
     batches: tuple[int, ...] = GENERATE_BATCHES,
+    on_row=None,
 ) -> list[dict]:
     """Tokens per second of ``generate()`` for bf16 dense, the precision dense and 2:4 at it.
 
-    ``keys`` names the precision dense and the 2:4 variants of ``variants``.
+    ``keys`` names the precision dense and the 2:4 variants of ``variants``; ``on_row(rows)``, if
+    given, is called with the rows so far after each one (so a run stopped early keeps them).
     """
     base_key, sparse_key = keys
     gen = torch.Generator(device="cuda").manual_seed(7)
@@ -206,6 +208,8 @@ def generate_rows(
                 flush=True,
             )
             rows.append(row)
+            if on_row is not None:
+                on_row(rows)
     torch._dynamo.reset()
     return rows
 
@@ -295,7 +299,20 @@ def main(argv: list[str] | None = None) -> int:
             sparsify(single, filter_fn=_pruned, tokens=counts, **options, **UNSTACKED)
         variants[f"{sparse_key} layer by layer"] = single
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
-    rows = []
+    rows, generated = [], []
+    env = {**environment(), "time": measured["time"], "command": command.strip()}
+    env.update({"commit": args.commit} if args.commit else {})
+
+    def generated_so_far(done: list[dict]) -> None:
+        generated[:] = done
+        write_json()
+
+    def write_json() -> None:
+        """Write what is measured so far: a run stopped by a time limit keeps its rows."""
+        if args.json:
+            data = {"env": env, "rows": rows, **({"generate": generated} if generated else {})}
+            args.json.write_text(json.dumps(data, default=str))
+
     for batch, seq in runs:
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
         row = {"model": args.model, "dtype": args.dtype, "batch": batch, "seq": seq}
@@ -341,21 +358,17 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float))
         )
         rows.append(row)
+        write_json()
         if store is not None:
             prov = {**measured, "time": provenance()["time"]}  # when this run finished
             store.record_many({**r, "provenance": prov} for r in rows_from_benchmark([row]))
     if store is not None:
         store.close()
         print(f"recorded {len(rows)} runs in {args.db}")
-    generated = []
     if args.generate:
         keys = (base_key, sparse_key)
-        generated = generate_rows(variants, name, args.dtype, keys, vocab, batches)
-    if args.json:
-        env = {**environment(), "time": measured["time"], "command": command.strip()}
-        env.update({"commit": args.commit} if args.commit else {})
-        data = {"env": env, "rows": rows, **({"generate": generated} if generated else {})}
-        args.json.write_text(json.dumps(data, default=str))
+        generate_rows(variants, name, args.dtype, keys, vocab, batches, on_row=generated_so_far)
+    write_json()
     return 0
 
 
