@@ -33,8 +33,7 @@ others: what stacking the layers gains.
 then an unchanged copy of the bf16 model (an A/A control: equal work timed in turn), and the 2:4
 model is ``sparsify(model, decode=True)``, which also offers each layer the explorer's decode
 kernel at 1 to 64 tokens. With ``--layers 32`` it answers whether ``decode=True`` pays on a whole
-8B-like model, where the benchmark suite's four layers give the dense head more weight. Its rows
-go to ``--json`` only (the results store's quantized rows hold int4 and FP8)::
+8B-like model, where the benchmark suite's four layers give the dense head more weight::
 
     python benchmarks/quantized_models.py --dtype bfloat16 --layers 32 --runs 16x1,1x1
 
@@ -66,7 +65,11 @@ from explorer.gpu import set_mode, sparsify
 from explorer.gpu.modules.fp8_dense import Fp8DenseLinear
 from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
-from explorer.results.quantized_speed import benchmark_provenance, rows_from_benchmark
+from explorer.results.quantized_speed import (
+    benchmark_keys,
+    benchmark_provenance,
+    rows_from_benchmark,
+)
 from explorer.results.store import ResultStore
 from explorer.results.store.provenance import provenance
 
@@ -88,23 +91,6 @@ DENSE_AT = {
     "float8_e4m3fn": Fp8DenseLinear,
     "bfloat16": lambda lin: lin,
 }
-
-#: Each precision's name in the variants' keys (``"int4 dense"``, ``"2:4 int4"``).
-SHORT_NAMES = {"int4": "int4", "float8_e4m3fn": "fp8", "bfloat16": "bf16"}
-
-
-def variant_keys(dtype: str) -> tuple[str, str]:
-    """The keys of the precision's dense variant and of its 2:4 variant.
-
-    Examples
-    --------
-    >>> variant_keys("int4")
-    ('int4 dense', '2:4 int4')
-    >>> variant_keys("bfloat16")  # the baseline is "bf16 dense"; this one is its unchanged copy
-    ('bf16 dense copy', '2:4 bf16')
-    """
-    short = SHORT_NAMES[dtype]
-    return (f"{short} dense copy" if dtype == "bfloat16" else f"{short} dense"), f"2:4 {short}"
 
 
 def sparsify_options(dtype: str) -> dict:
@@ -265,18 +251,13 @@ def main(argv: list[str] | None = None) -> int:
         count = import_json(args.from_json, args.db, args.commit)
         print(f"recorded {count} rows of {args.from_json} in {args.db}")
         return 0
-    if args.db and args.dtype == "bfloat16":
-        p.error(
-            "--db records int4 and FP8 rows; a bfloat16 run's rows go to --json only "
-            "(bench --suites models --db records the 16-bit models)"
-        )
     store = ResultStore(args.db) if args.db else None  # refused now, not after the timing
     measured = {**provenance(), "measured_by": command.strip()}
     if args.commit:
         measured["commit"] = args.commit
     spec = args.runs or ("4x1024,1x4096" if args.dtype == "float8_e4m3fn" else "16x1,1x1")
     runs = [tuple(int(v) for v in r.split("x")) for r in spec.split(",")]
-    base_key, sparse_key = variant_keys(args.dtype)
+    base_key, sparse_key = benchmark_keys(args.dtype)
     options = sparsify_options(args.dtype)
     counts = {b * s for b, s in runs}
     if args.generate:

@@ -148,6 +148,9 @@ def quantized_tables(rows, points: Sequence[TradeoffPoint], front: set[int]) -> 
             c, m = r.config, r.metrics
             short = PRECISIONS.get(c.get("precision"), c.get("precision"))
             same = "1.0x (it is that baseline)" if c.get("pattern") == "dense" else ""
+            name = f"{short} {c.get('pattern')}"
+            if c.get("precision") == "bfloat16" and c.get("pattern") == "dense":
+                name = "bf16 dense copy (A/A)"  # equal work timed beside bf16 dense: its noise
             body.append(
                 [
                     r.source,
@@ -155,7 +158,7 @@ def quantized_tables(rows, points: Sequence[TradeoffPoint], front: set[int]) -> 
                     c.get("label"),
                     c.get("tokens"),
                     c.get("mode"),
-                    f"{short} {c.get('pattern')}",
+                    name,
                     fmt(m.get("ms"), ".4g", ""),
                     fmt(m.get("bf16_dense_ms"), ".4g", ""),
                     fmt(m.get("same_dense_ms"), ".4g", ""),

@@ -2,7 +2,9 @@
 
 ``benchmarks/quantized_models.py`` times one model three ways in one process: bf16 dense, every
 pruned Linear run dense at a lower precision (int4 weight-only, FP8), and
-``sparsify(model, dtype=...)`` at that precision. Its rows go to the results store as
+``sparsify(model, dtype=...)`` at that precision. With ``--dtype bfloat16`` the "precision run
+dense" is an unchanged copy of the bf16 model (an A/A control: its ``speedup_over_bf16`` is the
+noise of equal work) and the 2:4 variant is ``sparsify(model, decode=True)``. Its rows go to the results store as
 ``bench-models`` rows, the kind the whole-model benchmark (``sparsity-explorer bench --suites
 models``) records, told apart by a ``precision`` in their configuration: one row per model,
 run (batch x sequence), execution mode, precision and pattern. :func:`quantized_speed_row`
@@ -42,6 +44,7 @@ __all__ = [
     "KIND",
     "PRECISIONS",
     "QuantizedSpeed",
+    "benchmark_keys",
     "benchmark_provenance",
     "quantized_speed_row",
     "quantized_speeds",
@@ -55,7 +58,41 @@ KIND = "bench-models"
 PRECISIONS = {"bfloat16": "bf16", "int8": "int8", "int4": "int4", "float8_e4m3fn": "FP8"}
 
 #: The benchmark's name for each precision in its JSON keys (``"fp8 dense"``, ``"2:4 int4"``).
-_SCRIPT_NAMES = {"int4": "int4", "float8_e4m3fn": "fp8", "int8": "int8"}
+_SCRIPT_NAMES = {"int4": "int4", "float8_e4m3fn": "fp8", "int8": "int8", "bfloat16": "bf16"}
+
+
+def benchmark_keys(precision: str) -> tuple[str, str]:
+    """The names of the precision's dense variant and of its 2:4 variant in the benchmark's JSON.
+
+    bf16 dense is every run's baseline (``"bf16 dense"``), so at ``"bfloat16"`` the dense
+    variant is its unchanged copy, ``"bf16 dense copy"``.
+
+    Parameters
+    ----------
+    precision : str
+        ``"int4"``, ``"int8"``, ``"float8_e4m3fn"`` or ``"bfloat16"``.
+
+    Returns
+    -------
+    tuple of str
+        ``(dense, sparse)``.
+
+    Raises
+    ------
+    ValueError
+        Another precision.
+
+    Examples
+    --------
+    >>> benchmark_keys("float8_e4m3fn"), benchmark_keys("bfloat16")
+    (('fp8 dense', '2:4 fp8'), ('bf16 dense copy', '2:4 bf16'))
+    """
+    if precision not in _SCRIPT_NAMES:
+        raise ValueError(f"precision {precision!r}; expected one of {', '.join(_SCRIPT_NAMES)}")
+    short = _SCRIPT_NAMES[precision]
+    dense = f"{short} dense copy" if precision == "bfloat16" else f"{short} dense"
+    return dense, f"2:4 {short}"
+
 
 _METRICS = (
     "ms",
@@ -211,12 +248,10 @@ def rows_from_benchmark(data: Mapping | Iterable[Mapping]) -> list[dict]:
             return row[key]
 
         precision = str(need("dtype"))
-        if precision not in _SCRIPT_NAMES:
-            raise ValueError(
-                f"{where}: precision {precision!r}; expected one of {', '.join(_SCRIPT_NAMES)}"
-            )
-        short = _SCRIPT_NAMES[precision]
-        dense, sparse = f"{short} dense", f"2:4 {short}"
+        try:
+            dense, sparse = benchmark_keys(precision)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
         model, batch, seq = str(need("model")), need("batch"), need("seq")
         modes = [m for m in SPEED_MODES if f"{m} bf16 dense ms" in row]
         if not modes:

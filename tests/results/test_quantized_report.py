@@ -91,3 +91,23 @@ def test_traces_and_tables_are_plain_data(tmp_path):
     assert html.count("<table") == 2 and "1.0x (it is that baseline)" in html
     only = [p for p in points if isinstance(p, QuantizedPoint)]
     assert all(p.model == "tiny" for p in only)
+
+
+def test_bf16_rows_list_their_copy_as_the_a_a_and_add_no_point(tmp_path):
+    db = tmp_path / "r.db"
+    with ResultStore(db) as store:
+        _fill(store)
+        for pattern, over_bf16, more in (
+            ("dense", 0.997, {}),
+            ("2:4", 1.39, {"speedup_over_same": 1.4, "same_dense_ms": 7.12}),
+        ):
+            metrics = {"ms": 5.12, "bf16_dense_ms": 7.1, "speedup_over_bf16": over_bf16, **more}
+            row = quantized_speed_row("llama-8b", "bfloat16", pattern, 1, 1, "graphs", metrics)
+            store.record(**row, provenance=H100)
+        rows = store.query()
+    points = tradeoff_points(rows)
+    html = quantized_tables(rows, points, set())
+    assert "Quantized whole-model speed, measured (5 rows)" in html
+    assert "bf16 dense copy (A/A)" in html and "bf16 2:4" in html and "1.39x" in html
+    quantized = [p for p in points if isinstance(p, QuantizedPoint)]
+    assert len(quantized) == 3  # the accuracy rows' points; bf16 speed rows add none

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.results.quantized_speed import (
+    benchmark_keys,
     benchmark_provenance,
     quantized_speed_row,
     quantized_speeds,
@@ -221,3 +222,32 @@ def test_a_whole_model_run_is_recorded_under_its_own_name():
     row = {**FP8_ROW, "model": "llama-8b, 32 layers", "layers": 32}
     names = {r["config"]["model"] for r in rows_from_benchmark([row])}
     assert names == {"llama-8b, 32 layers"}  # never mixed with the four-layer spec's rows
+
+
+def test_a_bfloat16_row_records_the_copy_as_dense_and_decode_as_2_4():
+    # --dtype bfloat16: the "same precision dense" is an unchanged copy of the bf16 model (A/A)
+    row = {"model": "llama-8b, 32 layers", "dtype": "bfloat16", "batch": 1, "seq": 1}
+    row.update(
+        {"graphs bf16 dense ms": 7.1, "graphs bf16 dense copy ms": 7.12, "graphs 2:4 bf16 ms": 5.12}
+    )
+    row.update({"graphs bf16 dense copy over bf16": 0.997, "graphs 2:4 bf16 over bf16": 1.39})
+    row["graphs 2:4 bf16 over bf16 dense copy"] = 1.4
+    dense, sparse = rows_from_benchmark([row])
+    assert dense["config"]["precision"] == sparse["config"]["precision"] == "bfloat16"
+    assert dense["metrics"]["speedup_over_bf16"] == 0.997  # the A/A: the noise of equal work
+    assert sparse["metrics"] == {
+        "bf16_dense_ms": 7.1,
+        "ms": 5.12,
+        "same_dense_ms": 7.12,
+        "speedup_over_bf16": 1.39,
+        "speedup_over_same": 1.4,
+    }
+
+
+def test_the_benchmark_keys_name_each_precision_or_refuse():
+    assert benchmark_keys("int4") == ("int4 dense", "2:4 int4")
+    assert benchmark_keys("bfloat16") == ("bf16 dense copy", "2:4 bf16")
+    with pytest.raises(ValueError, match="precision 'fp4'"):
+        benchmark_keys("fp4")
+    with pytest.raises(ValueError, match=r"row 0 \(m 1x1\): precision 'fp4'"):
+        rows_from_benchmark([{"model": "m", "dtype": "fp4", "batch": 1, "seq": 1}])
