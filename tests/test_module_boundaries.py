@@ -50,7 +50,6 @@ LARGE_MODULES = {
     "explorer/results/speedup.py": 511,
     "explorer/results/store/db.py": 722,
     "explorer/widgets/mask_view.py": 713,
-    "explorer/workshop/checks.py": 529,
 }
 
 

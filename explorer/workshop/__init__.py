@@ -8,7 +8,7 @@ True
 """
 
 from explorer.workshop import checks
-from explorer.workshop.checks import EXERCISES, Verdict
 from explorer.workshop.solutions import fill, read_solutions
+from explorer.workshop.verdict import EXERCISES, Verdict
 
 __all__ = ["EXERCISES", "Verdict", "checks", "fill", "read_solutions"]

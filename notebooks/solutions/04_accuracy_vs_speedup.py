@@ -25,3 +25,9 @@ def loss(point):
 
 allowed = [p for p in plot.frontier() if loss(p) <= tolerance]
 answer_4_4 = max(allowed, key=lambda p: p.speedup).label
+
+# %% exercise 4.5
+def bits_per_weight(value_bits, sparse, scale_bits, group_size):
+    """Bits stored per weight of the dense matrix."""
+    values = (value_bits + 2) / 2 if sparse else value_bits  # 2:4: half the values, 2-bit positions
+    return values + scale_bits / group_size

@@ -10,7 +10,7 @@ from torch import nn
 
 import explorer
 from explorer.workshop import checks
-from explorer.workshop.checks import EXERCISES, Verdict
+from explorer.workshop.verdict import EXERCISES, Verdict
 
 
 def right_mask(w):
@@ -33,11 +33,11 @@ def test_verdict_reads_as_a_sentence_with_a_hint_only_when_wrong():
 
 def test_every_exercise_has_one_registered_check_in_order():
     numbers = ["1.1", "1.2", "1.3", "2.1", "2.2", "2.3", "3.1", "3.2", "3.3"]
-    assert list(EXERCISES) == [*numbers, "4.1", "4.2", "4.3", "4.4"]
+    assert list(EXERCISES) == [*numbers, "4.1", "4.2", "4.3", "4.4", "4.5"]
     assert all(EXERCISES[n].exercise == n for n in EXERCISES)
 
 
-@pytest.mark.parametrize("number", ["1.1", "1.2", "1.3", "2.1", "3.1", "3.3", "4.3"])
+@pytest.mark.parametrize("number", ["1.1", "1.2", "1.3", "2.1", "3.1", "3.3", "4.3", "4.5"])
 def test_an_unanswered_exercise_says_not_yet(number):
     verdict = EXERCISES[number](...)
     assert not verdict.ok
@@ -160,3 +160,18 @@ def test_amdahl_and_the_choice():
 def test_module_examples_run():
     failures, tried = doctest.testmod(checks, optionflags=doctest.ELLIPSIS)
     assert tried and not failures
+
+
+def test_bits_per_weight_takes_the_formula_and_names_the_first_wrong_format():
+    def right(value_bits, sparse, scale_bits, group_size):
+        return ((value_bits + 2) / 2 if sparse else value_bits) + scale_bits / group_size
+
+    verdict = checks.bits_per_weight(right)
+    assert verdict.ok and "3.25 bits" in verdict.message and "1.31x" in verdict.message
+    no_positions = checks.bits_per_weight(lambda v, s, b, g: (v / 2 if s else v) + b / g)
+    assert not no_positions.ok
+    assert no_positions.message == "a 2:4 16-bit weight: expected 9 bits a weight, got 8."
+    no_scales = checks.bits_per_weight(lambda v, s, b, g: (v + 2) / 2 if s else v)
+    assert "torch's int4 dense" in no_scales.message and "got 4." in no_scales.message
+    assert "expected a number" in checks.bits_per_weight(lambda v, s, b, g: "9").message
+    assert "raised TypeError" in checks.bits_per_weight(lambda v, s: v).message

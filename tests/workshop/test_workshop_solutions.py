@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from explorer.workshop import solutions
-from explorer.workshop.checks import EXERCISES
 from explorer.workshop.solutions import exercise_ids, fill, fill_file, read_solutions
+from explorer.workshop.verdict import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKSHOP = sorted((ROOT / "notebooks").glob("0*.ipynb"))
