@@ -14,7 +14,10 @@ rounds (the benchmark's order rule, :func:`explorer.gpu.routes.timing.round_orde
 
 Each mode is compiled in its own round of ``torch._dynamo.reset()``: ``default``
 (``torch.compile(model)``) and ``reduce-overhead`` (CUDA graphs, the sparse model set to
-``mode="graphs"`` as the docs ask). Run on a GPU::
+``mode="graphs"`` as the docs ask). ``--skip-guard-eval`` times the compiled variants under
+``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, which evaluates only the guards that
+tell the cache entries apart: if the gap closes there, guards are its cause (on a CPU the dense
+Phi-3-like model's lookup went from 349 to 68 us a call that way). Run on a GPU::
 
     python benchmarks/compiled_step_host.py --model phi3-mini --runs 16x1,1x1 --json host.json
 """
@@ -113,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--iters", type=int, default=3, help="back-to-back steps per timing")
     p.add_argument("--decode", action="store_true", help="also sparsify(decode=True)")
+    p.add_argument(
+        "--skip-guard-eval",
+        action="store_true",
+        help="time under torch.compiler.set_stance(skip_guard_eval_unsafe=True)",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -152,10 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(3):  # compile, warm up, record the graph
                     call()
                 fns[name] = call
-            found = measure(fns, args.rounds, args.iters)
+            stance = torch.compiler.set_stance(skip_guard_eval_unsafe=args.skip_guard_eval)
+            with stance:  # the default stance unless --skip-guard-eval
+                found = measure(fns, args.rounds, args.iters)
             for model in variants.values():
                 set_mode(model, "auto")
-            print(f"\n{args.model} {batch}x{seq}, compile mode {mode}:")
+            skipped = ", guards skipped" * args.skip_guard_eval
+            print(f"\n{args.model} {batch}x{seq}, compile mode {mode}{skipped}:")
             for name, m in found.items():
                 ratio = f"{m['over_dense']:.3f}x" if "over_dense" in m else "base"
                 print(
@@ -164,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for event, us in m["top_cpu_us"].items():
                     print(f"      {us:9.1f} us  {event[:90]}")
-            rows.append({"model": args.model, "batch": batch, "seq": seq, "mode": mode, **found})
+            rows.append({"model": args.model, "batch": batch, "seq": seq, "mode": mode,
+                         "skip_guard_eval": args.skip_guard_eval, **found})  # fmt: skip
     torch._dynamo.reset()
     if args.json:
         args.json.write_text(json.dumps({"env": environment(), "rows": rows}, default=str))
