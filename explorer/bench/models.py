@@ -258,7 +258,7 @@ def bench_whole_model(
         :data:`~explorer.results.model_speed.SPEED_MODES`: ``model_speed_<mode>`` keys of the
         row (a failure: ``model_speed_<mode>_error``).
     control_copy : bool, default True
-        Also time an unchanged dense copy eagerly (``control_speedup``: 1.0 but for noise).
+        Also time an unchanged dense copy in every mode (``control_speedup*``: 1.0 but for noise).
     log : file-like, optional
         Where progress lines are printed; None prints nothing.
 
@@ -436,7 +436,7 @@ def _compiled_columns(row: dict, call, models, est_gpu) -> None:
 
     The default mode with the models as ``sparsify()`` left them, and CUDA graphs
     (``mode="reduce-overhead"``) with the sparse models set to ``mode="graphs"``, as the docs ask of
-    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (graphs A/A).
+    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (each mode's A/A).
 
     The variants of one compile mode are compiled together and timed side by side, round
     after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled
@@ -451,8 +451,8 @@ def _compiled_columns(row: dict, call, models, est_gpu) -> None:
         "default": {"dense_default_ms": dense, "explorer_default_ms": sparse},
         mode: {"dense_compiled_ms": dense, "explorer_compiled_ms": sparse},
     }
-    if control is not None:
-        groups[mode]["control_compiled_ms"] = control
+    if control is not None:  # the A/A: equal work compiled and timed with the others
+        groups[mode]["control_compiled_ms"] = groups["default"]["control_default_ms"] = control
     if with_decode is not None:
         groups["default"]["decode_default_ms"] = with_decode
         groups[mode]["decode_compiled_ms"] = with_decode
@@ -487,12 +487,12 @@ def _compiled_columns(row: dict, call, models, est_gpu) -> None:
     for out, key in (
         ("speedup_default", "explorer_default_ms"),
         ("decode_speedup_default", "decode_default_ms"),
+        ("control_speedup_default", "control_default_ms"),
         ("decode_speedup_compiled", "decode_compiled_ms"),
         ("speedup_compiled", "explorer_compiled_ms"),
         ("control_speedup_compiled", "control_compiled_ms"),
     ):
-        if key in ratios:
-            row[out] = ratios[key]
+        row.update({out: ratios[key]} if key in ratios else {})
     if row.get("speedup_compiled") and est_gpu:
         # the graph-replayed dense time is the GPU's: the truer base
         row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)

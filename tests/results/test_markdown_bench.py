@@ -102,6 +102,8 @@ def test_models_table_and_ceiling():
             dense_compiled_ms=2.0,
             speedup_compiled=1.01,
             control_speedup_compiled=0.98,
+            speedup_default=1.06,
+            control_speedup_default=1.02,
             ceiling=1.0,
             torch_error="NotImplementedError: expand",
             relerr=2e-3,
@@ -115,4 +117,5 @@ def test_models_table_and_ceiling():
     # the A/A control sits beside the eager speedup it qualifies
     assert cells["sparsify() eager"] == "0.99x" and cells["dense copy eager (A/A)"] == "0.96x"
     assert cells["sparsify() CUDA graphs"] == "1.01x (A/A 0.98x)"  # the graphs column's noise
+    assert cells["sparsify() compile default"] == "1.06x (A/A 1.02x)"  # and the default mode's
     assert all(spec.runs for spec in MODEL_SPECS.values())

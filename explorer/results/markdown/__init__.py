@@ -75,13 +75,15 @@ def markdown(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def speedup_cell(value: float | None) -> str:
+def speedup_cell(value: float | None, control: float | None = None) -> str:
     """A speed-up cell: ``"1.23x"``, or ``"-"`` where nothing was measured.
 
     Parameters
     ----------
     value : float or None
         The ratio over the baseline.
+    control : float or None, optional
+        The A/A ratio measured beside it (an unchanged copy of the baseline), shown after it.
 
     Returns
     -------
@@ -89,7 +91,8 @@ def speedup_cell(value: float | None) -> str:
 
     Examples
     --------
-    >>> speedup_cell(1.234), speedup_cell(None)
-    ('1.23x', '-')
+    >>> speedup_cell(1.234), speedup_cell(None), speedup_cell(1.01, control=0.984)
+    ('1.23x', '-', '1.01x (A/A 0.98x)')
     """
-    return "-" if value is None else f"{value:.2f}x"
+    cell = "-" if value is None else f"{value:.2f}x"
+    return cell if not control else f"{cell} (A/A {control:.2f}x)"
