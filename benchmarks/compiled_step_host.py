@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, m in found.items():
                 ratio = f"{m['over_dense']:.3f}x" if "over_dense" in m else "base"
                 print(
-                    f"  {name:<18} step {m['step_ms']:.4f} ms ({ratio}), host {m['host_us']:.1f} us,"
+                    f"  {name:<18} step {m['step_ms']:.4f} ms ({ratio}), "
+                    f"host {m['host_us']:.1f} us,"
                     f" cache lookup {m['cache_lookup_us']:.1f} us"
                 )
                 for event, us in m["top_cpu_us"].items():

@@ -38,9 +38,10 @@ kernel at 1 to 64 tokens. With ``--layers 32`` it answers whether ``decode=True`
     python benchmarks/quantized_models.py --dtype bfloat16 --layers 32 --runs 16x1,1x1
 
 ``--generate`` also times Hugging Face ``generate()`` as a user serves the model: greedy, a
-32-token prompt and 128 new tokens, at batch 1 and 16 (``--batches`` for others), with the dynamic cache (eager) and with
-``cache_implementation="static"`` (transformers compiles the step with CUDA graphs; the quantized
-models are set to ``mode="graphs"``), the three variants in turn for five rounds
+32-token prompt and 128 new tokens, at batch 1 and 16 (``--batches`` for others), with the
+dynamic cache (eager) and with ``cache_implementation="static"`` (transformers compiles the step
+with CUDA graphs; the quantized models are set to ``mode="graphs"``), the three variants in turn
+for five rounds
 (:func:`explorer.bench.generate.interleaved_generate`); tokens per second, speedups as medians of
 the rounds' paired ratios, and the share of generated tokens the 2:4 model shares with the
 same precision dense one. Those rows go to the ``--json`` file under ``"generate"``.

@@ -436,7 +436,7 @@ def _compiled_columns(row: dict, call, models, est_gpu) -> None:
 
     The default mode with the models as ``sparsify()`` left them, and CUDA graphs
     (``mode="reduce-overhead"``) with the sparse models set to ``mode="graphs"``, as the docs ask of
-    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (each mode's A/A).
+    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (the A/A).
 
     The variants of one compile mode are compiled together and timed side by side, round
     after round (:func:`~explorer.gpu.routes.timing.interleaved_runs`): a default-mode compiled
