@@ -38,7 +38,7 @@ import torch
 from explorer.bench import environment
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import set_mode, sparsify
-from explorer.gpu.routes.timing import paired_ratio, round_order
+from explorer.gpu.routes.timing import eager_ms, paired_ratio, round_order
 
 #: The profiler's name for Dynamo's cache lookup (guard evaluation) before a compiled frame runs.
 CACHE_LOOKUP = "TorchDynamo Cache Lookup"
@@ -54,18 +54,6 @@ def host_us(call, calls: int = 20) -> float:
         times.append((time.perf_counter() - start) * 1e6)
     torch.cuda.synchronize()
     return statistics.median(times)
-
-
-def step_ms(call, iters: int) -> float:
-    """Milliseconds per step of ``iters`` back-to-back ``call()`` between CUDA events."""
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def profiled(call, steps: int = 10, top: int = 6) -> dict:
@@ -92,7 +80,7 @@ def measure(fns: dict, rounds: int, iters: int) -> dict[str, dict]:
     hosts: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in round_order(names, r):
-            steps[name].append(step_ms(fns[name], iters))
+            steps[name].append(eager_ms(fns[name], iters=iters, reps=1, warmup=0))
             hosts[name].append(host_us(fns[name], calls=5))
     out = {}
     for name in names:
