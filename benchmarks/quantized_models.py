@@ -281,15 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             sparsify(single, filter_fn=_pruned, tokens=counts, **options, **UNSTACKED)
         variants[f"{sparse_key} layer by layer"] = single
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
-    rows, generated = [], []
+    rows = []
     env = {**environment(), "time": measured["time"], "command": command.strip()}
     env.update({"commit": args.commit} if args.commit else {})
 
-    def generated_so_far(done: list[dict]) -> None:
-        generated[:] = done
-        write_json()
-
-    def write_json() -> None:
+    def write_json(generated: list[dict] | tuple = ()) -> None:
         """Write what is measured so far: a run stopped by a time limit keeps its rows."""
         if args.json:
             data = {"env": env, "rows": rows, **({"generate": generated} if generated else {})}
@@ -347,10 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     if store is not None:
         store.close()
         print(f"recorded {len(rows)} runs in {args.db}")
+    generated = []
     if args.generate:
         keys = (base_key, sparse_key)
-        generate_rows(variants, name, args.dtype, keys, vocab, batches, on_row=generated_so_far)
-    write_json()
+        generated = generate_rows(variants, name, args.dtype, keys, vocab, batches, write_json)
+    write_json(generated)
     return 0
 
 

@@ -484,15 +484,15 @@ def _compiled_columns(row: dict, call, models, est_gpu) -> None:
             for model in variants.values():
                 if graphs and model is not dense:
                     set_mode(model, "auto")
-    for out, key in (
-        ("speedup_default", "explorer_default_ms"),
-        ("decode_speedup_default", "decode_default_ms"),
-        ("control_speedup_default", "control_default_ms"),
-        ("decode_speedup_compiled", "decode_compiled_ms"),
-        ("speedup_compiled", "explorer_compiled_ms"),
-        ("control_speedup_compiled", "control_compiled_ms"),
-    ):
-        row.update({out: ratios[key]} if key in ratios else {})
+    speedups = {  # each variant's time in the row -> its speed-up over dense
+        "explorer_default_ms": "speedup_default",
+        "decode_default_ms": "decode_speedup_default",
+        "control_default_ms": "control_speedup_default",
+        "decode_compiled_ms": "decode_speedup_compiled",
+        "explorer_compiled_ms": "speedup_compiled",
+        "control_compiled_ms": "control_speedup_compiled",
+    }
+    row.update({speedups[key]: ratio for key, ratio in ratios.items()})
     if row.get("speedup_compiled") and est_gpu:
         # the graph-replayed dense time is the GPU's: the truer base
         row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
