@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                     call()
                 fns[key] = call
             torch.cuda.synchronize()
-            timed = interleaved_runs(fns, rounds=11, iters=5)
+            timed = interleaved_runs(fns, rounds=11, iters=5, lead_in=1)
             for key, times in timed.items():
                 row[f"{how} {key} ms"] = statistics.median(times)
             base, same = timed["bf16 dense"], timed[base_key]

@@ -46,3 +46,13 @@ def test_every_place_is_taken_equally_often_over_whole_cycles():
     firsts = [round_order(names, r)[0] for r in range(9)]
     assert sorted(firsts) == sorted(names * 3)
     assert timing.round_order(names, 0) == names
+
+
+def test_lead_in_calls_run_before_each_turns_start_event_and_are_not_timed(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    CALLS.clear()
+    fns = {name: (lambda name=name: CALLS.append(name)) for name in ("dense", "sparse")}
+    runs = interleaved_runs(fns, rounds=2, iters=2, warmup=0, lead_in=1)
+    assert CALLS == [*["dense"] * 3, *["sparse"] * 3, *["sparse"] * 3, *["dense"] * 3]
+    assert all(t == 1.0 for times in runs.values() for t in times)  # 2 timed calls / 2 iters
