@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from explorer.bench.compiled_pairs import compiled_columns
 from explorer.dtypes import dtype_name
 from explorer.gpu.library.cusparselt import decision_tokens
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
@@ -373,9 +374,12 @@ def bench_whole_model(
     for row, call in zip(rows, calls, strict=True):
         decode = row["seq"] == 1 and spec.kind != "bert"
         if compiled:
+            variants = {"dense": dense, "sparse": sparse, "control": control}
+            variants["decode"] = with_decode if decode else None
+            compiled_columns(row, call, variants)
             est_gpu = rep.layer_estimate(decision_tokens(row["n"], dtype), clock="gpu")
-            decode_model = with_decode if decode else None
-            _compiled_columns(row, call, (dense, sparse, decode_model, control), est_gpu)
+            if row.get("speedup_compiled") and est_gpu:  # graph replays: the GPU's time
+                row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
         speeds = {k: v for k, v in row.items() if "speedup" in k or "ceiling" in k}
         shown = ", ".join(f"{k} {v:.2f}x" for k, v in speeds.items() if isinstance(v, float))
         say(
@@ -428,73 +432,3 @@ def _model_speed_columns(
             row[f"model_speed_{mode}"] = result.speeds[0].speedup
         else:
             row[f"model_speed_{mode}_error"] = str(result.reason)
-
-
-def _compiled_columns(row: dict, call, models, est_gpu) -> None:
-    """Add the ``torch.compile`` columns to ``row``.
-
-    The default mode with the models as ``sparsify()`` left them, and CUDA graphs
-    (``mode="reduce-overhead"``) with the sparse models set to ``mode="graphs"``, as the docs ask of
-    a model run that way. ``models``: dense, sparsified, ``decode=True``, dense copy (the A/A).
-
-    The variants of one compile mode are compiled together and timed side by side, round after
-    round (:func:`~explorer.gpu.routes.timing.interleaved_runs`; a host-bound step's ratio drifts
-    with the host's speed when timed one after the other), each turn after one untimed call
-    (``lead_in``: Dynamo then finds the variant's own cache entry first, as in a process running
-    one compiled model). Each speedup is the median of the rounds' paired ratios.
-    """
-    from explorer.gpu import set_mode
-
-    dense, sparse, with_decode, control = models
-    mode = "reduce-overhead"  # CUDA graphs: the GPU's time, without the host's
-    groups = {
-        "default": {"dense_default_ms": dense, "explorer_default_ms": sparse},
-        mode: {"dense_compiled_ms": dense, "explorer_compiled_ms": sparse},
-    }
-    if control is not None:  # the A/A: equal work compiled and timed with the others
-        groups[mode]["control_compiled_ms"] = groups["default"]["control_default_ms"] = control
-    if with_decode is not None:
-        groups["default"]["decode_default_ms"] = with_decode
-        groups[mode]["decode_compiled_ms"] = with_decode
-    ratios = {}
-    for how, variants in groups.items():
-        torch._dynamo.reset()
-        graphs = how != "default"
-        fns = {}
-        try:
-            for key, model in variants.items():
-                if graphs and model is not dense:
-                    set_mode(model, "graphs")  # what the docs ask of a model run so
-                try:
-                    fn = call(torch.compile(model, mode=None if how == "default" else how))
-                    for _ in range(3):  # compile, then CUDA-graph warm-up and recording
-                        fn()
-                    torch.cuda.synchronize()
-                    fns[key] = fn
-                except Exception as exc:  # a compile failure is a result to report
-                    row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if fns:
-                runs = interleaved_runs(fns, rounds=11, iters=3, lead_in=1)
-                base = next(k for k in variants if k.startswith("dense"))
-                for key, times in runs.items():
-                    row[key] = statistics.median(times)
-                    if key != base and base in runs:
-                        ratios[key] = paired_ratio(runs[base], times)
-        finally:
-            for model in variants.values():
-                if graphs and model is not dense:
-                    set_mode(model, "auto")
-    speedups = {  # each variant's time in the row -> its speed-up over dense
-        "explorer_default_ms": "speedup_default",
-        "decode_default_ms": "decode_speedup_default",
-        "control_default_ms": "control_speedup_default",
-        "decode_compiled_ms": "decode_speedup_compiled",
-        "explorer_compiled_ms": "speedup_compiled",
-        "control_compiled_ms": "control_speedup_compiled",
-    }
-    row.update({speedups[key]: ratio for key, ratio in ratios.items()})
-    if row.get("speedup_compiled") and est_gpu:
-        # the graph-replayed dense time is the GPU's: the truer base
-        row["ceiling_compiled"] = ceiling(row["dense_compiled_ms"], *est_gpu)
-    row["compile_mode"] = mode
-    torch._dynamo.reset()

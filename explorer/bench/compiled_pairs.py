@@ -1,0 +1,118 @@
+"""The models benchmark's ``torch.compile`` columns: each variant compiled beside dense alone.
+
+A user compiles the model they run, and perhaps its dense original to compare: two compiled
+models in one process, not four. Timed with three more compiled variants of the same model
+class in the process (the ``decode=True`` model and the dense copy), the sparsified Qwen2-like
+model's CUDA-graph decode step read 0.88x on an H100 while the same model compiled beside dense
+alone read 1.14x (both measured at commit 3df5924, every layer on its dense route there, the
+stacked q/k/v and gate/up products making the difference). So each variant is compiled and
+timed in its own pair with dense, after ``torch._dynamo.reset()``: the pair a notebook that
+compares the two holds. The dense copy (the A/A) is timed the same way, so its ratio is the
+noise of such a pair.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+
+__all__ = ["COMPILE_MODES", "SPEEDUP_KEYS", "TIME_KEYS", "compiled_columns"]
+
+#: Compile modes timed: ``torch.compile``'s default, and CUDA graphs (``"reduce-overhead"``).
+COMPILE_MODES = ("default", "reduce-overhead")
+
+#: ``{compile mode: {variant: time key of the row}}``; dense's time key first.
+TIME_KEYS = {
+    "default": {
+        "dense": "dense_default_ms",
+        "sparse": "explorer_default_ms",
+        "control": "control_default_ms",
+        "decode": "decode_default_ms",
+    },
+    "reduce-overhead": {
+        "dense": "dense_compiled_ms",
+        "sparse": "explorer_compiled_ms",
+        "control": "control_compiled_ms",
+        "decode": "decode_compiled_ms",
+    },
+}
+
+#: A variant's time key -> the row's key for its speed-up over dense in the same pair.
+SPEEDUP_KEYS = {
+    "explorer_default_ms": "speedup_default",
+    "decode_default_ms": "decode_speedup_default",
+    "control_default_ms": "control_speedup_default",
+    "explorer_compiled_ms": "speedup_compiled",
+    "decode_compiled_ms": "decode_speedup_compiled",
+    "control_compiled_ms": "control_speedup_compiled",
+}
+
+
+def compiled_columns(
+    row: dict,
+    call: Callable[[torch.nn.Module], Callable[[], object]],
+    models: dict[str, torch.nn.Module | None],
+    rounds: int = 11,
+) -> None:
+    """Add the ``torch.compile`` times and speed-ups of ``models`` to ``row``, pair by pair.
+
+    For each compile mode of :data:`COMPILE_MODES` and each variant but dense, Dynamo's caches
+    are reset, dense and the variant are compiled, warmed (compile, CUDA-graph warm-up and
+    recording) and timed side by side (:func:`~explorer.gpu.routes.timing.interleaved_runs`, each
+    turn after one untimed call). The speed-up is the median of the rounds' paired ratios to
+    dense in that pair; dense's time in the row is its time in the first pair. Under CUDA graphs
+    the variants but dense are set to ``mode="graphs"``, as the docs ask of a model run that way,
+    and set back to ``"auto"`` after. A variant that fails to compile or run gets an ``*_error``
+    key instead, and the others still run.
+
+    Parameters
+    ----------
+    row : dict
+        The benchmark row; gains ``*_default_ms``, ``*_compiled_ms``, the speed-up keys of
+        :data:`SPEEDUP_KEYS`, ``*_error`` for a failure, and ``compile_mode``.
+    call : callable
+        ``call(model)`` returns the no-argument forward to time.
+    models : dict
+        ``{"dense": ..., "sparse": ..., "control": ..., "decode": ...}``; a None entry is
+        skipped.
+    rounds : int, default 11
+        Rounds of each pair's interleaved timing.
+    """
+    from explorer.gpu import set_mode
+
+    dense = models["dense"]
+    for how in COMPILE_MODES:
+        keys = TIME_KEYS[how]
+        graphs = how != "default"
+        for variant, model in models.items():
+            if variant == "dense" or model is None:
+                continue
+            torch._dynamo.reset()
+            fns: dict[str, Callable[[], object]] = {}
+            try:
+                for key, timed in ((keys["dense"], dense), (keys[variant], model)):
+                    if graphs and timed is not dense:
+                        set_mode(timed, "graphs")
+                    try:
+                        fn = call(torch.compile(timed, mode=None if how == "default" else how))
+                        for _ in range(3):  # compile, then CUDA-graph warm-up and recording
+                            fn()
+                        torch.cuda.synchronize()
+                        fns[key] = fn
+                    except Exception as exc:  # a compile failure is a result to report
+                        row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {exc}"[:240]
+                if len(fns) == 2:
+                    runs = interleaved_runs(fns, rounds=rounds, iters=3, lead_in=1)
+                    row.setdefault(keys["dense"], statistics.median(runs[keys["dense"]]))
+                    row[keys[variant]] = statistics.median(runs[keys[variant]])
+                    speedup = SPEEDUP_KEYS[keys[variant]]
+                    row[speedup] = paired_ratio(runs[keys["dense"]], runs[keys[variant]])
+            finally:
+                if graphs and model is not dense:
+                    set_mode(model, "auto")
+    row["compile_mode"] = "reduce-overhead"
+    torch._dynamo.reset()
