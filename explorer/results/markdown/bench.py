@@ -420,10 +420,10 @@ def render_markdown(rows: list[dict], env: dict, command: str) -> str:
             "## Whole models",
             "",
             "Every `nn.Linear` but `lm_head` pruned 2:4 (random weights), then `sparsify()`. "
-            "The variants of a mode run in turn, 11 rounds of 3 forwards, eager first; `x` is "
-            "the median of the rounds' paired ratios to the dense masked model run the same "
-            "way; `dense copy (A/A)`, an unchanged dense copy so timed, is the noise of equal "
-            "work. `ceiling`: the dense time with the sparse layers' measured time (an estimate)."
+            "Eager first, the variants in turn, 11 rounds of 3 forwards after an untimed one; "
+            "compiled: each variant beside dense alone, timed so. `x`: median of the rounds' "
+            "paired ratios to the dense masked model; `A/A`: an unchanged dense copy timed the "
+            "same way. `ceiling`: the dense time with the sparse layers' measured time (estimate)."
             ' Compile default: `torch.compile(model)`; CUDA graphs: `mode="reduce-overhead"`, '
             'sparse models in `mode="graphs"`. Decode steps: 1 token per sequence, no KV cache. '
             "`torch 2:4`: `to_sparse_semi_structured`, eager. `decode=True` also offers each "
