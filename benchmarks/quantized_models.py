@@ -41,7 +41,7 @@ kernel at 1 to 64 tokens. With ``--layers 32`` it answers whether ``decode=True`
 32-token prompt and 128 new tokens, at batch 1 and 16 (``--batches`` for others), with the
 dynamic cache (eager) and with ``cache_implementation="static"`` (transformers compiles the step
 with CUDA graphs; the quantized models are set to ``mode="graphs"``), the three variants in turn
-for five rounds
+for five rounds, each starting one variant further on
 (:func:`explorer.bench.generate.interleaved_generate`); tokens per second, speedups as medians of
 the rounds' paired ratios, and the share of generated tokens the 2:4 model shares with the
 same precision dense one. Those rows go to the ``--json`` file under ``"generate"``.
@@ -172,7 +172,7 @@ def generate_rows(
                 for m in quantized:  # the compiled step runs in CUDA graphs
                     set_mode(m, "graphs")
             try:
-                timed = interleaved_generate(variants, ids, NEW_TOKENS, static)
+                timed = interleaved_generate(variants, ids, NEW_TOKENS, static, rounds=5)
             except Exception as exc:  # a refused run is a result to show, not a crash
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 timed = {}

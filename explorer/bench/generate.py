@@ -8,9 +8,13 @@ sparse models are then set to ``mode="graphs"``, as the docs ask), for the dense
 ``sparsify()`` defaults and ``sparsify(decode=True)``, beside an unchanged copy of the dense
 model (the A/A control: its ratio to dense is the noise of equal work); and the time to first
 token of a 1024-token prompt, measured first (after the static-cache runs, which compile the
-step and keep CUDA-graph memory pools, every model's eager prefill ran slower). The four models are timed in turn, five rounds after a
-warm-up call each (which compiles the step for a static cache), and each speedup is the median
-of the rounds' paired ratios (the host's speed drifts).
+step and keep CUDA-graph memory pools, every model's eager prefill ran slower). With the dynamic
+cache the four models are timed in turn, nine rounds after a warm-up call each, each round
+starting one model further on; with the static cache each model's step is compiled beside dense
+alone, after a Dynamo reset (:func:`static_in_pairs`: compiled variants of one model class in
+one process slow each other's steps, see :mod:`explorer.bench.compiled_pairs`). Each speedup is
+the median of the rounds' paired ratios to dense timed in the same rounds (the host's speed
+drifts).
 All are timed with CUDA events. The generated tokens of each sparse model are compared
 with the dense model's: random weights give nearly flat logits, so greedy choices may part
 where two logits are closer than the 16-bit rounding; the row reports the share of equal tokens.
@@ -24,9 +28,12 @@ import statistics
 import torch
 
 from explorer.dtypes import dtype_name
-from explorer.gpu.routes.timing import paired_ratio
+from explorer.gpu.routes.timing import paired_ratio, round_order
 
-__all__ = ["bench_generate", "interleaved_generate"]
+__all__ = ["ROUNDS", "bench_generate", "interleaved_generate", "static_in_pairs"]
+
+#: Timed ``generate`` calls of each model (rounds).
+ROUNDS = 9
 
 
 def _generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
@@ -53,11 +60,12 @@ def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
 
 
 def interleaved_generate(
-    variants: dict, ids, new_tokens: int, static: bool = False, rounds: int = 5
+    variants: dict, ids, new_tokens: int, static: bool = False, rounds: int = ROUNDS
 ) -> dict:
     """``{name: (median ms, per-round ms, new tokens)}`` of greedy ``generate`` calls.
 
-    Every variant runs once per round in turn (the host's speed drifts between rounds), after one
+    Every variant runs once per round in turn (the host's speed drifts between rounds), each round
+    starting one variant further on (:func:`~explorer.gpu.routes.timing.round_order`), after one
     warm-up call each (which compiles the step for a static cache). Timed with CUDA events.
 
     Parameters
@@ -84,12 +92,69 @@ def interleaved_generate(
     with torch.no_grad():
         for model in variants.values():
             model.generate(ids, **kw)  # warm-up (and, static, compiling and graph capture)
-        for _ in range(rounds):
-            for name, model in variants.items():
-                ms, out = _one_generate(model, ids, kw)
+        for r in range(rounds):
+            for name in round_order(list(variants), r):
+                ms, out = _one_generate(variants[name], ids, kw)
                 runs[name].append(ms)
                 outs[name] = out[:, ids.shape[1] :]
     return {name: (statistics.median(ts), ts, outs[name]) for name, ts in runs.items()}
+
+
+def static_in_pairs(
+    variants: dict, ids, new_tokens: int, graphs: tuple[str, ...] = (), rounds: int = ROUNDS
+) -> tuple[dict, dict]:
+    """Static-cache ``generate`` of each variant beside dense alone, one pair at a time.
+
+    For each variant but ``"dense"``: Dynamo's caches are reset, the variants named in ``graphs``
+    are set to ``mode="graphs"`` (their step runs in CUDA graphs) and back to ``"auto"`` after,
+    and the pair is timed by :func:`interleaved_generate`. A pair that fails is left out and its
+    error kept; the others still run.
+
+    Parameters
+    ----------
+    variants : dict
+        ``{name: model}`` with a ``"dense"`` entry.
+    ids : torch.Tensor
+        The prompt, ``[batch, length]``.
+    new_tokens : int
+        Tokens generated per sequence.
+    graphs : tuple of str, optional
+        Variants set to ``mode="graphs"`` while timed (the sparsified ones).
+    rounds : int, optional
+        Timed calls per variant and pair.
+
+    Returns
+    -------
+    (dict, dict)
+        ``{name: (median ms, per-round ms, generated ids)}`` as :func:`interleaved_generate`
+        gives, dense's from its first pair; and ``{name: dense's per-round ms in that name's
+        pair, or the error message}``.
+    """
+    from explorer.gpu import set_mode
+
+    timed: dict = {}
+    dense_rounds: dict = {}
+    for key, model in variants.items():
+        if key == "dense":
+            continue
+        torch._dynamo.reset()
+        if key in graphs:
+            set_mode(model, "graphs")
+        try:
+            pair = interleaved_generate(
+                {"dense": variants["dense"], key: model}, ids, new_tokens, True, rounds
+            )
+        except Exception as exc:  # a failure is a result to report, not a crash
+            dense_rounds[key] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        finally:
+            if key in graphs:
+                set_mode(model, "auto")
+        timed.setdefault("dense", pair["dense"])
+        timed[key] = pair[key]
+        dense_rounds[key] = pair["dense"][1]
+    torch._dynamo.reset()
+    return timed, dense_rounds
 
 
 def bench_generate(
@@ -130,7 +195,7 @@ def bench_generate(
         speedups and token agreement; plus one time-to-first-token row.
     """
     from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
-    from explorer.gpu import set_mode, sparsify
+    from explorer.gpu import sparsify
 
     say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     spec = MODEL_SPECS[name]
@@ -196,29 +261,26 @@ def bench_generate(
             )
             outs = {}
             rounds = {}
-            static_cache = cache == "static"
-            if static_cache:
-                torch._dynamo.reset()
-                for key, model in variants.items():
-                    if key in ("explorer", "decode"):  # the step runs in CUDA graphs
-                        set_mode(model, "graphs")
-            try:  # every variant in turn, round after round
-                timed = interleaved_generate(variants, ids, new_tokens, static_cache)
-            except Exception as exc:  # a failure is a result to report, not a crash
-                row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                timed = {}
-            finally:
-                if static_cache:
-                    for key, model in variants.items():
-                        if key in ("explorer", "decode"):
-                            set_mode(model, "auto")
+            if cache == "static":  # each compiled step beside dense's alone
+                timed, dense_rounds = static_in_pairs(
+                    variants, ids, new_tokens, graphs=("explorer", "decode")
+                )
+            else:  # every variant in turn, round after round
+                try:
+                    timed = interleaved_generate(variants, ids, new_tokens)
+                except Exception as exc:  # a failure is a result to report, not a crash
+                    row["dense_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    timed = {}
+                dense_rounds = dict.fromkeys(timed, timed["dense"][1]) if timed else {}
             for key, (ms, per_round, out) in timed.items():
                 outs[key], rounds[key] = out, per_round
                 row[f"{key}_ms"] = ms
                 row[f"{key}_tok_s"] = batch * new_tokens / (ms / 1e3)
             for key in ("control", "explorer", "decode"):
-                if key in rounds and "dense" in rounds:
-                    row[f"{key}_speedup"] = paired_ratio(rounds["dense"], rounds[key])
+                if isinstance(dense_rounds.get(key), str):
+                    row[f"{key}_error"] = dense_rounds[key]
+                elif key in rounds and key in dense_rounds:
+                    row[f"{key}_speedup"] = paired_ratio(dense_rounds[key], rounds[key])
                 if key in outs and "dense" in outs:
                     same = (outs[key] == outs["dense"]).float().mean().item()
                     row[f"{key}_agreement"] = same
