@@ -5,7 +5,9 @@ the median of CUDA-event timings after warm-up, in eager mode and as CUDA-graph 
 host cost per call; then the LLaMA-7B MLP block end to end, CSR/BSR at 50-99.9% sparsity, and the
 explorer's N:M check kernel against the device's copy bandwidth. Rows are plain dicts; ``--json``
 writes them, ``--db`` records them in a :class:`explorer.results.store.ResultStore`, ``--markdown``
-writes the tables (``docs/bench-h100.md`` is generated this way).
+writes the tables (``docs/bench-h100.md`` is generated this way). ``--from-json`` does the last
+three without a GPU, from the ``--json`` files of runs made elsewhere, with their machine's
+provenance (:mod:`explorer.bench.recording`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+from explorer.bench.recording import read_bench_json, row_recorder
 from explorer.results.markdown.bench import (
     format_decode,
     format_models,
@@ -247,45 +250,6 @@ def environment() -> dict:
     return env
 
 
-_CONFIG_KEYS = ("suite", "label", "m", "n", "k", "dtype", "impl", "mode", "alg", "sparsity")
-
-
-_CONFIG_KEYS_MODELS = ("model", "batch", "seq")
-
-
-def _recorder(db: str, provenance: dict | None = None):
-    """A sink that records bench rows in the results store ``db``.
-
-    ``provenance`` defaults to this process's; pass the measuring machine's when recording rows
-    measured elsewhere.
-    """
-    from explorer.results.store import ResultStore
-
-    store = ResultStore(db)
-
-    def record(r: dict) -> None:
-        keys = _CONFIG_KEYS + (_CONFIG_KEYS_MODELS if r.get("suite") == "models" else ())
-        config = {k: r[k] for k in keys if r.get(k) is not None}
-        if "n" in config:
-            config["tokens"] = config["n"]
-        metrics = {
-            k: v
-            for k, v in r.items()
-            if k not in config
-            and k not in ("status", "error", "trace", "timings", "timings_decode")
-        }
-        store.record(
-            f"bench-{r.get('suite', 'unknown')}",
-            config,
-            metrics,
-            status=r.get("status", "ok"),
-            error=r.get("error"),
-            provenance=provenance,
-        )
-
-    return record
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (``python -m explorer.bench --help``).
 
@@ -324,7 +288,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", help="record every row in this results database")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--job-timeout", type=float, help="abandon one case after this many seconds")
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="time nothing (no GPU needed): read the rows of these --json files, of one GPU, "
+        "and write --markdown, record them in --db with their machine's provenance, print them",
+    )
+    p.add_argument("--commit", help="with --from-json: the commit the rows were measured on")
     args = p.parse_args(argv)
+    if args.commit and not args.from_json:
+        p.error("--commit names the commit of rows read with --from-json; give --from-json too")
+    if args.from_json:
+        return _from_json(args, p)
     from explorer.dtypes import SPARSE_DTYPES, parse_dtype  # imports torch: after --help
 
     try:
@@ -351,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sinks = []
     if args.db:
-        sinks.append(_recorder(args.db))
+        sinks.append(row_recorder(args.db))
     if args.json:
         partial = args.json.with_suffix(".partial.jsonl")
         partial.write_text("")
@@ -380,11 +357,41 @@ def main(argv: list[str] | None = None) -> int:
         model_speed_modes=speed_modes,
     )
     env = environment()
+    command = "sparsity-explorer bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json:
-        args.json.write_text(json.dumps({"env": env, "rows": rows}, indent=1, default=str))
-    command = "python -m explorer.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+        kept = {"env": env, "command": command.strip(), "rows": rows}
+        args.json.write_text(json.dumps(kept, indent=1, default=str))
     if args.markdown:
         args.markdown.write_text(render_markdown(rows, env, command.strip()))
+    _print_tables(rows)
+    return 0
+
+
+def _from_json(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--from-json``: the page, the store's rows and the tables from earlier runs' files."""
+    from explorer.results.quantized_speed import benchmark_provenance
+
+    try:
+        rows, env, commands = read_bench_json(args.from_json)
+    except ValueError as exc:
+        parser.error(f"--from-json: {exc}")
+    if args.commit:
+        env = {**env, "commit": args.commit}
+    if args.db:
+        record = row_recorder(
+            args.db, benchmark_provenance({**env, "command": "; ".join(commands)})
+        )
+        for row in rows:
+            record(row)
+        print(f"recorded {len(rows)} rows in {args.db}", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(render_markdown(rows, env, "`, `".join(commands)))
+    _print_tables(rows)
+    return 0
+
+
+def _print_tables(rows: list[dict]) -> None:
+    """Print the tables of the suites ``rows`` hold, then the layer table and the targets."""
     if any(r.get("suite") == "models" for r in rows):
         print(format_models(rows))
         print()
@@ -400,4 +407,3 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     print()
     print(format_targets(rows))
-    return 0
