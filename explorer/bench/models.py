@@ -5,7 +5,9 @@ speed), every ``nn.Linear`` but ``lm_head`` magnitude-pruned to 2:4. The same de
 model is timed as it is, after torch's own ``to_sparse_semi_structured`` path
 (``sparsify(backend="torch")``), and after :func:`explorer.sparsify`, eager and under
 ``torch.compile`` in its default mode and with CUDA graphs (``mode="reduce-overhead"``), all
-with CUDA events in one process: every eager time first, before anything is compiled there. Beside the achieved speedup each row gives the ceiling: the dense
+with CUDA events in one process: every eager time first, before anything is compiled there,
+then each compiled variant beside dense alone (:mod:`explorer.bench.compiled_pairs`). Beside
+the achieved speedup each row gives the ceiling: the dense
 model's time with its sparse layers' dense time replaced by their measured sparse time, i.e.
 what the model could gain if nothing but those layers changed (an estimate from measured
 parts). Decode steps are single forward passes of 1 token per sequence without a KV cache.
