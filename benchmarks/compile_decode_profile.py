@@ -6,6 +6,9 @@ the compiler produced: graphs, graph breaks, recompiles, kernel launches, the ho
 whole forward and the ops that take it. Run on a GPU::
 
     python benchmarks/compile_decode_profile.py --model llama-8b --runs 16x1,1x1
+    python benchmarks/compile_decode_profile.py --model phi3-mini --decode
+
+``--decode`` sparsifies with ``decode=True`` (the decode kernel kept beside the dense weight).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import statistics
 
 import torch
 
-from explorer.bench.models import MODEL_SPECS, build_model
+from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.dtypes import parse_dtype
 from explorer.gpu import sparsify
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
@@ -44,6 +47,7 @@ def main() -> None:
     p.add_argument("--model", default="llama-8b", choices=sorted(MODEL_SPECS))
     p.add_argument("--runs", default="16x1,1x1")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--decode", action="store_true", help="sparsify with decode=True")
     args = p.parse_args()
     dtype = parse_dtype(args.dtype)
     runs = [tuple(int(v) for v in r.split("x")) for r in args.runs.split(",")]
@@ -51,7 +55,8 @@ def main() -> None:
     dense = build_model(args.model, dtype)
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
-        report = sparsify(sparse, tokens=tuple(sorted({b * s for b, s in runs})))
+        tokens = tuple(sorted({b * s for b, s in runs}))
+        report = sparsify(sparse, filter_fn=sparse_candidate, tokens=tokens, decode=args.decode)
     print(repr(report))
     kinds = {}
     for name, mod in sparse.named_modules():

@@ -3,13 +3,14 @@
 Each module keeps a small dict from padded token count to its
 :class:`~explorer.gpu.library.cusparselt.Plan` (all plans also live in the shared LRU
 :class:`~explorer.gpu.library.cusparselt.PlanCache`), so after the first call at a token count a
-forward pass is: reshape, pad if needed, one ``cusparseLtMatmul``.
+forward pass is: reshape, pad if needed, one ``cusparseLtMatmul``. Which route a problem takes
+(dense, cuSPARSELt in which layout and algorithm, the decode kernel) is chosen by its base class
+:class:`~explorer.gpu.modules.route_choice.RouteChoice`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -24,6 +25,7 @@ from explorer.gpu.library import torch_backend as TB
 from explorer.gpu.library import tuning
 from explorer.gpu.modules import fp8, quant
 from explorer.gpu.modules.fp8_dense import scaled_linear, scaled_matmul
+from explorer.gpu.modules.route_choice import RouteChoice
 from explorer.gpu.modules.sparse_calls import (
     ACTIVATIONS,
     apply_activation,
@@ -34,9 +36,7 @@ from explorer.gpu.modules.sparse_calls import (
 from explorer.gpu.modules.sparse_options import OUTPUT_CHOICES, SparseOptions
 from explorer.gpu.modules.sparse_weight import prepare_weight
 from explorer.gpu.routes.dispatch import (
-    DECODE,
     DENSE,
-    Decision,
     Route,
     check_mode,
     clock_for,
@@ -58,7 +58,7 @@ _PROCESS_STATE = (
 )
 
 
-class SparseLinear(nn.Module):
+class SparseLinear(RouteChoice, nn.Module):
     """``y = activation(x @ W^T + b)`` with a 2:4 ``W`` run by cuSPARSELt.
 
     Build it with :meth:`from_linear`. Once per problem (shape, dtype, padded token count and
@@ -441,244 +441,6 @@ class SparseLinear(nn.Module):
             device=dev,
         )
 
-    def _problem(self, dev: int, fused_act: bool, alpha: bool, first: str) -> tuple:
-        return (
-            self.out_features,
-            self.in_features,
-            self.dtype,
-            fused_act,
-            alpha,
-            self._bias_in_kernel,
-            dev,
-            first,
-            self.alg,
-            self.layout,
-            self.output,
-            self.decode_kept,
-            self.dense_kept,  # last: drop_dense moves decisions to the key without it
-        )
-
-    def _route(
-        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
-    ) -> Route:
-        """The route for ``t`` tokens (``n`` padded) whose input arrives in layout ``first``."""
-        if self._force is not None:
-            return self._force
-        decided_at = t if t <= C.EXACT_TOKENS_UP_TO else n  # cusparselt.decision_tokens
-        if clock == "wall" and self.decisions_made.eager_dense(decided_at):
-            return DENSE
-        key = (decided_at, first, fused_act, clock)
-        route = self._routes.get(key)
-        if route is None:
-            route = self._routes[key] = self._choose(n, t, dev, fused_act, alpha, first, clock)
-        return route
-
-    def keep_dense_at(self, tokens: int, keep: bool = True) -> None:
-        """Run dense in eager mode at ``tokens`` tokens, whatever the layer's timing chose there.
-
-        ``keep=False`` takes the measured routes again.
-
-        Set by ``sparsify``'s whole-model check (:mod:`explorer.gpu.swap.eager_check`), which found
-        the sparse routes no faster for the whole model at that count. A verdict at a decode
-        size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
-        host-bound model at 16 tokens is host-bound at 1. A model compiled in the default mode
-        traces that count dense too (its sparse op costs more host time than the eager call);
-        CUDA graphs keep their own decisions. ``sparsify`` keeps every dense weight until the
-        check has run; a layer without its dense weight has nothing to fall back to.
-
-        Parameters
-        ----------
-        tokens : int
-            The token count.
-        keep : bool, default True
-            Keep dense there; False takes the measured routes again.
-        """
-        if self._dense is None:
-            return
-        self.decisions_made.keep_dense_at(C.decision_tokens(int(tokens), self.dtype), keep)
-        self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
-        self._fast.clear()
-        self._dense_any.clear()
-        self._wall_dense.clear()
-
-    def _choose(
-        self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
-    ) -> Route:
-        """Measure the routes open to this problem once (per process) by both clocks.
-
-        The one fastest by ``clock`` is kept.
-
-        Decisions are kept per :func:`~explorer.gpu.library.cusparselt.decision_tokens`: small token
-        counts each on their own (their padding is part of the cost), larger ones per plan.
-        A fixed ``layout`` or an 8-bit type leaves one cuSPARSELt route, timed against the decode
-        kernel (1 to 64 tokens) and, for fp8, against FP8 dense. Inside a CUDA-graph capture
-        nothing can be timed: the decision of the nearest measured token count is used, or the
-        sparse row-major route if none was measured.
-        """
-        decoding = self.decode_kept and n <= D.MAX_TOKENS
-        if self.layout != "auto" or self.dtype.itemsize == 1 or self.backend != "cusparselt":
-            lay = "cc" if self.dtype.itemsize == 1 else self.layout
-            lay = first + "c" if lay == "auto" else lay
-            fixed = Route("sparse", lay, self.alg, lay[1] == "r" and self.output == "rows")
-            if not decoding and not self._fp8_dense:
-                return fixed
-            return self._decide(n, t, dev, fused_act, alpha, first, clock, fixed)
-        return self._decide(n, t, dev, fused_act, alpha, first, clock, None)
-
-    def _decide(
-        self,
-        n: int,
-        t: int,
-        dev: int,
-        fused_act: bool,
-        alpha: bool,
-        first: str,
-        clock: str,
-        fixed: Route | None,
-    ) -> Route:
-        """The route by ``clock`` of this problem's decision, measured now if it is new.
-
-        ``fixed``: the one cuSPARSELt route of an 8-bit or fixed-layout layer, timed as a
-        whole forward against the decode kernel; None: every open route, timed as its call.
-        """
-        key = C.decision_tokens(t, self.dtype)
-        problem = self._problem(dev, fused_act, alpha, first)
-        found = BOOK.decided(problem, key)
-        if found is None:
-            fallback = fixed or Route("sparse", first + "c", self.alg)
-            if torch.cuda.is_current_stream_capturing():
-                near = BOOK.nearest(problem, key, clock)
-                if near is not None and near.kind == "decode" and n > D.MAX_TOKENS:
-                    near = None  # the decode kernel takes at most 64 tokens
-                return near or fallback
-            if fixed is None:
-                found = BOOK.decide(problem, key, self._route_calls(n, t, dev, fused_act, first))
-            else:
-                found = self._decide_whole_forwards(problem, key, t, dev, first, fixed)
-            if found is None:
-                return fallback
-        self._remember_decision(key, found)
-        return found.route(clock)
-
-    def _remember_decision(self, key: int, found: Decision) -> None:
-        """Keep ``found``; a compiled model's choices count the op's host time (``ops``)."""
-        op_ms = ops.call_overhead_us(measure=True) / 1e3
-        dense = self._dense is not None and self.backend == "cusparselt"
-        self.decisions_made.remember(key, found, op_ms, dense)
-
-    def _decide_whole_forwards(
-        self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
-    ) -> Decision:
-        """Time the one ``fixed`` route against the others open as whole forwards.
-
-        For 8-bit types and fixed layouts, whose cuSPARSELt route is not chosen among others: the
-        decode kernel (at most 64 tokens) and FP8 dense (an fp8 layer that kept its codes).
-        """
-        gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
-        act = self.dtype if self.dtype.itemsize == 2 else self.out_dtype
-        x = torch.randn(t, self.in_features, device=f"cuda:{dev}", generator=gen).to(act)
-        if first == "r":
-            x = x.t().contiguous().t()
-
-        def forced(route: Route):
-            def call():
-                self._force = route
-                try:
-                    return self._forward(x)
-                finally:
-                    self._force = None
-
-            return call
-
-        try:
-            routes = [fixed]
-            tuned = None
-            if self._fp8_dense and fixed.alg < 0:
-                m, n, k = self._mnk(C.padded_tokens(t, self.dtype))
-                tuned = tuning.lookup(dev, m, n, k, self.dtype, self.out_dtype, "cc", nearest=True)
-            if tuned is not None and tuned >= 0:
-                routes.append(Route("sparse", fixed.layout, tuned, fixed.transpose))
-            if self.decode_kept and t <= D.MAX_TOKENS:
-                routes.append(DECODE)
-            if self._fp8_dense:
-                routes.append(DENSE)
-            return BOOK.decide(problem, key, {route: forced(route) for route in routes})
-        finally:
-            self._forget_fast_paths()
-
-    def _route_calls(
-        self, n: int, t: int, dev: int, fused_act: bool, first: str
-    ) -> dict[Route, Callable[[], torch.Tensor]]:
-        """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded).
-
-        Each call runs on a fixed random input as the fast path will, padding included; searched
-        algorithms that compute something else than the dense product are left out.
-        """
-        alpha = self._alpha_vector
-        gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
-        full = torch.randn(n, self.in_features, device=f"cuda:{dev}", generator=gen)
-        full = full.to(self.dtype)
-        probe = min(n, self._probe_x.shape[0]) if self._probe_x is not None else 0
-        if probe:
-            full[:probe] = self._probe_x[:probe]
-        x = full[:t].contiguous()
-        if first == "r":
-            full = full.t().contiguous().t()
-            x = x.t().contiguous().t()
-        calls: dict[Route, Callable[[], torch.Tensor]] = {}
-        if self._dense is not None:
-            dense = self._dense_call(fused_act)
-            calls[DENSE] = partial(dense, x)
-        if self.decode_kept and t <= D.MAX_TOKENS:
-            calls[DECODE] = partial(self._decode_forward, x, fused_act)
-        for lay in (first + "c", first + "r"):
-            algs = [self.alg]
-            if self.alg < 0:
-                epi = self.activation if fused_act else "none"
-                found = tuning.lookup(
-                    dev, *self._mnk(n), self.dtype, self.out_dtype, lay, epi, nearest=True
-                )
-                if found is not None and found >= 0:
-                    algs.append(found)
-            for alg in algs:
-                try:
-                    plan = self._plan_for(n, dev, fused_act, alpha, Route("sparse", lay, alg))
-                    y = self._run(plan, full, n)
-                except C.CusparseltRefused:
-                    continue  # the library has no kernel for this config: not a route
-                if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
-                    continue  # a config that computes something else: never use it
-                if lay[1] == "c" or self.output == "any":
-                    run = self._fast_sparse(plan, n, t, False)
-                    calls[Route("sparse", lay, alg)] = partial(run, x)
-                if lay[1] == "r":
-                    run = self._fast_sparse(plan, n, t, True)
-                    calls[Route("sparse", lay, alg, True)] = partial(run, x)
-        return calls
-
-    def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:
-        """Measured routes of this layer so far: ``{tokens: (route, {route: ms})}``.
-
-        Keyed by :func:`~explorer.gpu.library.cusparselt.decision_tokens` (small counts as they are,
-        larger ones padded to their plan's count).
-
-        Parameters
-        ----------
-        clock : {"gpu", "wall"}, optional
-            Which times: GPU time (CUDA-graph replay) or wall time of back-to-back eager calls.
-            By default the clock of the layer's mode (wall time for ``"auto"``).
-
-        Layers of the same problem share one measurement (the first one to meet it times it).
-        """
-        return self.decisions_made.routes(clock)
-
-    def measured(self) -> dict[int, Decision]:
-        """``{tokens: Decision}``: both clocks' times of every route measured so far.
-
-        Keyed as :meth:`decisions`.
-        """
-        return self.decisions_made.measured()
-
     def _plan_for(self, n: int, dev: int, fused_act: bool, alpha: bool, route: Route) -> C.Plan:
         pkey = (n, route.layout, route.alg, fused_act, alpha)
         plan = self._plans.get(pkey)
@@ -699,15 +461,6 @@ class SparseLinear(nn.Module):
 
     def _mnk(self, n: int) -> tuple[int, int, int]:
         return self.out_features, n, self.in_features
-
-    def _probe_ok(self, y: torch.Tensor, fused_act: bool) -> bool:
-        ref = self._probe_y[: y.shape[0]].float()
-        if self._bias_in_kernel:
-            ref = ref + self.bias.float()
-        if fused_act:
-            ref = apply_activation(ref, self.activation)
-        err = (y.float() - ref).norm() / ref.norm().clamp_min(1e-30)
-        return bool(torch.isfinite(err)) and float(err) < 2e-2
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
