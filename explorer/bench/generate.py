@@ -30,13 +30,42 @@ import torch
 from explorer.dtypes import dtype_name
 from explorer.gpu.routes.timing import paired_ratio, round_order
 
-__all__ = ["ROUNDS", "bench_generate", "interleaved_generate", "static_in_pairs"]
+__all__ = [
+    "ROUNDS",
+    "bench_generate",
+    "generate_kwargs",
+    "interleaved_generate",
+    "static_in_pairs",
+    "timed_generate",
+]
 
 #: Timed ``generate`` calls of each model (rounds).
 ROUNDS = 9
 
 
-def _generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
+def generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
+    """The keyword arguments of a timed ``generate``: greedy, exactly ``new_tokens`` new tokens.
+
+    Parameters
+    ----------
+    ids : torch.Tensor
+        The prompt, ``[batch, length]``.
+    new_tokens : int
+        Tokens generated per sequence.
+    static : bool
+        ``cache_implementation="static"`` (transformers compiles the step).
+
+    Returns
+    -------
+    dict
+        For ``model.generate(ids, **kwargs)``.
+
+    Examples
+    --------
+    >>> kw = generate_kwargs(torch.ones(1, 4, dtype=torch.long), 8, static=True)
+    >>> kw["max_new_tokens"], kw["min_new_tokens"], kw["do_sample"], kw["cache_implementation"]
+    (8, 8, False, 'static')
+    """
     kw = dict(
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
@@ -49,7 +78,23 @@ def _generate_kwargs(ids, new_tokens: int, static: bool) -> dict:
     return kw
 
 
-def _one_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
+def timed_generate(model, ids, kw) -> tuple[float, torch.Tensor]:
+    """One ``model.generate(ids, **kw)`` timed with CUDA events.
+
+    Parameters
+    ----------
+    model : transformers model
+        A model with ``generate``, on a CUDA device.
+    ids : torch.Tensor
+        The prompt.
+    kw : dict
+        From :func:`generate_kwargs`.
+
+    Returns
+    -------
+    (float, torch.Tensor)
+        Milliseconds, and the generated ids (prompt included).
+    """
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     start.record()
@@ -86,7 +131,7 @@ def interleaved_generate(
     dict
         ``{name: (median ms, [ms per round], generated ids of the last round)}``.
     """
-    kw = _generate_kwargs(ids, new_tokens, static)
+    kw = generate_kwargs(ids, new_tokens, static)
     runs: dict = {name: [] for name in variants}
     outs: dict = {}
     with torch.no_grad():
@@ -94,7 +139,7 @@ def interleaved_generate(
             model.generate(ids, **kw)  # warm-up (and, static, compiling and graph capture)
         for r in range(rounds):
             for name in round_order(list(variants), r):
-                ms, out = _one_generate(variants[name], ids, kw)
+                ms, out = timed_generate(variants[name], ids, kw)
                 runs[name].append(ms)
                 outs[name] = out[:, ids.shape[1] :]
     return {name: (statistics.median(ts), ts, outs[name]) for name, ts in runs.items()}

@@ -33,7 +33,7 @@ def log(monkeypatch):
     def one(model, ids, kw):
         return MS[model.name], model.generate(ids, **kw)
 
-    monkeypatch.setattr(generate, "_one_generate", one)
+    monkeypatch.setattr(generate, "timed_generate", one)
     monkeypatch.setattr(torch._dynamo, "reset", lambda: calls.append("reset"))
     monkeypatch.setattr(gpu, "set_mode", lambda m, mode: calls.append(f"{m.name}:{mode}"))
     return calls
