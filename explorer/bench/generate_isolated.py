@@ -121,10 +121,14 @@ def time_in_process(job: dict) -> dict:
 
 def _spawned(job: dict) -> dict:
     """:func:`time_in_process` in a new process (spawn: no CUDA state is inherited)."""
+    import importlib
     import multiprocessing
 
+    # by its importable name: run as ``python -m``, this module is ``__main__`` here, and the
+    # child must find the function by the name it is pickled with
+    target = importlib.import_module("explorer.bench.generate_isolated").time_in_process
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(time_in_process, (job,))
+        return pool.apply(target, (job,))
 
 
 def isolated_pairs(
@@ -238,11 +242,14 @@ def main(argv: list[str] | None = None) -> None:
     for variant in args.variants.split(","):
         res = isolated_pairs(job, variant.strip(), args.repeats)
         results[variant] = res
-        speed = "failed" if res["speedup"] is None else f"{res['speedup']:.2f}x"
+        where = f"{args.model} batch {args.batch} {args.cache}, one model per process"
+        if res["speedup"] is None:
+            print(f"{where}: {variant} not measured; " + "; ".join(res["errors"]))
+            continue
         tok_s = [args.batch * args.new_tokens / (ms / 1e3) for ms in res["dense_ms"]]
         print(
-            f"{args.model} batch {args.batch} {args.cache}, one model per process: {variant} "
-            f"{speed} over dense (ratios {', '.join(f'{r:.3f}' for r in res['ratios'])}; dense "
+            f"{where}: {variant} {res['speedup']:.2f}x over dense (ratios "
+            f"{', '.join(f'{r:.3f}' for r in res['ratios'])}; dense "
             f"{', '.join(f'{t:.0f}' for t in tok_s)} tokens/s)"
         )
     if args.json:

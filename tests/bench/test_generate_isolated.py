@@ -126,3 +126,19 @@ def test_the_command_line_times_each_variant_and_writes_json(tmp_path, monkeypat
     assert "decode 1.10x over dense" in capsys.readouterr().out
     saved = json.loads(out.read_text())
     assert saved["job"]["batch"] == 1 and set(saved["results"]) == {"control", "decode"}
+
+
+def test_the_command_line_says_why_a_variant_was_not_measured(monkeypatch, capsys):
+    def pairs(job, variant, repeats):
+        return {
+            "speedup": None,
+            "ratios": [],
+            "dense_ms": [],
+            "variant_ms": [],
+            "agreement": None,
+            "errors": ["dense: no CUDA GPU"],
+        }
+
+    monkeypatch.setattr(iso, "isolated_pairs", pairs)
+    iso.main(["--variants", "decode"])
+    assert "decode not measured; dense: no CUDA GPU" in capsys.readouterr().out
