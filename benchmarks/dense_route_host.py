@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from explorer.bench.runner import mask24
 from explorer.dtypes import parse_dtype
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.routes.timing import host_us
@@ -35,9 +36,7 @@ def _masked(out_features: int, in_features: int, dtype: torch.dtype) -> nn.Linea
     """A CUDA ``nn.Linear`` whose weight keeps the two largest of every four (2:4)."""
     lin = nn.Linear(in_features, out_features).to("cuda", dtype)
     with torch.no_grad():
-        w = lin.weight.view(out_features, -1, 4)
-        keep = w.abs().topk(2, dim=-1).indices
-        lin.weight.copy_(torch.zeros_like(w).scatter(-1, keep, w.gather(-1, keep)).flatten(1))
+        lin.weight.copy_(mask24(lin.weight))
     return lin
 
 
