@@ -1,4 +1,4 @@
-"""``generate()`` one model per process: the order of processes, the pairing, failures, the CLI."""
+"""One model per process: the order of processes, the pairing, failures, the workloads, the CLI."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import explorer.bench.generate_isolated as iso
+import explorer.bench.isolated as iso
 
 MS = {"dense": 10.0, "control": 10.0, "decode": 8.0}
 
@@ -142,3 +142,37 @@ def test_the_command_line_says_why_a_variant_was_not_measured(monkeypatch, capsy
     monkeypatch.setattr(iso, "isolated_pairs", pairs)
     iso.main(["--variants", "decode"])
     assert "decode not measured; dense: no CUDA GPU" in capsys.readouterr().out
+
+
+def test_the_command_line_times_a_compiled_step_with_its_own_fields(monkeypatch, capsys):
+    asked = []
+
+    def pairs(job, variant, repeats):
+        asked.append(job)
+        return {
+            "speedup": 0.99,
+            "ratios": [0.99],
+            "dense_ms": [2.5],
+            "variant_ms": [2.52],
+            "agreement": 1.0,
+            "errors": [],
+        }
+
+    monkeypatch.setattr(iso, "isolated_pairs", pairs)
+    iso.main(["--workload", "step", "--model", "phi3-mini", "--batch", "1", "--seq", "1",
+              "--compile", "default", "--variants", "explorer"])  # fmt: skip
+    (job,) = asked
+    assert job["workload"] == "step" and job["compile"] == "default" and job["seq"] == 1
+    assert "cache" not in job and "new_tokens" not in job  # generate's fields stay out
+    out = capsys.readouterr().out
+    assert "phi3-mini step 1x1, default" in out and "2.500 ms a step" in out
+
+
+def test_an_unknown_workload_is_a_reported_failure_not_a_crash():
+    result = iso.time_in_process({"workload": "train", "variant": "dense"})
+    assert "error" in result and "expected one of ('generate', 'step')" in result["error"]
+
+
+def test_an_unknown_step_mode_is_refused_on_the_command_line():
+    with pytest.raises(SystemExit):
+        iso.main(["--workload", "step", "--compile", "max-speed"])
