@@ -44,7 +44,6 @@ LARGE_MODULES = {
     "explorer/gpu/modules/int4_linear.py": 497,
     "explorer/gpu/cuda/kernels.py": 875,
     "explorer/gpu/swap/model_swap.py": 767,
-    "explorer/gpu/modules/sparse_linear.py": 883,
     "explorer/gpu/library/tuning.py": 628,
     "explorer/results/markdown/bench.py": 557,
     "explorer/results/speedup.py": 511,
