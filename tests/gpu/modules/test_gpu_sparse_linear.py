@@ -251,10 +251,10 @@ def test_remembered_calls_serve_any_strides_and_a_later_capture(mode):
 def test_an_activation_the_kernel_does_not_fuse_stays_in_every_later_call(monkeypatch):
     """Where cuSPARSELt refused to fuse the activation, each route applies it after the product,
     also in the calls a layer remembers for inputs it has seen (the dense route's included)."""
-    import explorer.gpu.modules.sparse_linear as sparse_linear_module
+    import explorer.gpu.modules.sparse_forward as sparse_forward_module
     from explorer.gpu import SparseLinear
 
-    monkeypatch.setattr(sparse_linear_module, "_UNFUSED", {(torch.half, "relu")})
+    monkeypatch.setattr(sparse_forward_module, "_UNFUSED", {(torch.half, "relu")})
     lin = _linear(256, 256)
     sl = SparseLinear.from_linear(lin, activation="relu", keep_dense=True)
     for rows in (1, 3, 16, 64):
