@@ -10,9 +10,8 @@ one model. This module times each model in a process of its own (``multiprocessi
 start: nothing compiled, captured or cached in memory is shared), dense and the variant
 alternating, the order flipped each repeat so that a drift of the machine falls on both alike
 (dense, variant, variant, dense, ...). Each process builds the benchmark model from the same
-seed (the same weights), sparsifies it if asked, warms up, keeps its timing thread on one
-CPU core (the same in every process: :func:`pin_host_thread`) and times ``rounds`` timings
-with CUDA events. The speedup is the median over repeats of the ratio of the two processes' median
+seed (the same weights), sparsifies it if asked, warms up and times ``rounds`` timings with
+CUDA events. The speedup is the median over repeats of the ratio of the two processes' median
 times; ``control`` (dense again, in its own process) gives the noise of that comparison.
 Algorithm tables searched by one process are read by the next from the cache on disk, as for
 a user who reruns a script.
@@ -44,7 +43,6 @@ __all__ = [
     "VARIANTS",
     "WORKLOADS",
     "isolated_pairs",
-    "pin_host_thread",
     "process_order",
     "time_in_process",
 ]
@@ -147,47 +145,12 @@ def time_in_process(job: dict) -> dict:
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
-def pin_host_thread() -> int | None:
-    """Keep the calling thread on one CPU core, the same in every process; return it.
-
-    A host-bound step's time depends on the core its thread runs on (and on moves between
-    cores), which differs from process to process: timed in processes of their own, the same
-    dense model's 1 x 1 compiled step measured 1.1 ms in one process and 2.0 ms in the next
-    (docs/gpu.md). Each process pins its timing thread, after the warm-up (the compiler's
-    worker processes are started unpinned), to the second core it may use (the first often
-    takes the machine's interrupts), or to the only one.
-
-    Returns
-    -------
-    int or None
-        The core, or None where the platform cannot pin threads.
-
-    Examples
-    --------
-    >>> import os
-    >>> before = os.sched_getaffinity(0)
-    >>> core = pin_host_thread()
-    >>> os.sched_getaffinity(0) == {core}
-    True
-    >>> os.sched_setaffinity(0, before)
-    """
-    import os
-
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    cores = sorted(os.sched_getaffinity(0))
-    core = cores[1] if len(cores) > 1 else cores[0]
-    os.sched_setaffinity(0, {core})
-    return core
-
-
 def _timed_generations(model, ids, job: dict) -> dict:
     """``job["rounds"]`` greedy generations after one warm-up (which compiles a static step)."""
     from explorer.bench.generate import generate_kwargs, timed_generate
 
     kw = generate_kwargs(ids, job["new_tokens"], job["cache"] == "static")
     model.generate(ids, **kw)  # warm-up: a static cache compiles and captures the step
-    pin_host_thread()
     ms, out = [], None
     for _ in range(job["rounds"]):
         t, out = timed_generate(model, ids, kw)
@@ -207,7 +170,6 @@ def _timed_steps(model, ids, job: dict) -> dict:
     )
     for _ in range(5):  # compile, warm up, record the CUDA graph
         logits = run(input_ids=ids).logits
-    pin_host_thread()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ms = []
     for _ in range(job["rounds"]):
@@ -290,7 +252,7 @@ def isolated_pairs(
             pair[name] = statistics.median(result["ms"])
             medians[name].append(pair[name])
             tokens[name] = result["tokens"]
-            log(f"[isolated] {name}: {pair[name]:.1f} ms a generate call")
+            log(f"[isolated] {name}: {pair[name]:.3f} ms a timing (median of the process)")
         if len(pair) == 2:  # a repeat counts only where both of its processes ran
             ratios.append(pair["dense"] / pair[variant])
     agreement = None
