@@ -1,7 +1,8 @@
-"""The 2:4 + int4 accuracy experiment: joint SparseGPT quantization against prune-then-round.
+"""The 2:4 + int4 (or int8) accuracy experiment: joint SparseGPT quantization against prune-then-round.
 
-Run it with ``python -m explorer.experiments.int4``. For each shipped model it evaluates four
-configurations of the bundle's ``filter_fn`` layers, each from the dense weights:
+Run it with ``python -m explorer.experiments.int4`` (``--precision int8`` for int8). For each
+shipped model it evaluates four configurations of the bundle's ``filter_fn`` layers, each from
+the dense weights:
 
 * ``dense``;
 * ``2:4``: SparseGPT at 2:4, kept weights left in the model's float dtype;
@@ -9,6 +10,10 @@ configurations of the bundle's ``filter_fn`` layers, each from the dense weights
   (``prune(quantize="int4")``, group-wise symmetric int4, error feedback);
 * ``2:4 then int4 RTN``: the ``2:4`` model with every kept weight rounded to nearest on its
   group's grid (:func:`explorer.groupquant.quantize_rtn`).
+
+With ``precision="int8"`` the same two with group-wise symmetric int8 weights (codes in
+[-127, 127]): weight-only, the activations stay in the model's float dtype, which is what the
+explorer's int8 decode kernel computes, not the int8 x int8 product of ``sparsify(dtype=int8)``.
 
 Calibrated runs get the model's calibration batches (:data:`~explorer.experiments.settings.DEFAULTS`,
 seed 0). The group size is the largest multiple of 4 up to ``--group-size`` that divides every
@@ -43,14 +48,18 @@ from explorer.models import load
 from explorer.pruning import prune
 from explorer.results.store import ResultStore
 
-__all__ = ["common_group_size", "main", "run", "store_rows", "to_markdown"]
+__all__ = ["PRECISIONS", "common_group_size", "main", "run", "store_rows", "to_markdown"]
 
-#: Each configuration as a store row: its kind and what its configuration adds.
-_STORED = {
-    "dense": ("dense", {}),
-    "2:4": ("prune", {}),
-    "2:4 + int4 joint": ("prune", {"quant": "int4"}),
-    "2:4 then int4 RTN": ("prune", {"quant": "int4-rtn"}),
+#: The weight precisions the experiment quantizes to.
+PRECISIONS = ("int4", "int8")
+
+#: Each quantized configuration's ``quant`` in the results store: int4 as before; int8 is
+#: weight-only here, told apart from the int8 weights-and-activations rows of other experiments.
+_QUANT = {
+    "2:4 + int4 joint": "int4",
+    "2:4 then int4 RTN": "int4-rtn",
+    "2:4 + int8 joint": "int8-weights",
+    "2:4 then int8 RTN": "int8-weights-rtn",
 }
 
 
@@ -97,8 +106,9 @@ def store_rows(
     """The experiment's rows as results-store rows (``kind``, ``config``, ``metrics``).
 
     ``dense`` is a ``dense`` row; the three 2:4 configurations are ``prune`` rows of SparseGPT
-    on the bundle's layers (``layers="all"``), the int4 ones with ``quant`` (``"int4"``: joint,
-    ``"int4-rtn"``: rounded after pruning) and their ``group_size``.
+    on the bundle's layers (``layers="all"``), the quantized ones with ``quant`` (``"int4"``:
+    joint, ``"int4-rtn"``: rounded after pruning; ``"int8-weights"`` and
+    ``"int8-weights-rtn"`` likewise for int8) and their ``group_size``.
 
     Parameters
     ----------
@@ -126,7 +136,8 @@ def store_rows(
     """
     out = []
     for r in rows:
-        kind, extra = _STORED[r["config"]]
+        kind = "dense" if r["config"] == "dense" else "prune"
+        extra = {"quant": _QUANT[r["config"]]} if r["config"] in _QUANT else {}
         config = {"model": r["model"], "dtype": dtype, "experiment": "int4", **extra}
         if kind == "prune":
             config.update(method="sparsegpt", pattern="2:4", layers="all", seed=0)
@@ -147,8 +158,9 @@ def run(
     group_size: int = 128,
     progress: bool = True,
     db: str | Path | ResultStore | None = None,
+    precision: str = "int4",
 ) -> list[dict]:
-    """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model.
+    """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model (or int8).
 
     Parameters
     ----------
@@ -162,22 +174,36 @@ def run(
     db : path or ResultStore, optional
         Also record each model's rows there (:func:`store_rows`), appended once the model is
         done; a store passed in is left open. None records nothing.
+    precision : {"int4", "int8"}, default "int4"
+        The weights' precision (see the module's docstring).
 
     Returns
     -------
     list of dict
-        One row per (model, config): the headline metric's ``value``, the group size and the
-        pruning seconds.
+        One row per (model, config): the headline metric's ``value``, the precision, the
+        group size and the pruning seconds.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``precision``, before anything is loaded.
     """
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"precision {precision!r} unknown; expected one of {PRECISIONS}. "
+            "Hint: --precision int4 or --precision int8."
+        )
     store = db if isinstance(db, ResultStore) or db is None else ResultStore(db)
     try:
-        return _run(models, group_size, progress, store)
+        return _run(models, group_size, progress, store, precision)
     finally:
         if store is not None and store is not db:
             store.close()
 
 
-def _run(models, group_size: int, progress: bool, store: ResultStore | None) -> list[dict]:
+def _run(
+    models, group_size: int, progress: bool, store: ResultStore | None, precision: str
+) -> list[dict]:
     rows: list[dict] = []
     for name in models:
         settings = model_settings(name)
@@ -192,10 +218,10 @@ def _run(models, group_size: int, progress: bool, store: ResultStore | None) -> 
         g = common_group_size([m.in_features for m in layers], group_size)
 
         def row(config: str, model: torch.nn.Module, seconds: float | None) -> dict:
-            return _row(bundle, name, g, config, model, seconds)  # noqa: B023 (called at once)
+            return _row(bundle, name, g, config, model, seconds, precision)  # noqa: B023
 
         rows.append(row("dense", bundle.model, None))
-        # 1. SparseGPT 2:4, then the same model rounded to nearest on the int4 grid
+        # 1. SparseGPT 2:4, then the same model rounded to nearest on the int4 (int8) grid
         plain = copy.deepcopy(bundle.model)
         started = time.perf_counter()
         result = prune(plain, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress)
@@ -204,16 +230,16 @@ def _run(models, group_size: int, progress: bool, store: ResultStore | None) -> 
         with torch.no_grad():
             for fqn in result.layers:
                 mod = plain.get_submodule(fqn)
-                deq, _ = quantize_rtn(mod.weight, result.masks[fqn], "int4", g)
+                deq, _ = quantize_rtn(mod.weight, result.masks[fqn], precision, g)
                 mod.weight.copy_(deq)
-        rows.append(row("2:4 then int4 RTN", plain, plain_seconds))
+        rows.append(row(f"2:4 then {precision} RTN", plain, plain_seconds))
         del plain
-        # 2. SparseGPT 2:4 with int4 inside the column loop
+        # 2. SparseGPT 2:4 with the quantization inside the column loop
         joint = copy.deepcopy(bundle.model)
         started = time.perf_counter()
         prune(joint, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
-              quantize="int4", group_size=g)  # fmt: skip
-        rows.insert(-1, row("2:4 + int4 joint", joint, time.perf_counter() - started))
+              quantize=precision, group_size=g)  # fmt: skip
+        rows.insert(-1, row(f"2:4 + {precision} joint", joint, time.perf_counter() - started))
         if store is not None:
             dtype = dtype_name(next(bundle.model.parameters()).dtype)
             mine = [r for r in rows if r["model"] == name]
@@ -222,10 +248,12 @@ def _run(models, group_size: int, progress: bool, store: ResultStore | None) -> 
     return rows
 
 
-def _row(bundle, name: str, g: int, config: str, model, seconds: float | None) -> dict:
+def _row(
+    bundle, name: str, g: int, config: str, model, seconds: float | None, precision: str
+) -> dict:
     value = float(bundle.evaluate(model)[bundle.metric])
     return {"model": name, "metric": bundle.metric, "config": config, "value": value,
-            "group_size": g, "prune_seconds": seconds}  # fmt: skip
+            "precision": precision, "group_size": g, "prune_seconds": seconds}  # fmt: skip
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -252,7 +280,8 @@ def to_markdown(rows: list[dict]) -> str:
         mine = [r for r in rows if r["model"] == name]
         metric = mine[0]["metric"]
         out += [
-            f"**{name}** ({metric}, int4 group size {mine[0]['group_size']})",
+            f"**{name}** ({metric}, {mine[0].get('precision', 'int4')} group size "
+            f"{mine[0]['group_size']})",
             "",
             "| configuration | value | seconds to prune |",
             "|---|---:|---:|",
@@ -267,7 +296,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--group-size G] [--db DB]``.
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--precision P] [--db DB]``.
 
     Parameters
     ----------
@@ -282,11 +311,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="fashion-mlp")
     p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--precision", default="int4", choices=PRECISIONS, help="the weights'")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--db", default=None, help="also record the rows in this results store")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    rows = run([m for m in a.models.split(",") if m], a.group_size, not a.no_progress, a.db)
+    models = [m for m in a.models.split(",") if m]
+    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(to_markdown(rows))

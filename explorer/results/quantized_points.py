@@ -42,7 +42,17 @@ QUANT_PRECISION = {
     "fp8": "float8_e4m3fn",
     "int4": "int4",
     "int4-rtn": "int4",
+    "int8-weights": "int8",
+    "int8-weights-rtn": "int8",
 }
+
+#: ``quant`` values whose points take no measured speed, and why: int8 speed rows are of int8
+#: weights and activations (cuSPARSELt), not of int8 weights with 16-bit activations.
+_NO_SPEED = {
+    "int8-weights": "int8 weight-only models have no whole-model speed rows: the int8 speed "
+    "rows measure int8 weights and activations, another computation",
+}
+_NO_SPEED["int8-weights-rtn"] = _NO_SPEED["int8-weights"]
 
 #: How each ``quant`` value was evaluated (the hover's "accuracy" line).
 _EVALUATED = {
@@ -51,9 +61,17 @@ _EVALUATED = {
     "fp8": "FP8 e4m3 weights and activations, emulated",
     "int4": "int4 weights quantized inside SparseGPT's column loop (joint)",
     "int4-rtn": "int4 weights rounded to nearest",
+    "int8-weights": "int8 weights (weight-only) quantized inside SparseGPT's column loop (joint)",
+    "int8-weights-rtn": "int8 weights (weight-only) rounded to nearest",
 }
 #: What a ``quant`` value adds to a point's label.
-_LABEL_SUFFIX = {"int8-gpu": " (GPU kernel)", "int4": " joint", "int4-rtn": " RTN"}
+_LABEL_SUFFIX = {
+    "int8-gpu": " (GPU kernel)",
+    "int4": " joint",
+    "int4-rtn": " RTN",
+    "int8-weights": " weight-only joint",
+    "int8-weights-rtn": " weight-only RTN",
+}
 
 #: The colour of each quantized precision's markers, in both views.
 PRECISION_COLOURS = {"int8": "#1a7f37", "int4": "#bf3989", "float8_e4m3fn": "#1b7c83"}
@@ -266,14 +284,21 @@ def quantized_points(
             "dtype": str(c.get("dtype")),
             "precision": precision,
         }
-        speeds = by_config.get((str(c.get("model")), precision, pattern), {})
+        speeds = (
+            {}
+            if quant in _NO_SPEED
+            else by_config.get((str(c.get("model")), precision, pattern), {})
+        )
         shown = {
             key: found
             for key, found in speeds.items()
             if (tokens is None or key[0] == tokens) and (mode is None or key[1] == mode)
         }
         if not shown:
-            why = _why(str(c.get("model")), quant, pattern, timed, speeds)
+            if quant in _NO_SPEED:
+                why = {"why": _NO_SPEED[quant]}
+            else:
+                why = _why(str(c.get("model")), quant, pattern, timed, speeds)
             details = {**why, "accuracy": evaluated}
             points.append(QuantizedPoint(**common, speedup=None, details=details))
             continue

@@ -37,3 +37,39 @@ def test_the_fp8_command_line_keeps_its_rows_with_db(tmp_path, capsys):
     with ResultStore(db, readonly=True, source="local") as store:
         labels = sorted(p.label for p in quantized_points(store.query(include_reference=False)))
     assert labels == ["FP8 2:4 magnitude", "FP8 dense"]
+
+
+def test_int8_weight_only_rows_become_int8_points_that_take_no_int8_speed(tmp_path):
+    from explorer.results.quantized_speed import quantized_speed_row
+
+    db = tmp_path / "int8.db"
+    rows = int4.run(["digits-mlp"], progress=False, db=db, precision="int8")
+    assert [r["config"] for r in rows] == [
+        "dense",
+        "2:4",
+        "2:4 + int8 joint",
+        "2:4 then int8 RTN",
+    ]
+    assert all(r["precision"] == "int8" for r in rows)
+    with ResultStore(db, source="local") as store:
+        # an int8 2:4 speed of the same model: weights and activations, not weight-only
+        speed = {"ms": 1.0, "speedup_over_bf16": 1.5, "speedup_over_same": 1.2}
+        store.record_many([quantized_speed_row("digits-mlp", "int8", "2:4", 1, 1, "graphs", speed)])
+        stored = store.query(include_reference=False)
+    quants = [r.config.get("quant") for r in stored if r.kind in ("dense", "prune")]
+    assert quants == [None, None, "int8-weights", "int8-weights-rtn"]
+    points = {p.label: p for p in quantized_points(stored)}
+    assert set(points) == {
+        "int8 2:4 sparsegpt weight-only joint",
+        "int8 2:4 sparsegpt weight-only RTN",
+    }
+    for p in points.values():
+        assert p.speedup is None and p.precision == "int8"
+        assert "weights and activations" in p.details["why"]
+
+
+def test_an_unknown_precision_is_refused_before_any_model_loads():
+    import pytest
+
+    with pytest.raises(ValueError, match="precision 'int2' unknown"):
+        int4.run(["digits-mlp"], precision="int2")
