@@ -79,8 +79,9 @@ class DashboardPage(DashboardView):
     #: Seconds a replaced trade-off figure stays open before it is closed: a page that is
     #: connecting meanwhile may still ask the kernel for it (a model whose dense point comes
     #: a second after the page is drawn, a small checkpoint, otherwise logs "widget model not
-    #: found" in the browser).
-    retire_after_s = 10.0
+    #: found" or "[anywidget] Failed to initialize model" in the browser). Longer than a page
+    #: takes to connect on a busy two-core machine (up to about 42 s measured, docs/dashboard.md).
+    retire_after_s = 60.0
 
     def __init__(self, dash) -> None:
         super().__init__(dash)
