@@ -27,10 +27,11 @@ FIGURE_PAGES = {
         "What was measured",
         "Measured per layer (H100, commit 13196b2, one run)",
     ),
+    "docs/gpu-runs.md": ("Whole models in every mode: earlier runs",),
 }
 #: Ratios in those sections that are not measurements, each with what it is.
 NOT_MEASURED = {
-    ("docs/gpu.md", "What was measured"): {
+    ("docs/gpu-runs.md", "Whole models in every mode: earlier runs"): {
         "1.38": "the 8B-like model's decode step bounded by its weight bytes alone (an estimate)",
         "1.07": "a ceiling (estimate) column entry, computed from layer times, not a speedup row",
         "0.89": "the BERT-like model before the fix, dced48c, read off a printed table (modes table)",
