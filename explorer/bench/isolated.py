@@ -1,12 +1,11 @@
 """One model per process: the speed a user who runs one model sees.
 
 The benchmark suites (:mod:`explorer.bench.generate`, the models suite) time dense and sparse
-models side by side in one process. For compiled models that method moves the figure: with
-several models compiled in one process, Dynamo keeps their compiled frames in one cache per
-code object, so a call may check another model's guards before finding its own, and
+models side by side in one process. For compiled models that method has moved the figure:
 ``decode=True`` at batch 8 on the LLaMA-like model read 1.23x with four compiled models in
-one process (90418f4) and 1.03x with each compiled beside dense alone (6c7dae1). A user runs
-one model. This module times each model in a process of its own (``multiprocessing``'s spawn
+one process (90418f4) and 1.03x with each compiled beside dense alone (6c7dae1). (Dynamo keeps
+the compiled frames of every model of a class in one cache per code object; on a CPU a second
+model's entry added nothing to a call, so that is not the reason.) A user runs one model. This module times each model in a process of its own (``multiprocessing``'s spawn
 start: nothing compiled, captured or cached in memory is shared), dense and the variant
 alternating, the order flipped each repeat so that a drift of the machine falls on both alike
 (dense, variant, variant, dense, ...). Each process builds the benchmark model from the same
@@ -15,6 +14,11 @@ CUDA events. The speedup is the median over repeats of the ratio of the two proc
 times; ``control`` (dense again, in its own process) gives the noise of that comparison.
 Algorithm tables searched by one process are read by the next from the cache on disk, as for
 a user who reruns a script.
+
+What it cannot settle: a host-bound step. On an H100 host the same dense Phi-3-like model's
+compiled 1 x 1 step took 1.1 ms in one process and 1.8-2.0 ms in another (docs/gpu.md), a
+spread far wider than the few percent such steps differ by; there the in-process pairs of the
+benchmark suites are the figure.
 
 Two workloads:
 
