@@ -15,6 +15,15 @@ positions ``"<param>::positions"`` (``[rows, ceil(K/8)]`` uint8, the layout of
   on it. The weight loading rebuilds is ``codes * scale`` in float32, cast to the layer's
   dtype, and the layer's ``sha256`` in the manifest is the checksum of that weight.
 
+A layer pruned and quantized jointly to int8 (``prune(quantize="int8")``) stores its kept
+values as ``"<param>::codes"``, int8 ``[rows, K/2]`` in position order (codes in [-127, 127]),
+with ``"<param>::scales"``, float32 ``[rows, K/G]``, one per row and group of ``G`` input
+columns (the manifest's entry says ``"quantize": "int8"`` and ``"group_size": G``): 5 + 32/G
+bits a weight. Each group of ``G`` columns holds ``G/2`` kept values, so the scale of the
+``j``-th stored value of a row is that row's scale ``j // (G/2)``. The weight loading rebuilds
+is ``code * scale`` in float32, cast to the layer's dtype, bit for bit the weight saved
+(:func:`pack_int8`, :func:`read_int8`).
+
 (The 2:4 + int4 form is :mod:`explorer.lowbit`'s, read by :mod:`~explorer.checkpoint.load`.)
 """
 
@@ -26,21 +35,27 @@ import torch
 
 from explorer.compression import CompressedWeight, compress
 from explorer.dtypes import dtype_name
+from explorer.groupquant import FORMATS, round_to_grid
 
 from .manifest import CODES, POSITIONS, SCALES, VALUES, CheckpointError
 
 __all__ = [
     "FP8",
+    "INT8",
     "QUANTIZE_CHOICES",
     "check_positions",
     "check_quantize",
     "dense_codes",
     "pack_fp8",
+    "pack_int8",
     "read_compressed",
+    "read_int8",
 ]
 
 #: The name of the FP8 form, in ``save_sparse(quantize=...)`` and in the manifest.
 FP8 = "float8_e4m3fn"
+#: The name of the jointly quantized int8 form in the manifest (from ``prune(quantize="int8")``).
+INT8 = "int8"
 #: What ``save_sparse(quantize=...)`` accepts besides None.
 QUANTIZE_CHOICES = (FP8,)
 _FIX = "the file was altered; use a good copy of the file, or save the model again"
@@ -276,3 +291,163 @@ def check_positions(fqn: str, packed: CompressedWeight, where: str) -> None:
                 f"an invalid position pair (row {r}, group {g}: {pos[r, g].tolist()}); "
                 "the positions were altered. Use a good copy of the file"
             )
+
+
+def pack_int8(
+    fqn: str, weight: torch.Tensor, scales: torch.Tensor, group_size: int
+) -> tuple[CompressedWeight, torch.Tensor]:
+    """A jointly quantized 2:4 int8 weight as int8 codes of its kept values, checked on its grid.
+
+    Parameters
+    ----------
+    fqn : str
+        The layer's name, for messages.
+    weight : torch.Tensor
+        ``[rows, K]``, 2:4 along rows, every kept value ``code * scale`` of its group (in the
+        weight's dtype: a bfloat16 model keeps ``bfloat16(code * scale)``).
+    scales : torch.Tensor
+        The float32 scales ``prune(quantize="int8")`` recorded, ``[rows, K / group_size]``.
+    group_size : int
+        Input columns per scale.
+
+    Returns
+    -------
+    (CompressedWeight, torch.Tensor)
+        On the CPU: the int8 codes ``[rows, K/2]`` with the positions, and the scales.
+
+    Raises
+    ------
+    CheckpointError
+        Scales of the wrong shape or not finite and positive, a weight that is not 2:4, or one
+        that is off the grid of its scales (changed after pruning).
+
+    Examples
+    --------
+    >>> w = torch.tensor([[0.0, 0.5, 0.0, -1.0, 2.0, 0.0, 0.0, 4.0]])
+    >>> codes, scales = pack_int8("fc", w, torch.tensor([[0.5, 1.0 / 16]]), 4)
+    >>> codes.values.tolist()
+    [[1, -2, 32, 64]]
+    >>> pack_int8("fc", w + 0.01 * (w != 0), torch.tensor([[0.5, 1.0 / 16]]), 4)
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: layer 'fc' was quantized to int8 but its weights are no longer on the grid of the recorded scales (changed after pruning?); prune it again, or save without result= to store it as plain 2:4
+    """
+    original = weight.detach().cpu()
+    w = original.float()
+    rows, k = w.shape
+    scales = _group_scales(fqn, scales.detach().cpu(), rows, k, group_size, "")
+    try:
+        layout = compress(w)
+    except ValueError as exc:
+        raise CheckpointError(f"layer {fqn!r} cannot be stored as 2:4 int8: {exc}") from None
+    per_value = scales.repeat_interleave(group_size // 2, dim=1)
+    codes = round_to_grid(layout.values, per_value, FORMATS[INT8]).to(torch.int8)
+    packed = CompressedWeight(codes, layout.metadata, (rows, k))
+    # what loading rebuilds (code * scale in float32, in the weight's dtype) must be the weight
+    rebuilt = _int8_dense(packed, scales, group_size).to(original.dtype)
+    if not (torch.equal(rebuilt, original) and torch.equal(rebuilt.signbit(), original.signbit())):
+        raise CheckpointError(
+            f"layer {fqn!r} was quantized to int8 but its weights are no longer on the grid of "
+            "the recorded scales (changed after pruning?); prune it again, or save without "
+            "result= to store it as plain 2:4"
+        )
+    return packed, scales
+
+
+def read_int8(
+    fqn: str, layer: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> torch.Tensor:
+    """A stored 2:4 int8 layer's dense weight (float32), every part checked.
+
+    Parameters
+    ----------
+    fqn : str
+        The layer's name.
+    layer : dict[str, Any]
+        Its (schema-checked) manifest entry, ``"quantize": "int8"`` with a ``group_size``.
+    raw : dict[str, torch.Tensor]
+        The file's tensors, each already checked against its checksum.
+    where : str
+        The file, for messages.
+
+    Returns
+    -------
+    torch.Tensor
+        ``code * scale`` in place of each kept value, zeros elsewhere, float32 ``[rows, K]``.
+
+    Raises
+    ------
+    CheckpointError
+        A part missing or of the wrong shape or dtype, a code of -128, scales that are not
+        finite and positive, or positions that are not a valid 2:4 encoding.
+
+    Examples
+    --------
+    >>> w = torch.tensor([[0.0, 0.5, 0.0, -1.0]])
+    >>> codes, scales = pack_int8("fc", w, torch.tensor([[0.5]]), 4)
+    >>> layer = {"param": "w", "shape": [1, 4], "quantize": "int8", "group_size": 4}
+    >>> raw = {"w::codes": codes.values, "w::positions": codes.metadata, "w::scales": scales}
+    >>> read_int8("fc", layer, raw, "m.safetensors").tolist()
+    [[0.0, 0.5, 0.0, -1.0]]
+    >>> read_int8("fc", layer, {**raw, "w::scales": scales * float("nan")}, "m.safetensors")
+    Traceback (most recent call last):
+    ...
+    explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors holds 1 int8 scale(s) that are not finite and positive (first at (0, 0): nan); the file was altered; use a good copy of the file, or save the model again
+    """
+    param, g = layer["param"], layer["group_size"]
+    codes, positions, scales = (raw.get(param + s) for s in (CODES, POSITIONS, SCALES))
+    if codes is None or positions is None or scales is None:
+        raise CheckpointError(
+            f"layer {fqn!r} is listed as 2:4 int8 in {where} but its codes, positions or scales "
+            "are missing; the file was altered"
+        )
+    rows, k = layer["shape"]
+    if (
+        k % 4
+        or tuple(codes.shape) != (rows, k // 2)
+        or codes.dtype != torch.int8
+        or tuple(positions.shape) != (rows, (k + 7) // 8)
+        or positions.dtype != torch.uint8
+    ):
+        raise CheckpointError(
+            f"layer {fqn!r} in {where}: codes {dtype_name(codes.dtype)} {list(codes.shape)} "
+            f"and positions {list(positions.shape)} do not fit a {rows}x{k} 2:4 int8 weight "
+            f"(expected [{rows}, {k // 2}] int8 and [{rows}, {(k + 7) // 8}] uint8); the "
+            "manifest does not match the tensors"
+        )
+    if bool((codes == -128).any()):
+        raise CheckpointError(
+            f"layer {fqn!r} in {where} holds the int8 code -128; this form uses [-127, 127] "
+            f"only; {_FIX}"
+        )
+    scales = _group_scales(fqn, scales, rows, k, g, f" in {where}")
+    packed = CompressedWeight(codes, positions, (rows, k))
+    check_positions(fqn, packed, where)
+    return _int8_dense(packed, scales, g)
+
+
+def _group_scales(
+    fqn: str, scales: torch.Tensor, rows: int, k: int, group_size: int, where: str
+) -> torch.Tensor:
+    """int8 scales checked: float32 ``[rows, K / group_size]``, each finite and positive."""
+    want = (rows, k // group_size)
+    if scales.dtype != torch.float32 or tuple(scales.shape) != want:
+        raise CheckpointError(
+            f"layer {fqn!r}{where}: its int8 scales are {dtype_name(scales.dtype)} "
+            f"{list(scales.shape)}, expected float32 {list(want)} (one per row and group of "
+            f"{group_size} input columns); {_FIX}"
+        )
+    bad = ~(torch.isfinite(scales) & (scales > 0))
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise CheckpointError(
+            f"layer {fqn!r}{where} holds {int(bad.sum())} int8 scale(s) that are not finite and "
+            f"positive (first at {first}: {float(scales[first])}); {_FIX}"
+        )
+    return scales.contiguous()
+
+
+def _int8_dense(packed: CompressedWeight, scales: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``code * scale`` of each kept value put back in place (float32)."""
+    kept = packed.values.float() * scales.repeat_interleave(group_size // 2, dim=1)
+    return CompressedWeight(kept, packed.metadata, packed.shape).decompress()

@@ -26,7 +26,7 @@ from explorer.dtypes import dtype_name
 from explorer.errors import require
 from explorer.lowbit import Int4Weight
 
-from .compressed_layers import FP8, check_positions, dense_codes, read_compressed
+from .compressed_layers import FP8, check_positions, dense_codes, read_compressed, read_int8
 from .manifest import (
     CODES,
     METADATA_KEY,
@@ -283,8 +283,8 @@ def _rebuild(manifest: dict, raw: dict[str, torch.Tensor], where: str) -> dict[s
                     f"layer {fqn!r} is listed as dense in {where} but {param!r} is not in the file"
                 )
             continue
-        if layer.get("quantize") == "int4":
-            state[param] = _rebuild_int4(fqn, layer, raw, where)
+        if layer.get("quantize") in ("int4", "int8"):
+            state[param] = _rebuild_joint(fqn, layer, raw, where)
             continue
         packed = read_compressed(fqn, layer, raw, where)
         dense = packed.decompress()
@@ -309,9 +309,12 @@ def _check_rebuilt(fqn: str, layer: dict, dense: torch.Tensor, where: str) -> No
         )
 
 
-def _rebuild_int4(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str) -> torch.Tensor:
-    """A 2:4 int4 layer's dense weight from its codes, positions and scales, all checked."""
-    dense = _int4_weight(fqn, layer, raw, where).decompress()
+def _rebuild_joint(fqn: str, layer: dict, raw: dict[str, torch.Tensor], where: str) -> torch.Tensor:
+    """A 2:4 int4 or int8 layer's dense weight from its codes, positions and scales, checked."""
+    if layer["quantize"] == "int8":
+        dense = read_int8(fqn, layer, raw, where)
+    else:
+        dense = _int4_weight(fqn, layer, raw, where).decompress()
     dense = dense.to(dtype_from_name(layer["dtype"]))
     _check_rebuilt(fqn, layer, dense, where)
     return dense

@@ -10,7 +10,10 @@ the key :data:`METADATA_KEY`; its tensors are the model's ``state_dict`` with ev
 A layer pruned and quantized jointly to int4 (``prune(quantize="int4")``, layout of
 :mod:`explorer.lowbit`) stores ``"<param>::codes"`` (``[rows, K/4]`` uint8, two int4 codes a byte)
 and ``"<param>::scales"`` (``[rows, K/G]`` float32) instead of ``::values``, and its manifest entry
-records ``"quantize": "int4"`` and ``"group_size": G``.
+records ``"quantize": "int4"`` and ``"group_size": G``. One pruned and quantized jointly to int8
+(``prune(quantize="int8")``, layout of :mod:`explorer.checkpoint.compressed_layers`) stores
+``"<param>::codes"`` as ``[rows, K/2]`` int8, one code a kept value, with the same scales, and
+records ``"quantize": "int8"`` and ``"group_size": G``.
 
 A layer stored in FP8 (``save_sparse(..., quantize="float8_e4m3fn")``, layout of
 :mod:`explorer.checkpoint.compressed_layers`) stores ``"<param>::codes"`` (``[rows, K/2]``

@@ -325,12 +325,14 @@ def _check_aliases(aliases: dict, tensors: dict, layers: dict, where: str) -> No
 
 
 def _check_quantized(fqn: str, layer: dict, where: str) -> None:
-    """``quantize`` on a 2:4 layer: int4 with a sane ``group_size``, or FP8 without one."""
+    """``quantize`` on a 2:4 layer: int4 or int8 with a sane ``group_size``, or FP8 without one."""
     field = f"layers[{short_repr(fqn)}]"
     if "quantize" not in layer and "group_size" not in layer:
         return
-    if layer.get("quantize") not in ("int4", "float8_e4m3fn"):
-        _fail(where, f"{field}.quantize", layer.get("quantize"), "'int4' or 'float8_e4m3fn'")
+    if layer.get("quantize") not in ("int4", "int8", "float8_e4m3fn"):
+        _fail(
+            where, f"{field}.quantize", layer.get("quantize"), "'int4', 'int8' or 'float8_e4m3fn'"
+        )
     if layer["stored"] != "2:4":
         _fail(where, f"{field}.stored", layer["stored"], "'2:4' for a quantized layer")
     g = layer.get("group_size")

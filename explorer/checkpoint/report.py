@@ -33,8 +33,8 @@ class LayerRecord:
     reason : str
         Why a dense layer was not stored as 2:4 (empty for 2:4 layers).
     quantize : str
-        ``"int4"`` for a 2:4 layer stored as group-wise int4 codes, ``"float8_e4m3fn"`` for
-        one stored as FP8 codes with a scale per row, else empty.
+        ``"int4"`` or ``"int8"`` for a 2:4 layer stored as group-wise int4 or int8 codes,
+        ``"float8_e4m3fn"`` for one stored as FP8 codes with a scale per row, else empty.
     """
 
     name: str

@@ -21,7 +21,7 @@ from explorer.output_paths import check_output_path, replacing
 from explorer.results.store import explorer_version
 from explorer.sparse_rules import GROUP
 
-from .compressed_layers import check_quantize, pack_fp8
+from .compressed_layers import check_quantize, pack_fp8, pack_int8
 from .manifest import (
     CODES,
     FORMAT,
@@ -86,7 +86,7 @@ def save_sparse(
         with one float32 scale per output channel (``max|row| / 448``, as the GPU's fp8 layers
         quantize; see :mod:`explorer.checkpoint.compressed_layers`), 1 byte a kept value. Loading
         rebuilds ``codes * scale`` in the layer's dtype. A layer ``result`` quantized to int4
-        cannot also be stored in FP8 (an error).
+        or int8 (stored as its codes and group scales) cannot also be stored in FP8 (an error).
     provenance : dict, optional
         JSON-serialisable notes kept in the manifest (data set, commit, who ran it ...).
     progress : bool
@@ -106,7 +106,7 @@ def save_sparse(
     ------
     ValueError
         ``quantize`` is not None or ``"float8_e4m3fn"``, or it would apply to a layer that
-        ``result`` quantized to int4.
+        ``result`` quantized to int4 or int8.
     CheckpointError
         A layer ``result`` pruned to 2:4 is no longer 2:4, a weight on the meta device, a
         weight holding Inf or NaN with ``quantize``, or provenance that is not JSON.
@@ -206,20 +206,26 @@ def save_sparse(
         if reason:
             entry["stored"], entry["reason"] = "dense", reason
             skipped[fqn] = reason
-        elif _int4_scales(result, fqn) is not None:
-            # 2b. a layer pruned and quantized jointly: int4 codes, positions, group scales
+        elif _joint_scales(result, fqn) is not None:
+            # 2b. a layer pruned and quantized jointly: int4 or int8 codes, positions, scales
+            joint = result.quantize
             if quantize:
                 raise ValueError(
-                    f"layer {fqn!r} was quantized to int4 while pruning (result.quantize='int4'), "
-                    f"so it cannot also be stored as quantize={quantize!r}; expected one "
-                    "quantization a layer. Save without quantize= to keep it int4, or without "
-                    "result= to store its weights in FP8 (nothing was written)"
+                    f"layer {fqn!r} was quantized to {joint} while pruning (result.quantize="
+                    f"{joint!r}), so it cannot also be stored as quantize={quantize!r}; expected "
+                    f"one quantization a layer. Save without quantize= to keep it {joint}, or "
+                    "without result= to store its weights in FP8 (nothing was written)"
                 )
-            packed4 = _pack_int4(fqn, weight.detach(), result)
-            tensors[param + CODES] = packed4.codes
-            tensors[param + POSITIONS] = packed4.metadata
-            tensors[param + SCALES] = packed4.scales
-            entry["quantize"], entry["group_size"] = "int4", packed4.group_size
+            if joint == "int4":
+                packed4 = _pack_int4(fqn, weight.detach(), result)
+                codes, positions, scales = packed4.codes, packed4.metadata, packed4.scales
+            else:  # int8: one code a kept value
+                scales = _joint_scales(result, fqn)
+                packed8, scales = pack_int8(fqn, weight.detach(), scales, result.group_size)
+                codes, positions = packed8.values, packed8.metadata
+            tensors[param + CODES], tensors[param + POSITIONS] = codes, positions
+            tensors[param + SCALES] = scales
+            entry["quantize"], entry["group_size"] = joint, result.group_size
             compressed.add(param)
         elif quantize:
             # 2c. FP8: the kept values' codes, positions, one scale a row; the checksum is the
@@ -295,8 +301,9 @@ def _layer_entry(param: str, weight: torch.Tensor, fqn: str, result: Any) -> dic
     return entry
 
 
-def _int4_scales(result: Any, fqn: str) -> torch.Tensor | None:
-    if result is None or getattr(result, "quantize", None) != "int4":
+def _joint_scales(result: Any, fqn: str) -> torch.Tensor | None:
+    """The scales ``result`` quantized layer ``fqn`` to while pruning (int4 or int8), or None."""
+    if result is None or getattr(result, "quantize", None) not in ("int4", "int8"):
         return None
     return (getattr(result, "scales", None) or {}).get(fqn)
 
@@ -304,7 +311,7 @@ def _int4_scales(result: Any, fqn: str) -> torch.Tensor | None:
 def _pack_int4(fqn: str, weight: torch.Tensor, result: Any):
     """Pack a jointly quantized weight with its recorded scales; it must still be on its grid."""
     try:
-        packed = compress_int4(weight, result.group_size, scales=_int4_scales(result, fqn))
+        packed = compress_int4(weight, result.group_size, scales=_joint_scales(result, fqn))
     except ValueError as exc:
         raise CheckpointError(f"layer {fqn!r} cannot be stored as 2:4 int4: {exc}") from None
     rebuilt, weight = packed.decompress().to(weight.dtype), weight.cpu()

@@ -251,7 +251,7 @@ def test_the_schema_knows_fp8_layers(fp8_file):
         validate_checkpoint_manifest(with_group, "m")
     other = json.loads(json.dumps(manifest))
     other["layers"]["0"]["quantize"] = "float8_e5m2"
-    with pytest.raises(CheckpointError, match=r"expected 'int4' or 'float8_e4m3fn'"):
+    with pytest.raises(CheckpointError, match=r"expected 'int4', 'int8' or 'float8_e4m3fn'"):
         validate_checkpoint_manifest(other, "m")
 
 
