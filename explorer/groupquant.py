@@ -91,6 +91,52 @@ class Quantization:
                 + (f" (e.g. group_size={hint})" if hint else " (K must be a multiple of 4)")
             )
 
+    def check_scales(self, scales, rows: int, k: int) -> None:
+        """Raise unless ``scales`` are float32 ``[rows, K / group_size]``, finite and positive.
+
+        Parameters
+        ----------
+        scales : Any
+            The scales to check.
+        rows, k : int
+            The weight's shape.
+
+        Raises
+        ------
+        ValueError
+            Naming what is wrong: the type, shape or dtype, or the first scale that is not
+            finite and positive.
+
+        Examples
+        --------
+        >>> Quantization("int8", 4).check_scales(torch.tensor([[1.0, 0.0]]), 1, 8)
+        Traceback (most recent call last):
+        ...
+        ValueError: scales must be finite and positive; 1 of 2 are not (first at (0, 1), value 0.0)
+        """
+        want = (rows, k // self.group_size)
+        if (
+            not isinstance(scales, torch.Tensor)
+            or tuple(scales.shape) != want
+            or (scales.dtype != torch.float32)
+        ):
+            got = (
+                (tuple(scales.shape), scales.dtype)
+                if isinstance(scales, torch.Tensor)
+                else type(scales)
+            )
+            raise ValueError(
+                f"scales must be a {torch.float32} tensor of shape {want} for a {rows}x{k} weight "
+                f"with group_size={self.group_size}, got {got}"
+            )
+        bad = ~(torch.isfinite(scales) & (scales > 0))
+        if bool(bad.any()):
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"scales must be finite and positive; {int(bad.sum())} of {scales.numel()} are "
+                f"not (first at {first}, value {float(scales[first])})"
+            )
+
     def to_dict(self) -> dict:
         """The JSON form, ``{"format": ..., "group_size": ...}``."""
         return asdict(self)

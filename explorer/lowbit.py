@@ -160,7 +160,6 @@ class Int4Weight:
         expected = {
             "codes": ((rows, k // 4), torch.uint8, codes),
             "metadata": ((rows, (k // 4 + 1) // 2), torch.uint8, metadata),
-            "scales": ((rows, k // group_size), torch.float32, scales),
         }
         for name, (want, dtype, t) in expected.items():
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != want or t.dtype != dtype:
@@ -169,13 +168,7 @@ class Int4Weight:
                     f"{name} must be a {dtype} tensor of shape {want} for a {rows}x{k} weight "
                     f"with group_size={group_size}, got {got}"
                 )
-        bad = ~(torch.isfinite(scales) & (scales > 0))
-        if bool(bad.any()):
-            first = tuple(int(i) for i in bad.nonzero()[0])
-            raise ValueError(
-                f"scales must be finite and positive; {int(bad.sum())} of {scales.numel()} are "
-                f"not (first at {first}, value {float(scales[first])})"
-            )
+        quant.check_scales(scales, rows, k)
         if bool(((codes & 0xF) == 8).any() | ((codes >> 4) == 8).any()):
             raise ValueError("codes hold -8 (nibble 0x8); this layout uses [-7, 7] only")
         return cls(codes, metadata, scales, (rows, k), group_size)

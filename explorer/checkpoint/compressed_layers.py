@@ -35,7 +35,7 @@ import torch
 
 from explorer.compression import CompressedWeight, compress
 from explorer.dtypes import dtype_name
-from explorer.groupquant import FORMATS, round_to_grid
+from explorer.groupquant import FORMATS, Quantization, round_to_grid
 
 from .manifest import CODES, POSITIONS, SCALES, VALUES, CheckpointError
 
@@ -56,6 +56,8 @@ __all__ = [
 FP8 = "float8_e4m3fn"
 #: The name of the jointly quantized int8 form in the manifest (from ``prune(quantize="int8")``).
 INT8 = "int8"
+#: The dtype of each coded form's stored codes.
+_CODE_DTYPES = {FP8: torch.float8_e4m3fn, INT8: torch.int8}
 #: What ``save_sparse(quantize=...)`` accepts besides None.
 QUANTIZE_CHOICES = (FP8,)
 _FIX = "the file was altered; use a good copy of the file, or save the model again"
@@ -178,7 +180,8 @@ def read_compressed(
     fqn : str
         The layer's name.
     layer : dict[str, Any]
-        Its (schema-checked) manifest entry, stored as ``"2:4"`` without int4.
+        Its (schema-checked) manifest entry, stored as ``"2:4"`` without int4 (int8: the codes
+        and positions only; :func:`read_int8` checks the group scales and rebuilds the weight).
     raw : dict[str, torch.Tensor]
         The file's tensors, each already checked against its checksum.
     where : str
@@ -187,7 +190,8 @@ def read_compressed(
     Returns
     -------
     CompressedWeight
-        ``values`` in the weight's dtype, or FP8 codes with their ``scale`` (``[rows]``).
+        ``values`` in the weight's dtype, FP8 codes with their ``scale`` (``[rows]``), or int8
+        codes.
 
     Raises
     ------
@@ -206,14 +210,16 @@ def read_compressed(
     ...
     explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors holds 1 FP8 scale(s) that are not finite and positive (row 0: 0.0)...
     """
-    param, fp8 = layer["param"], layer.get("quantize") == FP8
-    values = raw.get(param + (CODES if fp8 else VALUES))
-    positions, scales = raw.get(param + POSITIONS), raw.get(param + SCALES) if fp8 else None
-    if values is None or positions is None or (fp8 and scales is None):
-        parts = "codes, scales" if fp8 else "values"
+    param, form = layer["param"], layer.get("quantize")
+    code_dtype = _CODE_DTYPES.get(form)  # None: the kept values in the weight's dtype
+    values = raw.get(param + (VALUES if code_dtype is None else CODES))
+    positions = raw.get(param + POSITIONS)
+    scales = None if code_dtype is None else raw.get(param + SCALES)
+    if values is None or positions is None or (code_dtype is not None and scales is None):
+        parts = "values" if code_dtype is None else "codes, scales"
         raise CheckpointError(
-            f"layer {fqn!r} is listed as 2:4{' ' + FP8 if fp8 else ''} in {where} but its "
-            f"{parts} or positions are missing; the file was altered"
+            f"layer {fqn!r} is listed as 2:4{'' if code_dtype is None else ' ' + form} in "
+            f"{where} but its {parts} or positions are missing; the file was altered"
         )
     rows, k = layer["shape"]
     if (
@@ -221,16 +227,17 @@ def read_compressed(
         or tuple(values.shape) != (rows, k // 2)
         or tuple(positions.shape) != (rows, (k + 7) // 8)
         or positions.dtype != torch.uint8
-        or (fp8 and values.dtype != torch.float8_e4m3fn)
+        or (code_dtype is not None and values.dtype != code_dtype)
     ):
-        name, kind = ("codes", f" {FP8}") if fp8 else ("values", "")
+        name, kind = ("values", "") if code_dtype is None else ("codes", f" {form}")
         raise CheckpointError(
             f"layer {fqn!r} in {where}: {name} {dtype_name(values.dtype)} {list(values.shape)} "
             f"and positions {list(positions.shape)} do not fit a {rows}x{k} 2:4 weight "
             f"(expected [{rows}, {k // 2}]{kind} and [{rows}, {(k + 7) // 8}] uint8); the "
             "manifest does not match the tensors"
         )
-    packed = CompressedWeight(values, positions, (rows, k), _scales(fqn, scales, rows, where))
+    scale = _scales(fqn, scales, rows, where) if form == FP8 else None  # int8: see read_int8
+    packed = CompressedWeight(values, positions, (rows, k), scale)
     check_positions(fqn, packed, where)
     return packed
 
@@ -335,7 +342,8 @@ def pack_int8(
     original = weight.detach().cpu()
     w = original.float()
     rows, k = w.shape
-    scales = _group_scales(fqn, scales.detach().cpu(), rows, k, group_size, "")
+    scales = _checked_int8_scales(fqn, scales.detach().cpu(), rows, k, group_size, "",
+                                  "prune the model again (its PruneResult's scales)")  # fmt: skip
     try:
         layout = compress(w)
     except ValueError as exc:
@@ -378,8 +386,8 @@ def read_int8(
     Raises
     ------
     CheckpointError
-        A part missing or of the wrong shape or dtype, a code of -128, scales that are not
-        finite and positive, or positions that are not a valid 2:4 encoding.
+        A part missing or of the wrong shape or dtype, positions that are not a valid 2:4
+        encoding, a code of -128, or scales that are not finite and positive.
 
     Examples
     --------
@@ -392,58 +400,28 @@ def read_int8(
     >>> read_int8("fc", layer, {**raw, "w::scales": scales * float("nan")}, "m.safetensors")
     Traceback (most recent call last):
     ...
-    explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors holds 1 int8 scale(s) that are not finite and positive (first at (0, 0): nan); the file was altered; use a good copy of the file, or save the model again
+    explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors: its int8 scales must be finite and positive; 1 of 1 are not (first at (0, 0), value nan); the file was altered; use a good copy of the file, or save the model again
     """
-    param, g = layer["param"], layer["group_size"]
-    codes, positions, scales = (raw.get(param + s) for s in (CODES, POSITIONS, SCALES))
-    if codes is None or positions is None or scales is None:
-        raise CheckpointError(
-            f"layer {fqn!r} is listed as 2:4 int8 in {where} but its codes, positions or scales "
-            "are missing; the file was altered"
-        )
-    rows, k = layer["shape"]
-    if (
-        k % 4
-        or tuple(codes.shape) != (rows, k // 2)
-        or codes.dtype != torch.int8
-        or tuple(positions.shape) != (rows, (k + 7) // 8)
-        or positions.dtype != torch.uint8
-    ):
-        raise CheckpointError(
-            f"layer {fqn!r} in {where}: codes {dtype_name(codes.dtype)} {list(codes.shape)} "
-            f"and positions {list(positions.shape)} do not fit a {rows}x{k} 2:4 int8 weight "
-            f"(expected [{rows}, {k // 2}] int8 and [{rows}, {(k + 7) // 8}] uint8); the "
-            "manifest does not match the tensors"
-        )
-    if bool((codes == -128).any()):
+    packed = read_compressed(fqn, layer, raw, where)  # codes, positions, scales present
+    if bool((packed.values == -128).any()):
         raise CheckpointError(
             f"layer {fqn!r} in {where} holds the int8 code -128; this form uses [-127, 127] "
             f"only; {_FIX}"
         )
-    scales = _group_scales(fqn, scales, rows, k, g, f" in {where}")
-    packed = CompressedWeight(codes, positions, (rows, k))
-    check_positions(fqn, packed, where)
-    return _int8_dense(packed, scales, g)
+    rows, k = layer["shape"]
+    scales = raw[layer["param"] + SCALES]
+    scales = _checked_int8_scales(fqn, scales, rows, k, layer["group_size"], f" in {where}", _FIX)
+    return _int8_dense(packed, scales, layer["group_size"])
 
 
-def _group_scales(
-    fqn: str, scales: torch.Tensor, rows: int, k: int, group_size: int, where: str
+def _checked_int8_scales(
+    fqn: str, scales: torch.Tensor, rows: int, k: int, group_size: int, where: str, fix: str
 ) -> torch.Tensor:
-    """int8 scales checked: float32 ``[rows, K / group_size]``, each finite and positive."""
-    want = (rows, k // group_size)
-    if scales.dtype != torch.float32 or tuple(scales.shape) != want:
-        raise CheckpointError(
-            f"layer {fqn!r}{where}: its int8 scales are {dtype_name(scales.dtype)} "
-            f"{list(scales.shape)}, expected float32 {list(want)} (one per row and group of "
-            f"{group_size} input columns); {_FIX}"
-        )
-    bad = ~(torch.isfinite(scales) & (scales > 0))
-    if bool(bad.any()):
-        first = tuple(int(i) for i in bad.nonzero()[0])
-        raise CheckpointError(
-            f"layer {fqn!r}{where} holds {int(bad.sum())} int8 scale(s) that are not finite and "
-            f"positive (first at {first}: {float(scales[first])}); {_FIX}"
-        )
+    """int8 group scales checked (:meth:`~explorer.groupquant.Quantization.check_scales`)."""
+    try:
+        Quantization(INT8, group_size).check_scales(scales, rows, k)
+    except ValueError as exc:
+        raise CheckpointError(f"layer {fqn!r}{where}: its int8 {exc}; {fix}") from None
     return scales.contiguous()
 
 

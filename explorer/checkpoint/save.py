@@ -206,7 +206,7 @@ def save_sparse(
         if reason:
             entry["stored"], entry["reason"] = "dense", reason
             skipped[fqn] = reason
-        elif _joint_scales(result, fqn) is not None:
+        elif (joint_scales := _joint_scales(result, fqn)) is not None:
             # 2b. a layer pruned and quantized jointly: int4 or int8 codes, positions, scales
             joint = result.quantize
             if quantize:
@@ -217,11 +217,10 @@ def save_sparse(
                     "without result= to store its weights in FP8 (nothing was written)"
                 )
             if joint == "int4":
-                packed4 = _pack_int4(fqn, weight.detach(), result)
+                packed4 = _pack_int4(fqn, weight.detach(), joint_scales, result.group_size)
                 codes, positions, scales = packed4.codes, packed4.metadata, packed4.scales
             else:  # int8: one code a kept value
-                scales = _joint_scales(result, fqn)
-                packed8, scales = pack_int8(fqn, weight.detach(), scales, result.group_size)
+                packed8, scales = pack_int8(fqn, weight.detach(), joint_scales, result.group_size)
                 codes, positions = packed8.values, packed8.metadata
             tensors[param + CODES], tensors[param + POSITIONS] = codes, positions
             tensors[param + SCALES] = scales
@@ -308,10 +307,10 @@ def _joint_scales(result: Any, fqn: str) -> torch.Tensor | None:
     return (getattr(result, "scales", None) or {}).get(fqn)
 
 
-def _pack_int4(fqn: str, weight: torch.Tensor, result: Any):
+def _pack_int4(fqn: str, weight: torch.Tensor, scales: torch.Tensor, group_size: int):
     """Pack a jointly quantized weight with its recorded scales; it must still be on its grid."""
     try:
-        packed = compress_int4(weight, result.group_size, scales=_joint_scales(result, fqn))
+        packed = compress_int4(weight, group_size, scales=scales)
     except ValueError as exc:
         raise CheckpointError(f"layer {fqn!r} cannot be stored as 2:4 int4: {exc}") from None
     rebuilt, weight = packed.decompress().to(weight.dtype), weight.cpu()

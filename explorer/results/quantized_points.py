@@ -48,11 +48,11 @@ QUANT_PRECISION = {
 
 #: ``quant`` values whose points take no measured speed, and why: int8 speed rows are of int8
 #: weights and activations (cuSPARSELt), not of int8 weights with 16-bit activations.
-_NO_SPEED = {
-    "int8-weights": "int8 weight-only models have no whole-model speed rows: the int8 speed "
-    "rows measure int8 weights and activations, another computation",
-}
-_NO_SPEED["int8-weights-rtn"] = _NO_SPEED["int8-weights"]
+_NO_SPEED = dict.fromkeys(
+    ("int8-weights", "int8-weights-rtn"),
+    "int8 weight-only models have no whole-model speed rows: the int8 speed rows measure int8 "
+    "weights and activations, another computation",
+)
 
 #: How each ``quant`` value was evaluated (the hover's "accuracy" line).
 _EVALUATED = {
