@@ -1,6 +1,7 @@
-"""Check, then time, the 2:4 + int4 decode kernel per layer (one call of the device machine).
+"""Check, then time, the 2:4 + int4 (or int8) decode kernel per layer (one call of the device machine).
 
 Usage: python benchmarks/int4_decode.py [--out DIR] [--quick] [--skip-sweep] [--loads]
+       [--format int4|int8]
 
 For LLaMA-3-8B's four layer shapes and 1 to 64 tokens it times, side by side, the GPU time of
 CUDA-graph replays (medians; every implementation cycles through enough copies of its weight
@@ -20,6 +21,11 @@ block, chunks in flight) at 1, 4 and 16 tokens, optionally variants of the weigh
 ratios over dense bf16 and over torch int4 and the achieved bandwidth (bytes each call must
 read and write over its time, also as a share of the device-to-device copy bandwidth measured
 in the same run), and the host time per eager call. Full numbers go to DIR/int4_decode.json.
+
+``--format int8`` runs the same for 2:4 + int8 weights (group 128): the kernel reads one int8
+code a kept value, and the table's torch column becomes the explorer's older int8 decode kernel
+(``DecodeCall`` on ``pack(w, int8=True)``: one float32 scale per row, the 16-bit instruction
+stream plus conversions). Its numbers go to DIR/int8_decode.json; the prefill table is int4's.
 """
 
 from __future__ import annotations
@@ -37,20 +43,23 @@ import torch
 import torch.nn.functional as F
 
 from explorer.bench.decode import DECODE_SHAPES, copy_bandwidth
+from explorer.gpu.cuda.code_tiles import tile_coded_weight
+from explorer.gpu.cuda.coded_launch import (
+    Int4LaunchConfig,
+    default_int4_config,
+    multiprocessor_count,
+    token_tiles,
+)
 from explorer.gpu.cuda.decode import DecodeCall, pack
 from explorer.gpu.cuda.decode_int4 import (
     Int4DecodeCall,
-    Int4LaunchConfig,
     decode_int4_matmul,
-    default_int4_config,
-    multiprocessor_count,
     pack_int4_weight,
-    token_tiles,
+    pack_int8_weight,
 )
 from explorer.gpu.cuda.int4_dequant import Int4Dequantizer
-from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 from explorer.gpu.routes.timing import graph_ms, host_us
-from explorer.lowbit import Int4Weight
+from explorer.lowbit import GroupCodedWeight
 from explorer.masks import make_mask
 
 TOKENS = (1, 4, 16, 32, 64)
@@ -58,6 +67,18 @@ TOKENS = (1, 4, 16, 32, 64)
 PREFILL_TOKENS = (128, 1024, 4096)
 GROUP = 128
 DEV = "cuda"
+#: The codes under test, set by ``--format``: "int4" or "int8".
+FORMAT = "int4"
+
+
+def pack_coded(w: torch.Tensor) -> GroupCodedWeight:
+    """``w`` (2:4) compressed and checked for the kernel in the format under test."""
+    return (pack_int4_weight if FORMAT == "int4" else pack_int8_weight)(w)
+
+
+def config(method: str, warps: int, ahead: int) -> Int4LaunchConfig:
+    """A launch of the format under test."""
+    return Int4LaunchConfig(method, warps, ahead, FORMAT)
 
 
 def _weight(n: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -65,8 +86,9 @@ def _weight(n: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> torch.T
     return w * make_mask(w, "2:4").to(dtype)
 
 
-def _copy(p: Int4Weight) -> Int4Weight:
-    return Int4Weight(p.codes.clone(), p.metadata.clone(), p.scales.clone(), p.shape, p.group_size)
+def _copy(p: GroupCodedWeight) -> GroupCodedWeight:
+    parts = (p.codes.clone(), p.metadata.clone(), p.scales.clone())
+    return type(p)(*parts, p.shape, p.group_size)
 
 
 def rotated_us(make, footprint: int, l2: int) -> float:
@@ -82,8 +104,9 @@ def rotated_us(make, footprint: int, l2: int) -> float:
 
 
 def int4_bytes(n: int, k: int, group: int = GROUP) -> int:
-    """Bytes of a 2:4 + int4 weight: codes, positions, float32 scales."""
-    return n * k // 4 + n * k // 8 + n * (k // group) * 4
+    """Bytes of a 2:4 + int4 (int8 under ``--format int8``) weight: codes, positions, scales."""
+    codes = n * k // 4 if FORMAT == "int4" else n * k // 2
+    return codes + n * k // 8 + n * (k // group) * 4
 
 
 def torch_int4_bytes(n: int, k: int, group: int = GROUP) -> int:
@@ -121,14 +144,14 @@ def check(gen: torch.Generator) -> list[dict]:
     for (n, k), dt, t in itertools.product(
         ((4096, 4096), (1000, 4224), (48, 128)), (torch.bfloat16, torch.float16), (1, 9, 16, 33, 64)
     ):
-        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
+        p = pack_coded(_weight(n, k, torch.float32, gen))
         bias = torch.randn(n, device=DEV, generator=gen).to(dt)
         wide = torch.randn(t, k + 64, device=DEV, generator=gen).to(dt)
         x = wide[:, 32 : 32 + k]
         ref = x.double() @ p.decompress().double().t() + bias.double()
         row = dict(n=n, k=k, tokens=t, dtype=str(dt).removeprefix("torch."))
         for method, ahead in (("spa", 4), ("sp", 2), ("ex", 2)):
-            cfg = Int4LaunchConfig(method, 4, ahead)
+            cfg = config(method, 4, ahead)
             y = decode_int4_matmul(x, p, bias, config=cfg)
             row[f"relerr_{method}"] = _relerr(y, ref)
             row[f"finite_{method}"] = bool(torch.isfinite(y).all())
@@ -141,7 +164,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
     """Per-layer time of each launch setting at ``tokens`` (bf16), against the default."""
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, tokens):
-        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
+        p = pack_coded(_weight(n, k, torch.float32, gen))
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
         tiles = token_tiles(t)
         configs = []
@@ -152,10 +175,10 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
         }
         for method, pairs in grid.items():
             for ahead, warps in pairs:
-                cfg = Int4LaunchConfig(method, warps, ahead)
+                cfg = config(method, warps, ahead)
                 if warps <= cfg.max_warps(tiles) and warps <= k // 128:
                     configs.append(cfg)
-        dflt = default_int4_config(n, k, t, multiprocessor_count(0))
+        dflt = default_int4_config(n, k, t, multiprocessor_count(0), FORMAT)
         times = {}
         for cfg in configs:
 
@@ -179,6 +202,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
             .removesuffix(")")
             .replace("warps=", "w")
             .replace("ahead=", "d")
+            .replace(", fmt='int8'", "")
             .replace("'", "")
             .replace(", ", "/"): round(v, 2)
             for key, v in sorted(times.items(), key=lambda kv: kv[1])
@@ -194,7 +218,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
 def floor_us(gen: torch.Generator, l2: int) -> dict:
     """Graph-replay time of the smallest calls (one block, 16x128): the fixed cost per launch."""
     w = _weight(16, 128, torch.float32, gen)
-    p = pack_int4_weight(w)
+    p = pack_coded(w)
     x = torch.randn(1, 128, device=DEV, generator=gen).to(torch.bfloat16)
     wb = w.to(torch.bfloat16)
 
@@ -235,7 +259,7 @@ def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
         modules[name] = mod
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, (1, 16)):
-        p = pack_int4_weight(_weight(n, k, torch.float32, gen))
+        p = pack_coded(_weight(n, k, torch.float32, gen))
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
         times = {}
         for name, mod in modules.items():
@@ -260,9 +284,9 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
     rows = []
     for (n, k), dt in itertools.product(DECODE_SHAPES, dtypes):
         w = _weight(n, k, dt, gen)
-        p4 = pack_int4_weight(w.float())
+        p4 = pack_coded(w.float())
         p16 = pack(w)
-        tq = torch_int4(n, k, gen) if dt == torch.bfloat16 else None
+        tq = torch_int4(n, k, gen) if dt == torch.bfloat16 and FORMAT == "int4" else None
         for t in tokens:
             x = torch.randn(t, k, device=DEV, generator=gen).to(dt)
             io = (t * k + t * n) * dt.itemsize
@@ -284,7 +308,16 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
             row["dense_us"] = rotated_us(dense, n * k * dt.itemsize, l2)
             row["decode16_us"] = rotated_us(sparse16, p16.nbytes, l2)
             row["int4_24_us"] = rotated_us(int4_24, int4_bytes(n, k), l2)
-            row["int4_24_config"] = repr(default_int4_config(n, k, t, multiprocessor_count(0)))
+            row["int4_24_config"] = repr(
+                default_int4_config(n, k, t, multiprocessor_count(0), FORMAT)
+            )
+            if FORMAT == "int8":  # the older int8 kernel: per-row scales, 16-bit instructions
+
+                def rows8(w=w, x=x, t=t, dt=dt):
+                    call = DecodeCall(pack(w.clone(), int8=True), None, t, dt)
+                    return lambda: call(x)
+
+                row["torch_int4_us"] = rotated_us(rows8, n * k // 2 + n * k // 8 + 4 * n, l2)
             if tq is not None:
                 try:
 
@@ -315,12 +348,13 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
                 row["torch_int4_over_dense"] = row["dense_us"] / row["torch_int4_us"]
                 row["int4_24_over_torch_int4"] = row["torch_int4_us"] / row["int4_24_us"]
             rows.append(row)
+            other = "torch int4" if FORMAT == "int4" else "per-row int8 2:4"
             print(
-                f"[int4] {n}x{k}@{t} {row['dtype']}: dense {row['dense_us']:.2f} us, "
-                f"torch int4 {row.get('torch_int4_us', float('nan')):.2f}, 2:4 16-bit "
-                f"{row['decode16_us']:.2f}, 2:4 int4 {row['int4_24_us']:.2f} us "
+                f"[{FORMAT}] {n}x{k}@{t} {row['dtype']}: dense {row['dense_us']:.2f} us, "
+                f"{other} {row.get('torch_int4_us', float('nan')):.2f}, 2:4 16-bit "
+                f"{row['decode16_us']:.2f}, 2:4 {FORMAT} {row['int4_24_us']:.2f} us "
                 f"({row['int4_24_over_dense']:.2f}x dense, "
-                f"{row.get('int4_24_over_torch_int4', float('nan')):.2f}x torch int4, "
+                f"{row.get('int4_24_over_torch_int4', float('nan')):.2f}x {other}, "
                 f"{row['int4_24_gbps']:.0f} GB/s = {row['int4_24_of_copy']:.0%} of copy)",
                 flush=True,
             )
@@ -335,7 +369,7 @@ def prefill(gen: torch.Generator, l2: int, tokens=PREFILL_TOKENS) -> list[dict]:
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, tokens):
         w = _weight(n, k, torch.bfloat16, gen)
-        tiles = tile_int4_weight(pack_int4_weight(w.float()))
+        tiles = tile_coded_weight(pack_int4_weight(w.float()))
         tq = torch_int4(n, k, gen)
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
 
@@ -372,7 +406,7 @@ def host_cost(gen: torch.Generator, calls: int = 2000) -> dict:
     """Host microseconds per eager call, Int4DecodeCall against F.linear (4096x4096, 1 token)."""
     w = _weight(4096, 4096, torch.bfloat16, gen)
     x = torch.randn(1, 4096, device=DEV, generator=gen).to(torch.bfloat16)
-    call = Int4DecodeCall(pack_int4_weight(w.float()), None, 1, torch.bfloat16)
+    call = Int4DecodeCall(pack_coded(w.float()), None, 1, torch.bfloat16)
     fns = {"Int4DecodeCall": lambda: call(x), "F.linear": lambda: F.linear(x, w)}
     out = {}
     for name, fn in fns.items():
@@ -397,9 +431,10 @@ def host_cost(gen: torch.Generator, calls: int = 2000) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
+    other = "torch int4" if FORMAT == "int4" else "per-row int8 2:4"
     head = (
-        "| layer | dtype | tokens | dense us | torch int4 us | 2:4 16-bit us | 2:4 int4 us | "
-        "int4 2:4 / dense | / torch int4 | GB/s | of copy |"
+        f"| layer | dtype | tokens | dense us | {other} us | 2:4 16-bit us | 2:4 {FORMAT} us | "
+        f"{FORMAT} 2:4 / dense | / {other} | GB/s | of copy |"
     )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
@@ -419,7 +454,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="bf16 only, 1 and 16 tokens")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--loads", action="store_true", help="also time L2 prefetch hints")
+    ap.add_argument("--format", choices=("int4", "int8"), default="int4")
     a = ap.parse_args()
+    global FORMAT
+    FORMAT = a.format
     out = Path(a.out)
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     gen = torch.Generator(device=DEV).manual_seed(0)
@@ -442,6 +480,7 @@ def main() -> int:
     for r in bad[:8]:
         print("BAD", r, flush=True)
     result = dict(
+        format=FORMAT,
         device=torch.cuda.get_device_name(0),
         torch=torch.__version__,
         copy_gbps=copy_bps / 1e9,
@@ -455,8 +494,9 @@ def main() -> int:
     tokens, dtypes = ((1, 16), (torch.bfloat16,)) if a.quick else (TOKENS, None)
     result["rows"] = table(gen, l2, copy_bps, tokens, dtypes)
     result["host"] = host_cost(gen)
-    result["prefill"] = prefill(gen, l2, (128, 4096) if a.quick else PREFILL_TOKENS)
-    (out / "int4_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    if FORMAT == "int4":
+        result["prefill"] = prefill(gen, l2, (128, 4096) if a.quick else PREFILL_TOKENS)
+    (out / f"{FORMAT}_decode.json").write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["rows"]))
     return 1 if bad else 0
 

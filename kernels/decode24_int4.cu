@@ -8,7 +8,7 @@
 //                      two's complement
 //   metadata [N, K/8]  uint8: one nibble per 2:4 group, i0 | i1 << 2 (i0 < i1), even group low
 //   scales   [N, K/G]  float32: weight = code * scales[row, column / G]
-// rearranged once into tiles (explorer.gpu.cuda.decode_int4.tile_int4_weight): tile (b, i) holds
+// rearranged once into tiles (explorer.gpu.cuda.decode_int4.tile_coded_weight): tile (b, i) holds
 // what rows 16b..16b+15 need for columns 128i..128i+127, 832 contiguous bytes,
 //   bytes   0..511  codes     [16 rows][32 B]: bytes 32i..32i+31 of each row's codes
 //   bytes 512..767  metadata  [16 rows][16 B]: bytes 16i..16i+15 of each row's metadata
@@ -57,6 +57,16 @@
 //   owns groups 8c..8c+7 of a chunk, so per row and chunk it loads 8 code bytes, 4 metadata
 //   bytes and 32 contiguous X values per token (16-byte loads, where "sp" needs 4-byte ones:
 //   above 8 tokens the X loads, not the conversion, bound the sparse kernels).
+//
+// int8 codes (explorer.lowbit.Int8Weight: codes [N, K/2] int8, one kept value a byte, in
+// [-127, 127]) run the same three feeds from tiles of 1344 bytes: codes [16 rows][64 B], each
+// row's even 4-byte words (groups 0-1, 4-5, ...) first and its odd ones after, so the two lanes
+// of a row that need groups 8m + c with c = 0, 1 read bytes 0..31 and the other two bytes
+// 32..63 (the same 32 bytes a lane as int4), then metadata at 1024 and scales at 1280. A code
+// byte becomes a 16-bit integer exactly: f16 by the magic 0x6400 | (b ^ 0x80) = 1152 + code;
+// bf16 (8 significant bits, too few for 1024 + a byte) from its two nibbles, each by a magic,
+// recombined by two FMAs (16 * high - 128 + low), all exact. So int8 moves 5.25 bits a weight,
+// a third of a 16-bit dense one.
 //
 // Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0, G % 128 == 0,
 // K % G == 0; tiles 16-byte aligned; X rows 16-byte aligned with a row stride that is a
@@ -129,6 +139,29 @@ __device__ __forceinline__ u32 pair_of_byte(u32 word, u32 sel) {
     }
 }
 
+// The kept pair of one group from int8 codes: the two bytes of half `sel` picks (sel is
+// 0x4140 for bytes 0-1 and 0x4342 for bytes 2-3: each byte into the low byte of a 16-bit half,
+// zeros above).
+template <bool BF16>
+__device__ __forceinline__ u32 pair_of_half(u32 word, u32 sel) {
+    const u32 p = prmt(word, 0u, sel);
+    if (BF16) {
+        // low nibble: 128 + lo; high nibble (signed): 136 + hi; 16 * (136 + hi) - 2304 =
+        // 16 hi - 128, then + 128 + lo = the code, each step exact
+        const u32 lo = and_xor(p, 0x000F000Fu, 0x43004300u);
+        const u32 hi = and_xor(p >> 4, 0x000F000Fu, 0x43084308u);
+        return fma2<true>(lo, 0x3F803F80u, fma2<true>(hi, 0x41804180u, 0xC510C510u));
+    } else {
+        return fma2<false>(p ^ 0x64806480u, 0x3C003C00u, 0xE480E480u);  // 1152 + code - 1152
+    }
+}
+
+// The kept pair of one group from a lane's code word, int4 (byte sel) or int8 (half sel).
+template <bool BF16, bool INT8>
+__device__ __forceinline__ u32 pair_of(u32 word, u32 sel) {
+    return INT8 ? pair_of_half<BF16>(word, sel) : pair_of_byte<BF16>(word, sel);
+}
+
 // The four kept pairs of a code word (bytes 0..3 = groups 0..3), for the expansion kernel.
 template <bool BF16>
 __device__ __forceinline__ void pairs_of_word(u32 w, u32* out) {
@@ -142,6 +175,23 @@ __device__ __forceinline__ void pairs_of_word(u32 w, u32* out) {
     out[1] = prmt(e2, e3, 0x5410u);
     out[2] = prmt(e0, e1, 0x7632u);
     out[3] = prmt(e2, e3, 0x7632u);
+}
+
+// The eight kept pairs of groups 8c..8c+7 from their int4 code bytes (w.x, w.y) or int8 code
+// words (w.x..w.w, groups 2i and 2i + 1 in word i), for the expansion kernel.
+template <bool BF16, bool INT8>
+__device__ __forceinline__ void pairs_of_lane(const uint4& w, u32* out) {
+    if (INT8) {
+        const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[2 * i] = pair_of_half<BF16>(words[i], 0x4140u);
+            out[2 * i + 1] = pair_of_half<BF16>(words[i], 0x4342u);
+        }
+    } else {
+        pairs_of_word<BF16>(w.x, out);
+        pairs_of_word<BF16>(w.y, out + 4);
+    }
 }
 
 template <bool BF16>
@@ -222,34 +272,61 @@ struct Args {
     long long ldx, ldy;
 };
 
-// One staged chunk, and one tile of the weight: codes [16 rows][32 B], metadata [16][16 B],
+// One tile of the weight, and one staged chunk: codes [16 rows][CODE B], metadata [16][16 B],
 // scales [16] (the layout above).
-constexpr int STAGE_BYTES = 512 + 256 + 64;
+template <bool INT8> struct Tile {
+    static constexpr int CODE = INT8 ? 64 : 32;  // code bytes a row
+    static constexpr int META = 16 * CODE;       // where the metadata starts
+    static constexpr int SCALE = META + 256;     // where the scales start
+    static constexpr int BYTES = SCALE + 64;     // 832 (int4) or 1344 (int8)
+};
 
 // The tile of this block's rows for chunk ch.
+template <bool INT8>
 __device__ __forceinline__ const unsigned char* tile_of(const Args& a, int ch) {
-    return a.tiles + ((long long)blockIdx.x * (a.k >> 7) + ch) * STAGE_BYTES;
+    return a.tiles + ((long long)blockIdx.x * (a.k >> 7) + ch) * Tile<INT8>::BYTES;
+}
+
+// The code bytes of groups 8c..8c+7 of row r of a tile: int4 bytes in .x .y, int8 words in
+// .x .. .w (the row's even words hold groups 8c, 8c + 1, 8c + 4, 8c + 5 at bytes 8c..8c+7, its
+// odd words the rest 32 bytes later).
+template <bool INT8>
+__device__ __forceinline__ uint4 lane_codes(const unsigned char* t, int r, int c) {
+    if (INT8) {
+        const uint2 e = __ldg(reinterpret_cast<const uint2*>(t + r * 64 + c * 8));
+        const uint2 o = __ldg(reinterpret_cast<const uint2*>(t + r * 64 + 32 + c * 8));
+        return make_uint4(e.x, o.x, e.y, o.y);
+    }
+    const uint2 q = __ldg(reinterpret_cast<const uint2*>(t + r * 32 + c * 8));
+    return make_uint4(q.x, q.y, 0, 0);
 }
 
 // Chunk ch of the lane's rows g and g + 8 (lane c of the row: its bytes for ex); `live` false
-// (a chunk past K) gives scale 0.
-template <bool SP>
+// (a chunk past K) gives scale 0. For sp an int8 lane reads the half of its rows' code bytes
+// that holds its groups (c / 2 picks it).
+template <bool SP, bool INT8>
 __device__ __forceinline__ void load_chunk(Chunk& f, const Args& a, int g, int c, int ch,
                                            bool live) {
-    const unsigned char* t = tile_of(a, ch);
+    typedef Tile<INT8> L;
+    const unsigned char* t = tile_of<INT8>(a, ch);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const int r = g + 8 * i;
         if (SP) {
-            f.code[2 * i] = load_weight(t + r * 32);
-            f.code[2 * i + 1] = load_weight(t + r * 32 + 16);
-            f.meta[i] = load_weight(t + 512 + r * 16);
+            if (INT8) {
+                const unsigned char* codes = t + r * L::CODE + (c >> 1) * 32;
+                f.code[2 * i] = load_weight(codes);
+                f.code[2 * i + 1] = load_weight(codes + 16);
+            } else {
+                f.code[2 * i] = load_weight(t + r * 32);
+                f.code[2 * i + 1] = load_weight(t + r * 32 + 16);
+            }
+            f.meta[i] = load_weight(t + L::META + r * 16);
         } else {
-            const uint2 q = __ldg(reinterpret_cast<const uint2*>(t + r * 32 + c * 8));
-            f.code[2 * i] = make_uint4(q.x, q.y, 0, 0);
-            f.meta[i].x = __ldg(reinterpret_cast<const u32*>(t + 512 + r * 16 + c * 4));
+            f.code[2 * i] = lane_codes<INT8>(t, r, c);
+            f.meta[i].x = __ldg(reinterpret_cast<const u32*>(t + L::META + r * 16 + c * 4));
         }
-        const float s = __ldg(reinterpret_cast<const float*>(t + 768) + r);
+        const float s = __ldg(reinterpret_cast<const float*>(t + L::SCALE) + r);
         f.scale[i] = live ? s : 0.0f;
     }
 }
@@ -259,7 +336,7 @@ __device__ __forceinline__ u32 word_of(const uint4& v, int i) {
 }
 
 // The chunk's contribution, times its scales, into acc (sp: mma.sp on the stored pairs).
-template <bool BF16, int NT>
+template <bool BF16, bool INT8, int NT>
 __device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const u32* const* xr,
                                          int ch, u32 pair_sel, u32 meta_sel) {
     float part[NT][4];
@@ -270,15 +347,17 @@ __device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const 
     for (int j = 0; j < NT; ++j) xc[j] = xr[j] + ch * 64;
 #pragma unroll
     for (int m = 0; m < 4; ++m) {  // mma m: columns 32m..32m+31 of the chunk
-        // code words 2m, 2m + 1 of each row: byte c is group 8m + c, resp. 8m + c + 4
+        // the lane's code words 2m, 2m + 1 of each row hold groups 8m + c and 8m + c + 4: byte c
+        // of int4 words 2m, 2m + 1; half c & 1 of int8 words 4m + c / 2, 4m + 2 + c / 2 (the
+        // lane loaded the words of parity c / 2 only)
         const u32 w00 = word_of(f.code[(2 * m) / 4], (2 * m) % 4);
         const u32 w01 = word_of(f.code[(2 * m + 1) / 4], (2 * m + 1) % 4);
         const u32 w10 = word_of(f.code[2 + (2 * m) / 4], (2 * m) % 4);
         const u32 w11 = word_of(f.code[2 + (2 * m + 1) / 4], (2 * m + 1) % 4);
-        const u32 a0 = pair_of_byte<BF16>(w00, pair_sel);
-        const u32 a1 = pair_of_byte<BF16>(w10, pair_sel);
-        const u32 a2 = pair_of_byte<BF16>(w01, pair_sel);
-        const u32 a3 = pair_of_byte<BF16>(w11, pair_sel);
+        const u32 a0 = pair_of<BF16, INT8>(w00, pair_sel);
+        const u32 a1 = pair_of<BF16, INT8>(w10, pair_sel);
+        const u32 a2 = pair_of<BF16, INT8>(w01, pair_sel);
+        const u32 a3 = pair_of<BF16, INT8>(w11, pair_sel);
         // metadata: row g in bits 0-15, row g + 8 in bits 16-31 (half c & 1 of word m)
         const u32 e = prmt(word_of(f.meta[0], m), word_of(f.meta[1], m), meta_sel);
 #pragma unroll
@@ -298,17 +377,15 @@ __device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const 
 }
 
 // The same with dense mma after expanding each pair to four slots (ex).
-template <bool BF16, int NT>
+template <bool BF16, bool INT8, int NT>
 __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const u32* const* xr,
                                          int ch) {
     float part[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
     u32 p0[8], p1[8];  // kept pairs of groups 8c..8c+7 of rows g, g + 8
-    pairs_of_word<BF16>(f.code[0].x, p0);
-    pairs_of_word<BF16>(f.code[0].y, p0 + 4);
-    pairs_of_word<BF16>(f.code[2].x, p1);
-    pairs_of_word<BF16>(f.code[2].y, p1 + 4);
+    pairs_of_lane<BF16, INT8>(f.code[0], p0);
+    pairs_of_lane<BF16, INT8>(f.code[2], p1);
     uint4 xb[NT][4];  // token g + 8j, columns 32c..32c+31 of the chunk
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -358,15 +435,17 @@ __device__ __forceinline__ void copy_wait() {
 
 enum Feed { EX = 0, SP = 1, SPA = 2 };
 
-template <bool BF16, int FEED, int NT, int D>
+template <bool BF16, bool INT8, int FEED, int NT, int D>
 __device__ __forceinline__ void decode24_int4(const Args& a) {
+    typedef Tile<INT8> L;
     extern __shared__ float partial[];  // [warps][16][8] per token tile, then SPA's stages
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int row0 = blockIdx.x * 16;
     const bool sp = FEED != EX;
-    const u32 pair_sel = BF16 ? (u32)(c | c << 4 | (c + 4) << 8 | (c + 4) << 12)
-                              : (u32)(c * 0x1111);
+    const u32 pair_sel = INT8   ? ((c & 1) ? 0x4342u : 0x4140u)
+                         : BF16 ? (u32)(c | c << 4 | (c + 4) << 8 | (c + 4) << 12)
+                                : (u32)(c * 0x1111);
     const u32 meta_sel = (c & 1) ? 0x7632u : 0x5410u;
 
     // the lane's X row of each token tile (token g + 8j; past T the last row is read again: its
@@ -386,17 +465,22 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
         // 1. main loop, staged: each warp keeps D chunks in flight in its own shared-memory
         // stages (cp.async, no registers held), chunk i to warp i % warps
         unsigned char* stages =
-            reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * STAGE_BYTES;
-        // a tile is 52 pieces of 16 bytes: every lane copies piece `lane`, lanes 0-19 also piece
-        // 32 + lane, so a warp moves 832 contiguous bytes; chunks are issued in order j = 0, 1,
-        // ...: the source advances by `warps` tiles
+            reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * L::BYTES;
+        // a tile is 52 (int4) or 84 (int8) pieces of 16 bytes: lane copies pieces lane,
+        // lane + 32, ..., so a warp moves the tile's contiguous bytes; chunks are issued in
+        // order j = 0, 1, ...: the source advances by `warps` tiles
         const int mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;
-        const unsigned char* next = tile_of(a, warp) + lane * 16;
+        const unsigned char* next = tile_of<INT8>(a, warp) + lane * 16;
         auto issue = [&](int j) {
-            unsigned char* st = stages + (j % D) * STAGE_BYTES + lane * 16;
+            unsigned char* st = stages + (j % D) * L::BYTES + lane * 16;
             copy16(st, next);
-            if (lane < 20) copy16(st + 512, next + 512);
-            next += (long long)warps * STAGE_BYTES;
+            if (INT8) {
+                copy16(st + 512, next + 512);
+                if (lane < 20) copy16(st + 1024, next + 1024);
+            } else {
+                if (lane < 20) copy16(st + 512, next + 512);
+            }
+            next += (long long)warps * L::BYTES;
         };
 #pragma unroll
         for (int j = 0; j < D; ++j) {
@@ -406,20 +490,21 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
         for (int j = 0; j < mine; ++j) {
             copy_wait<D - 1>();
             __syncwarp();
-            const unsigned char* st = stages + (j % D) * STAGE_BYTES;
+            const unsigned char* st = stages + (j % D) * L::BYTES;
+            const unsigned char* codes = INT8 ? st + (c >> 1) * 32 : st;
             Chunk f;
-            f.code[0] = *reinterpret_cast<const uint4*>(st + g * 32);
-            f.code[1] = *reinterpret_cast<const uint4*>(st + g * 32 + 16);
-            f.code[2] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32);
-            f.code[3] = *reinterpret_cast<const uint4*>(st + (g + 8) * 32 + 16);
-            f.meta[0] = *reinterpret_cast<const uint4*>(st + 512 + g * 16);
-            f.meta[1] = *reinterpret_cast<const uint4*>(st + 512 + (g + 8) * 16);
-            f.scale[0] = *reinterpret_cast<const float*>(st + 768 + g * 4);
-            f.scale[1] = *reinterpret_cast<const float*>(st + 768 + (g + 8) * 4);
+            f.code[0] = *reinterpret_cast<const uint4*>(codes + g * L::CODE);
+            f.code[1] = *reinterpret_cast<const uint4*>(codes + g * L::CODE + 16);
+            f.code[2] = *reinterpret_cast<const uint4*>(codes + (g + 8) * L::CODE);
+            f.code[3] = *reinterpret_cast<const uint4*>(codes + (g + 8) * L::CODE + 16);
+            f.meta[0] = *reinterpret_cast<const uint4*>(st + L::META + g * 16);
+            f.meta[1] = *reinterpret_cast<const uint4*>(st + L::META + (g + 8) * 16);
+            f.scale[0] = *reinterpret_cast<const float*>(st + L::SCALE + g * 4);
+            f.scale[1] = *reinterpret_cast<const float*>(st + L::SCALE + (g + 8) * 4);
             __syncwarp();  // every lane has its copy of the stage: it may be refilled
             if (j + D < mine) issue(j + D);
             copy_commit();
-            chunk_sp<BF16, NT>(acc, f, xr, warp + j * warps, pair_sel, meta_sel);
+            chunk_sp<BF16, INT8, NT>(acc, f, xr, warp + j * warps, pair_sel, meta_sel);
         }
         copy_wait<0>();
     } else {
@@ -429,15 +514,16 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // a chunk past K reads chunk `base` again, scaled by 0
                 const int ch = base + d * warps;
-                load_chunk<FEED == SP>(f[d], a, g, c, ch < chunks ? ch : base, ch < chunks);
+                load_chunk<FEED == SP, INT8>(f[d], a, g, c, ch < chunks ? ch : base,
+                                             ch < chunks);
             }
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // 2. products
                 const int ch = base + d * warps < chunks ? base + d * warps : base;
                 if (FEED == SP) {
-                    chunk_sp<BF16, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
+                    chunk_sp<BF16, INT8, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
                 } else {
-                    chunk_ex<BF16, NT>(acc, f[d], xr, ch);
+                    chunk_ex<BF16, INT8, NT>(acc, f[d], xr, ch);
                 }
             }
         }
@@ -468,64 +554,79 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 // One kernel per activation dtype, feeding (ex / sp / spa), token tiles of 8 (NT) and chunks
 // loaded ahead (D: in registers for ex and sp, in shared-memory stages for spa); THREADS bounds
 // the block so that the registers fit.
-#define INT4_KERNEL(NAME, BF16, FEED, NT, D, THREADS)                                          \
+#define CODED_KERNEL(NAME, BF16, INT8, FEED, NT, D, THREADS)                                   \
     extern "C" __global__ void __launch_bounds__(THREADS)                                      \
         NAME(const unsigned char* tiles, const u16* x, const u16* bias, u16* y, int n_rows,    \
              int k, int tokens, long long ldx, long long ldy) {                                \
         const Args a{tiles, x, bias, y, n_rows, k, tokens, ldx, ldy};                          \
-        decode24_int4<BF16, FEED, NT, D>(a);                                                    \
+        decode24_int4<BF16, INT8, FEED, NT, D>(a);                                              \
     }
 
-#define INT4_FAMILY(PREFIX, BF16, FEED)                   \
-    INT4_KERNEL(PREFIX##_t8_d1, BF16, FEED, 1, 1, 1024)   \
-    INT4_KERNEL(PREFIX##_t8_d2, BF16, FEED, 1, 2, 512)    \
-    INT4_KERNEL(PREFIX##_t16_d1, BF16, FEED, 2, 1, 1024)  \
-    INT4_KERNEL(PREFIX##_t16_d2, BF16, FEED, 2, 2, 512)   \
-    INT4_KERNEL(PREFIX##_t32_d1, BF16, FEED, 4, 1, 512)   \
-    INT4_KERNEL(PREFIX##_t32_d2, BF16, FEED, 4, 2, 256)   \
-    INT4_KERNEL(PREFIX##_t64_d1, BF16, FEED, 8, 1, 256)   \
-    INT4_KERNEL(PREFIX##_t64_d2, BF16, FEED, 8, 2, 256)
+#define CODED_FAMILY(PREFIX, BF16, INT8, FEED)                   \
+    CODED_KERNEL(PREFIX##_t8_d1, BF16, INT8, FEED, 1, 1, 1024)   \
+    CODED_KERNEL(PREFIX##_t8_d2, BF16, INT8, FEED, 1, 2, 512)    \
+    CODED_KERNEL(PREFIX##_t16_d1, BF16, INT8, FEED, 2, 1, 1024)  \
+    CODED_KERNEL(PREFIX##_t16_d2, BF16, INT8, FEED, 2, 2, 512)   \
+    CODED_KERNEL(PREFIX##_t32_d1, BF16, INT8, FEED, 4, 1, 512)   \
+    CODED_KERNEL(PREFIX##_t32_d2, BF16, INT8, FEED, 4, 2, 256)   \
+    CODED_KERNEL(PREFIX##_t64_d1, BF16, INT8, FEED, 8, 1, 256)   \
+    CODED_KERNEL(PREFIX##_t64_d2, BF16, INT8, FEED, 8, 2, 256)
 
-#define INT4_STAGED_FAMILY(PREFIX, BF16)                 \
-    INT4_KERNEL(PREFIX##_t8_s2, BF16, SPA, 1, 2, 1024)   \
-    INT4_KERNEL(PREFIX##_t8_s4, BF16, SPA, 1, 4, 1024)   \
-    INT4_KERNEL(PREFIX##_t16_s2, BF16, SPA, 2, 2, 512)   \
-    INT4_KERNEL(PREFIX##_t16_s4, BF16, SPA, 2, 4, 512)   \
-    INT4_KERNEL(PREFIX##_t32_s2, BF16, SPA, 4, 2, 512)   \
-    INT4_KERNEL(PREFIX##_t32_s4, BF16, SPA, 4, 4, 512)   \
-    INT4_KERNEL(PREFIX##_t64_s2, BF16, SPA, 8, 2, 256)   \
-    INT4_KERNEL(PREFIX##_t64_s4, BF16, SPA, 8, 4, 256)
+#define CODED_STAGED_FAMILY(PREFIX, BF16, INT8)                 \
+    CODED_KERNEL(PREFIX##_t8_s2, BF16, INT8, SPA, 1, 2, 1024)   \
+    CODED_KERNEL(PREFIX##_t8_s4, BF16, INT8, SPA, 1, 4, 1024)   \
+    CODED_KERNEL(PREFIX##_t16_s2, BF16, INT8, SPA, 2, 2, 512)   \
+    CODED_KERNEL(PREFIX##_t16_s4, BF16, INT8, SPA, 2, 4, 512)   \
+    CODED_KERNEL(PREFIX##_t32_s2, BF16, INT8, SPA, 4, 2, 512)   \
+    CODED_KERNEL(PREFIX##_t32_s4, BF16, INT8, SPA, 4, 4, 512)   \
+    CODED_KERNEL(PREFIX##_t64_s2, BF16, INT8, SPA, 8, 2, 256)   \
+    CODED_KERNEL(PREFIX##_t64_s4, BF16, INT8, SPA, 8, 4, 256)
 
-INT4_FAMILY(int4_sp_bf16, true, SP)
-INT4_FAMILY(int4_sp_f16, false, SP)
-INT4_FAMILY(int4_ex_bf16, true, EX)
-INT4_FAMILY(int4_ex_f16, false, EX)
-INT4_STAGED_FAMILY(int4_spa_bf16, true)
-INT4_STAGED_FAMILY(int4_spa_f16, false)
+CODED_FAMILY(int4_sp_bf16, true, false, SP)
+CODED_FAMILY(int4_sp_f16, false, false, SP)
+CODED_FAMILY(int4_ex_bf16, true, false, EX)
+CODED_FAMILY(int4_ex_f16, false, false, EX)
+CODED_STAGED_FAMILY(int4_spa_bf16, true, false)
+CODED_STAGED_FAMILY(int4_spa_f16, false, false)
+CODED_FAMILY(int8_sp_bf16, true, true, SP)
+CODED_FAMILY(int8_sp_f16, false, true, SP)
+CODED_FAMILY(int8_ex_bf16, true, true, EX)
+CODED_FAMILY(int8_ex_f16, false, true, EX)
+CODED_STAGED_FAMILY(int8_spa_bf16, true, true)
+CODED_STAGED_FAMILY(int8_spa_f16, false, true)
 
 // W itself in 16 bits, W[N, K] = code * scale in place (zeros elsewhere), from the tiles: the
 // dense route above 64 tokens dequantizes once per call and hands the product to cuBLAS, where
 // torch's int4 kernel's time grows with the tokens. A thread writes 32 columns of one row (8
 // groups: 8 code bytes, 4 metadata bytes and the row's scale of the chunk), each value
 // code * scale rounded once from fp32; consecutive threads write consecutive columns.
-template <bool BF16>
+template <bool BF16, bool INT8>
 __device__ __forceinline__ void dequantize_int4(const unsigned char* tiles, u16* w, int n_rows,
                                                 int k) {
+    typedef Tile<INT8> L;
     const long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int per_row = k >> 5;
     if (item >= (long long)n_rows * per_row) return;
     const int row = (int)(item / per_row), part = (int)(item % per_row);
     const int ch = part >> 2, j = part & 3;
-    const unsigned char* t = tiles + ((long long)(row >> 4) * (k >> 7) + ch) * STAGE_BYTES;
+    const unsigned char* t = tiles + ((long long)(row >> 4) * (k >> 7) + ch) * L::BYTES;
     const int r = row & 15;
-    const uint2 codes = *reinterpret_cast<const uint2*>(t + r * 32 + j * 8);
-    const u32 meta = *reinterpret_cast<const u32*>(t + 512 + r * 16 + j * 4);
-    const float scale = *reinterpret_cast<const float*>(t + 768 + r * 4);
+    const uint4 codes = lane_codes<INT8>(t, r, j);
+    const u32 meta = *reinterpret_cast<const u32*>(t + L::META + r * 16 + j * 4);
+    const float scale = *reinterpret_cast<const float*>(t + L::SCALE + r * 4);
     u32 out[16];
 #pragma unroll
     for (int q = 0; q < 8; ++q) {  // group 8j + q of the chunk: columns 4q..4q+3 of this part
-        const u32 byte = ((q < 4 ? codes.x : codes.y) >> (8 * (q & 3))) & 0xFFu;
-        const int v0 = ((int)(byte << 28)) >> 28, v1 = ((int)(byte << 24)) >> 28;
+        int v0, v1;
+        if (INT8) {  // group q: half q & 1 of word q / 2
+            const u32 half = word_of(codes, q >> 1) >> (16 * (q & 1));
+            v0 = ((int)(half << 24)) >> 24;
+            v1 = ((int)(half << 16)) >> 24;
+        } else {
+            const u32 byte = ((q < 4 ? codes.x : codes.y) >> (8 * (q & 3))) & 0xFFu;
+            v0 = ((int)(byte << 28)) >> 28;
+            v1 = ((int)(byte << 24)) >> 28;
+        }
         const u32 nib = (meta >> (4 * q)) & 15u;
         const u32 i0 = nib & 3u, i1 = nib >> 2;
         const u16 h0 = from_f32((float)v0 * scale, BF16), h1 = from_f32((float)v1 * scale, BF16);
@@ -542,11 +643,13 @@ __device__ __forceinline__ void dequantize_int4(const unsigned char* tiles, u16*
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    int4_dequant_bf16(const unsigned char* tiles, u16* w, int n_rows, int k) {
-    dequantize_int4<true>(tiles, w, n_rows, k);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    int4_dequant_f16(const unsigned char* tiles, u16* w, int n_rows, int k) {
-    dequantize_int4<false>(tiles, w, n_rows, k);
-}
+#define DEQUANT_KERNEL(NAME, BF16, INT8)                                                      \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        NAME(const unsigned char* tiles, u16* w, int n_rows, int k) {                          \
+        dequantize_int4<BF16, INT8>(tiles, w, n_rows, k);                                       \
+    }
+
+DEQUANT_KERNEL(int4_dequant_bf16, true, false)
+DEQUANT_KERNEL(int4_dequant_f16, false, false)
+DEQUANT_KERNEL(int8_dequant_bf16, true, true)
+DEQUANT_KERNEL(int8_dequant_f16, false, true)

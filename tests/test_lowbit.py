@@ -1,4 +1,4 @@
-"""2:4 + group-wise int4: packing round trips, layout, exact decompress, matmul, errors."""
+"""2:4 + group-wise int4 and int8: packing round trips, layout, exact decompress, matmul, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorer.groupquant import quantize_rtn
-from explorer.lowbit import Int4Weight, compress_int4, int4_reference, pack_int4, unpack_int4
+from explorer.lowbit import (
+    Int4Weight,
+    Int8Weight,
+    compress_int4,
+    compress_int8,
+    int4_reference,
+    pack_int4,
+    unpack_int4,
+)
 from explorer.masks import make_mask
 
 
@@ -138,3 +146,61 @@ def test_from_parts_refuses_bad_scales_and_shapes():
         Int4Weight.from_parts(c.codes[:, :1], c.metadata, c.scales, (2, 16), 8)
     with pytest.raises(ValueError, match="finite and positive"):
         compress_int4(c.decompress(), 8, scales=torch.zeros(2, 2))
+
+
+# -- int8 -----------------------------------------------------------------------------------------
+def test_hand_computed_int8_layout():
+    w = torch.tensor([[0.0, 3.0, 0.0, -127.0, 254.0, 0.0, 0.0, -2.0]])
+    c = compress_int8(w, group_size=4)
+    assert c.codes.dtype == torch.int8 and c.codes.tolist() == [[3, -127, 127, -1]]
+    assert c.scales.tolist() == [[1.0, 2.0]]
+    assert c.metadata.tolist() == [[13 | 12 << 4]]
+    assert torch.equal(c.decompress(), w)
+    assert torch.equal(c.int_codes(), c.codes)
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    rows=st.integers(1, 6),
+    groups=st.integers(1, 4),
+    g=st.sampled_from([4, 8, 16]),
+    seed=st.integers(0, 99),
+)
+def test_random_int8_round_trip_equals_rtn(rows, groups, g, seed):
+    k = groups * 16
+    w = _pruned(torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)))
+    c = compress_int8(w, group_size=g)
+    deq, scales = quantize_rtn(w, w != 0, "int8", g)
+    assert torch.equal(c.scales, scales)
+    assert torch.equal(c.decompress(), deq)
+    assert int(c.codes.abs().max()) <= 127
+    again = Int8Weight.from_parts(c.codes, c.metadata, c.scales, c.shape, g)
+    assert torch.equal(again.decompress(), c.decompress())
+    assert torch.equal(compress_int8(deq, g, scales=scales).decompress(), deq)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(seed + 1))
+    torch.testing.assert_close(int4_reference(x, c), x @ deq.T, rtol=0, atol=0)
+    torch.testing.assert_close(c.matmul(x), x @ deq.T, rtol=1e-5, atol=1e-4)
+
+
+def test_int8_is_closer_than_int4_and_its_size():
+    w = _pruned(torch.randn(16, 256, generator=torch.Generator().manual_seed(1)))
+    err8 = (compress_int8(w).decompress() - w).norm()
+    err4 = (compress_int4(w).decompress() - w).norm()
+    assert err8 < err4 / 10
+    c = compress_int8(w)
+    assert c.bits_per_weight == pytest.approx(5.25)
+    assert c.nbytes == 16 * (128 + 32 + 2 * 4)
+    assert repr(c).startswith("Int8Weight(16x256 2:4 int8, group_size=128, codes (16, 128) int8")
+    assert "one code per byte" in c._repr_html_()
+
+
+def test_int8_from_parts_refuses_bad_codes_and_shapes():
+    c = compress_int8(_pruned(torch.randn(2, 16)), group_size=8)
+    with pytest.raises(ValueError, match="-128"):
+        Int8Weight.from_parts(c.codes.clone().fill_(-128), c.metadata, c.scales, (2, 16), 8)
+    with pytest.raises(ValueError, match=r"codes must be a torch.int8 tensor of shape \(2, 8\)"):
+        Int8Weight.from_parts(c.codes.view(torch.uint8), c.metadata, c.scales, (2, 16), 8)
+    with pytest.raises(ValueError, match="finite and positive"):
+        Int8Weight.from_parts(c.codes, c.metadata, c.scales * 0, (2, 16), 8)
+    with pytest.raises(ValueError, match="int8 scales need finite values"):
+        compress_int8(torch.tensor([[float("nan"), 0.0, 0.0, 1.0]]), 4)

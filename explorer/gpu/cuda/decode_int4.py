@@ -1,8 +1,11 @@
-"""2:4 on top of int4: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X``.
+"""2:4 on top of int4 or int8: ``Y = X W^T (+ b)`` for 1 to 64 rows of ``X``.
 
 The weight is 2:4 and its kept values are group-wise int4 codes
-(:class:`explorer.lowbit.Int4Weight`), which the kernel reads rearranged once into contiguous
-tiles of 16 rows and 128 columns (:mod:`explorer.gpu.cuda.int4_tiles`).
+(:class:`explorer.lowbit.Int4Weight`) or int8 codes (:class:`explorer.lowbit.Int8Weight`), which
+the kernel reads rearranged once into contiguous tiles of 16 rows and 128 columns
+(:mod:`explorer.gpu.cuda.code_tiles`). Every function here takes either; the int8 kernels are
+the int4 ones reading one code a byte (5.25 bits a weight with ``G = 128``, a third of a 16-bit
+dense weight).
 
 A decode step reads every weight once, so its time is the time to move the weight. An
 :class:`~explorer.lowbit.Int4Weight` holds 3 + 32 / G bits a weight (kept codes, 2-bit
@@ -31,277 +34,47 @@ Examples
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import numpy as np
 import torch
 
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
+from explorer.gpu.cuda.code_tiles import CodeTiles, tile_coded_weight
+from explorer.gpu.cuda.coded_launch import (
+    CHUNK,
+    Int4LaunchConfig,
+    default_int4_config,
+    multiprocessor_count,
+    token_tiles,
+)
 from explorer.gpu.cuda.decode import MAX_TOKENS
-from explorer.gpu.cuda.int4_tiles import Int4Tiles, tile_int4_weight
 from explorer.gpu.cuda.launch import Launcher, current_stream
-from explorer.lowbit import Int4Weight, compress_int4, int4_reference
+from explorer.lowbit import (
+    GroupCodedWeight,
+    Int4Weight,
+    Int8Weight,
+    compress_int4,
+    compress_int8,
+    int4_reference,
+)
 
 __all__ = [
-    "CHUNK",
-    "METHODS",
     "Int4DecodeCall",
-    "Int4LaunchConfig",
     "check_int4_layout",
     "decode_int4_matmul",
     "decode_int4_reference",
-    "default_int4_config",
-    "multiprocessor_count",
     "pack_int4_weight",
-    "token_tiles",
+    "pack_int8_weight",
 ]
 
-#: Input columns one warp step covers; K and the group size must be multiples of it.
-CHUNK = 128
-#: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs staged through
-#: shared memory by asynchronous copies, ``"sp"`` the same loaded into registers (which runs where
-#: up to 8 tokens: :func:`default_int4_config`); ``"ex"`` dense mma after expanding each pair to its
-#: four slots (the default above 8 tokens, where its activation loads are wider).
-METHODS = ("spa", "sp", "ex")
 _SIXTEEN = (torch.float16, torch.bfloat16)
 #: The nibbles i0 | i1 << 2 with i0 < i1: the only position codes the sparse mma accepts.
 _ORDERED_NIBBLES = (0x4, 0x8, 0xC, 0x9, 0xD, 0xE)
-#: Threads a block may have, per (staged, token tiles, chunks ahead): the kernels' launch bounds.
-_MAX_THREADS = {
-    (False, 1, 1): 1024,
-    (False, 1, 2): 512,
-    (False, 2, 1): 1024,
-    (False, 2, 2): 512,
-    (False, 4, 1): 512,
-    (False, 4, 2): 256,
-    (False, 8, 1): 256,
-    (False, 8, 2): 256,
-    (True, 1, 2): 1024,
-    (True, 1, 4): 1024,
-    (True, 2, 2): 512,
-    (True, 2, 4): 512,
-    (True, 4, 2): 512,
-    (True, 4, 4): 512,
-    (True, 8, 2): 256,
-    (True, 8, 4): 256,
-}
-#: Shared memory of one staged chunk (codes, metadata, scales of 16 rows) and the most a block
-#: takes without asking the driver for more.
-_STAGE_BYTES = 512 + 256 + 64
-_SHARED_LIMIT = 48 * 1024
-_TARGET_WARPS_PER_SM = 16
 _ARG_KINDS = ("u64",) * 4 + ("i32",) * 3 + ("i64", "i64")
 
 
-def token_tiles(tokens: int) -> int:
-    """Token tiles of 8 the kernel is compiled for: 1, 2, 4 or 8.
-
-    Parameters
-    ----------
-    tokens : int
-        Rows of the input.
-
-    Returns
-    -------
-    int
-        The tiles, a power of two up to 8.
-
-    Examples
-    --------
-    >>> [token_tiles(t) for t in (1, 8, 9, 16, 17, 33, 64)]
-    [1, 1, 2, 2, 4, 8, 8]
-    """
-    need = math.ceil(tokens / 8)
-    return 1 << max(0, math.ceil(math.log2(max(need, 1))))
-
-
-@cache
-def multiprocessor_count(device: int) -> int:
-    """Streaming multiprocessors of CUDA device ``device`` (read once per process).
-
-    Parameters
-    ----------
-    device : int
-        The CUDA device index.
-
-    Returns
-    -------
-    int
-        The multiprocessor count.
-    """
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-class Int4LaunchConfig:
-    """How one call is launched: feeding ``method``, ``warps`` per block, chunks ``ahead``.
-
-    Parameters
-    ----------
-    method : str
-        One of :data:`METHODS`.
-    warps : int
-        Warps per block (they split K); the block covers 16 output rows.
-    ahead : int
-        128-column chunks each warp has in flight: 1 or 2 loaded into registers (``"sp"``,
-        ``"ex"``), 2 or 4 shared-memory stages (``"spa"``).
-
-    Raises
-    ------
-    ValueError
-        An unknown method, or warps and ahead the kernel is not built for (the message gives
-        the allowed range).
-
-    Examples
-    --------
-    >>> Int4LaunchConfig("ex", 8, 2).kernel_name(torch.bfloat16, 16)
-    'int4_ex_bf16_t16_d2'
-    >>> Int4LaunchConfig("spa", 16, 2).kernel_name(torch.float16, 1), Int4LaunchConfig().shared
-    ('int4_spa_f16_t8_s2', 30720)
-    >>> Int4LaunchConfig("sp", 32, 2).check(1)
-    Traceback (most recent call last):
-    ...
-    ValueError: warps = 32 with ahead = 2 at 8 tokens a tile: expected 1 to 16 warps
-    """
-
-    __slots__ = ("ahead", "method", "warps")
-
-    def __init__(self, method: str = "spa", warps: int = 8, ahead: int = 4) -> None:
-        if method not in METHODS:
-            raise ValueError(f"method = {method!r}; expected one of {METHODS}")
-        allowed = (2, 4) if method == "spa" else (1, 2)
-        if ahead not in allowed:
-            raise ValueError(
-                f"ahead = {ahead!r}; the {method!r} kernels are built for {allowed} chunks ahead"
-            )
-        self.method, self.warps, self.ahead = method, int(warps), int(ahead)
-
-    @property
-    def shared(self) -> int:
-        """Bytes of shared memory a block takes (partial sums, and the stages of ``"spa"``)."""
-        stages = self.warps * self.ahead * _STAGE_BYTES if self.method == "spa" else 0
-        return 512 * self.warps + stages
-
-    def max_warps(self, tiles: int) -> int:
-        """Most warps per block for ``tiles`` token tiles (launch bound and shared memory).
-
-        Parameters
-        ----------
-        tiles : int
-            Token tiles of 8 (1, 2, 4 or 8).
-
-        Returns
-        -------
-        int
-            The most warps per block.
-        """
-        top = _MAX_THREADS[(self.method == "spa", tiles, self.ahead)] // 32
-        if self.method == "spa":
-            top = min(top, _SHARED_LIMIT // (512 + self.ahead * _STAGE_BYTES))
-        return top
-
-    def check(self, tiles: int) -> None:
-        """Raise unless the kernel for ``tiles`` token tiles takes this many warps.
-
-        Parameters
-        ----------
-        tiles : int
-            Token tiles of 8 (1, 2, 4 or 8).
-        """
-        top = self.max_warps(tiles)
-        if not 1 <= self.warps <= top:
-            raise ValueError(
-                f"warps = {self.warps} with ahead = {self.ahead} at {8 * tiles} tokens a tile: "
-                f"expected 1 to {top} warps"
-            )
-
-    def kernel_name(self, dtype: torch.dtype, tokens: int) -> str:
-        """The kernel's name in ``decode24_int4.cu`` for ``tokens`` rows of ``dtype``.
-
-        Parameters
-        ----------
-        dtype : torch.dtype
-            The activations' dtype (bfloat16, else float16).
-        tokens : int
-            Rows of the input.
-
-        Returns
-        -------
-        str
-            The kernel's name.
-        """
-        kind = "bf16" if dtype == torch.bfloat16 else "f16"
-        step = "s" if self.method == "spa" else "d"
-        return f"int4_{self.method}_{kind}_t{8 * token_tiles(tokens)}_{step}{self.ahead}"
-
-    def __repr__(self) -> str:
-        return f"Int4LaunchConfig({self.method!r}, warps={self.warps}, ahead={self.ahead})"
-
-
-def default_int4_config(rows: int, k: int, tokens: int, sms: int) -> Int4LaunchConfig:
-    """The launch used unless one is given.
-
-    From a sweep of launch settings on an H100 (``benchmarks/int4_decode.py``; LLaMA-3-8B layer
-    shapes, 1, 4 and 16 tokens, weights in tiles).
-
-    Up to 8 tokens the sparse kernel with the weight in registers: 16 warps with one chunk each
-    in flight (every chunk of a 4096-column layer in flight at once), 32 at 1 token on grids of
-    fewer blocks than SMs; on grids of 4 or more blocks per SM 4 warps with 2 chunks each (at 1
-    token) or staged through shared memory in 2 stages each (2 to 8 tokens). Above 8
-    tokens the expansion kernel, whose activation loads are wider, with about 16 warps per SM
-    over the grid (a block covers 16 rows and its warps split K, so layers with few rows take
-    more warps per block), or 8 warps with one chunk each ahead on grids of 4 or more blocks
-    per SM up to 16 tokens.
-
-    Parameters
-    ----------
-    rows : int
-        The weight's rows (output features).
-    k : int
-        The weight's columns (input features).
-    tokens : int
-        Rows of the input.
-    sms : int
-        The GPU's multiprocessor count.
-
-    Returns
-    -------
-    Int4LaunchConfig
-        The kernel, warps and stages.
-
-    Examples
-    --------
-    >>> default_int4_config(4096, 4096, 1, 132), default_int4_config(1024, 4096, 1, 132)
-    (Int4LaunchConfig('sp', warps=16, ahead=1), Int4LaunchConfig('sp', warps=32, ahead=1))
-    >>> default_int4_config(14336, 4096, 1, 132), default_int4_config(14336, 4096, 4, 132)
-    (Int4LaunchConfig('sp', warps=4, ahead=2), Int4LaunchConfig('spa', warps=4, ahead=2))
-    >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
-    (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=8, ahead=1))
-    """
-    tiles = token_tiles(tokens)
-    blocks = math.ceil(rows / 16)
-    chunks = max(1, k // CHUNK)
-    many = blocks >= 4 * sms
-    if tiles == 1:
-        if many:
-            config = Int4LaunchConfig("sp" if tokens == 1 else "spa", 4, 2)
-        else:
-            config = Int4LaunchConfig("sp", 32 if tokens == 1 and blocks < sms else 16, 1)
-        config.warps = max(1, min(config.warps, chunks))
-        return config
-    if tiles == 2 and many:
-        config = Int4LaunchConfig("ex", 8, 1)
-        config.warps = max(1, min(config.warps, chunks))
-        return config
-    config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1)
-    want = sms * _TARGET_WARPS_PER_SM / max(blocks, 1)
-    warps = 1 << max(0, round(math.log2(max(want, 1))))
-    top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))
-    config.warps = int(max(1, min(warps, top)))
-    return config
-
-
-def check_int4_layout(weight: Int4Weight) -> None:
+def check_int4_layout(weight: GroupCodedWeight) -> None:
     """Raise ``ValueError`` unless the kernel can read ``weight``.
 
     It needs K and G multiples of 128, G dividing K, and position nibbles that are ordered pairs
@@ -309,17 +82,17 @@ def check_int4_layout(weight: Int4Weight) -> None:
 
     Parameters
     ----------
-    weight : Int4Weight
-        The 2:4 int4 weight.
+    weight : Int4Weight or Int8Weight
+        The 2:4 low-bit weight.
     """
     k = weight.shape[1]
     g = weight.group_size
     if k % CHUNK or g % CHUNK or k % g:
         raise ValueError(
-            f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK} "
-            f"with the group size dividing K; got K = {k}, group_size = {g}. Hint: "
-            f"compress_int4(weight, group_size=128) (K a multiple of 128), or keep this layer "
-            "on another route."
+            f"the {weight.FORMAT} decode kernel needs K and the group size to be multiples of "
+            f"{CHUNK} with the group size dividing K; got K = {k}, group_size = {g}. Hint: "
+            f"compress_{weight.FORMAT}(weight, group_size=128) (K a multiple of 128), or keep "
+            "this layer on another route."
         )
     meta = weight.metadata
     if meta.numel():
@@ -330,8 +103,30 @@ def check_int4_layout(weight: Int4Weight) -> None:
             raise ValueError(
                 f"metadata byte {first} = {int(meta[first])} holds a position nibble that is not "
                 "an ordered pair i0 | i1 << 2 with i0 < i1, which the sparse tensor cores need. "
-                "Hint: build the weight with explorer.lowbit.compress_int4."
+                f"Hint: build the weight with explorer.lowbit.compress_{weight.FORMAT}."
             )
+
+
+def _pack(weight, device, group_size: int, kind: type) -> GroupCodedWeight:
+    fmt = kind.FORMAT
+    if isinstance(weight, torch.Tensor):
+        k = weight.shape[-1] if weight.dim() == 2 else CHUNK
+        if k % CHUNK or group_size % CHUNK or k % group_size:
+            raise ValueError(
+                f"the {fmt} decode kernel needs K and the group size to be multiples of {CHUNK} "
+                f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
+                "group_size=128 for K a multiple of 128; keep other layers on another route."
+            )
+        weight = (compress_int4 if kind is Int4Weight else compress_int8)(weight, group_size)
+    if not isinstance(weight, kind):
+        raise TypeError(
+            f"weight must be an explorer.lowbit.{kind.__name__} or a 2:4 tensor, got "
+            f"{type(weight).__name__}. Hint: compress_{fmt}(weight) builds one."
+        )
+    check_int4_layout(weight)
+    dev = weight.codes.device if device is None else torch.device(device)
+    parts = [t.to(dev).contiguous() for t in (weight.codes, weight.metadata, weight.scales)]
+    return kind(*parts, weight.shape, weight.group_size)
 
 
 def pack_int4_weight(
@@ -343,7 +138,7 @@ def pack_int4_weight(
 
     This checks what the kernel needs and moves the parts (contiguous) to the device; a dense
     2:4 tensor is compressed first. The kernel's calls tile the result
-    (:func:`~explorer.gpu.cuda.int4_tiles.tile_int4_weight`).
+    (:func:`~explorer.gpu.cuda.code_tiles.tile_coded_weight`).
     (Not :func:`explorer.lowbit.pack_int4`, which packs integer codes two per byte.)
 
     Parameters
@@ -380,28 +175,58 @@ def pack_int4_weight(
     ...
     ValueError: the int4 decode kernel needs K and the group size to be multiples of 128 with the group size dividing K; got K = 96, group_size = 128. Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
     """
-    if isinstance(weight, torch.Tensor):
-        k = weight.shape[-1] if weight.dim() == 2 else CHUNK
-        if k % CHUNK or group_size % CHUNK or k % group_size:
-            raise ValueError(
-                f"the int4 decode kernel needs K and the group size to be multiples of {CHUNK} "
-                f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
-                "group_size=128 for K a multiple of 128; keep other layers on another route."
-            )
-        weight = compress_int4(weight, group_size=group_size)
-    if not isinstance(weight, Int4Weight):
-        raise TypeError(
-            f"weight must be an explorer.lowbit.Int4Weight or a 2:4 tensor, got "
-            f"{type(weight).__name__}. Hint: compress_int4(weight) builds one."
-        )
-    check_int4_layout(weight)
-    dev = weight.codes.device if device is None else torch.device(device)
-    parts = [t.to(dev).contiguous() for t in (weight.codes, weight.metadata, weight.scales)]
-    return Int4Weight(*parts, weight.shape, weight.group_size)
+    return _pack(weight, device, group_size, Int4Weight)
+
+
+def pack_int8_weight(
+    weight: Int8Weight | torch.Tensor,
+    device: torch.device | str | None = None,
+    group_size: int = 128,
+) -> Int8Weight:
+    """The int8 decode kernel's weight: an :class:`~explorer.lowbit.Int8Weight` on ``device``.
+
+    As :func:`pack_int4_weight`, with one int8 code a kept value.
+
+    Parameters
+    ----------
+    weight : Int8Weight or torch.Tensor
+        An int8 2:4 weight (:func:`explorer.lowbit.compress_int8`, or from a checkpoint of
+        ``prune(..., quantize="int8")``), or a dense ``[N, K]`` 2:4 tensor to compress with
+        :func:`explorer.lowbit.compress_int8` (round to nearest, ``group_size``).
+    device : torch.device or str, optional
+        Where the kernel runs; the weight's own device by default.
+    group_size : int
+        Columns per scale when ``weight`` is a dense tensor (a multiple of 128 dividing K).
+
+    Returns
+    -------
+    Int8Weight
+
+    Raises
+    ------
+    ValueError
+        K or the group size not multiples of 128, a group size that does not divide K, or
+        position nibbles that are not ordered pairs (the message says which).
+    TypeError
+        ``weight`` is neither an ``Int8Weight`` nor a tensor.
+
+    Examples
+    --------
+    >>> from explorer import make_mask
+    >>> w = torch.randn(16, 256)
+    >>> p = pack_int8_weight(w * make_mask(w, "2:4"))
+    >>> p.codes.shape, p.codes.dtype, p.scales.shape
+    (torch.Size([16, 128]), torch.int8, torch.Size([16, 2]))
+    >>> pack_int8_weight(pack_int4_weight(w * make_mask(w, "2:4")))
+    Traceback (most recent call last):
+    ...
+    TypeError: weight must be an explorer.lowbit.Int8Weight or a 2:4 tensor, got Int4Weight. Hint: compress_int8(weight) builds one.
+    """
+    return _pack(weight, device, group_size, Int8Weight)
 
 
 def decode_int4_reference(
-    x: torch.Tensor, weight: Int4Weight, bias: torch.Tensor | None = None
+    x: torch.Tensor, weight: GroupCodedWeight, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """What :func:`decode_int4_matmul` computes, in float32: ``x @ W_deq^T + b``.
 
@@ -412,8 +237,8 @@ def decode_int4_reference(
     ----------
     x : torch.Tensor
         The input, ``(..., in_features)``.
-    weight : Int4Weight
-        The 2:4 int4 weight, ``(out_features, in_features)``.
+    weight : Int4Weight or Int8Weight
+        The 2:4 low-bit weight, ``(out_features, in_features)``.
     bias : torch.Tensor, optional
         Added to the result.
 
@@ -431,21 +256,27 @@ def decode_int4_reference(
     """
     parts = (weight.codes, weight.metadata, weight.scales)
     if weight.codes.device != x.device:
-        weight = Int4Weight(*(t.to(x.device) for t in parts), weight.shape, weight.group_size)
+        weight = type(weight)(*(t.to(x.device) for t in parts), weight.shape, weight.group_size)
     lead = x.shape[:-1]
     y = int4_reference(x.reshape(-1, x.shape[-1]).float(), weight, bias)
     return y.reshape(*lead, weight.shape[0]).to(x.dtype)
 
 
-def _weight_device(weight: Int4Weight | Int4Tiles) -> torch.device:
-    return weight.device if isinstance(weight, Int4Tiles) else weight.codes.device
+def _weight_device(weight: GroupCodedWeight | CodeTiles) -> torch.device:
+    return weight.device if isinstance(weight, CodeTiles) else weight.codes.device
 
 
-def _check(x: torch.Tensor, weight: Int4Weight | Int4Tiles, bias: torch.Tensor | None) -> None:
-    if not isinstance(weight, (Int4Weight, Int4Tiles)):
+def _format(weight: GroupCodedWeight | CodeTiles) -> str:
+    return weight.format if isinstance(weight, CodeTiles) else weight.FORMAT
+
+
+def _check(
+    x: torch.Tensor, weight: GroupCodedWeight | CodeTiles, bias: torch.Tensor | None
+) -> None:
+    if not isinstance(weight, (Int4Weight, Int8Weight, CodeTiles)):
         raise TypeError(
-            f"weight must be an Int4Weight (explorer.gpu.cuda.decode_int4.pack_int4_weight) or "
-            f"its Int4Tiles, got {type(weight).__name__}"
+            f"weight must be an Int4Weight or Int8Weight (explorer.gpu.cuda.decode_int4."
+            f"pack_int4_weight, pack_int8_weight) or its CodeTiles, got {type(weight).__name__}"
         )
     n, k = weight.shape
     if x.device.type != "cuda" or _weight_device(weight) != x.device:
@@ -461,7 +292,7 @@ def _check(x: torch.Tensor, weight: Int4Weight | Int4Tiles, bias: torch.Tensor |
         )
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
-    if isinstance(weight, Int4Weight) and (
+    if not isinstance(weight, CodeTiles) and (
         k % CHUNK or weight.group_size % CHUNK or k % weight.group_size
     ):
         check_int4_layout(weight)
@@ -480,7 +311,7 @@ def _aligned(x2: torch.Tensor) -> torch.Tensor:
     return x2
 
 
-def _arguments(tiles: Int4Tiles, bias, x2, y) -> tuple:
+def _arguments(tiles: CodeTiles, bias, x2, y) -> tuple:
     n, k = tiles.shape
     return (
         tiles.data.data_ptr(),
@@ -495,8 +326,8 @@ def _arguments(tiles: Int4Tiles, bias, x2, y) -> tuple:
     )
 
 
-def _tiled(weight: Int4Weight | Int4Tiles) -> Int4Tiles:
-    return weight if isinstance(weight, Int4Tiles) else tile_int4_weight(weight)
+def _tiled(weight: GroupCodedWeight | CodeTiles) -> CodeTiles:
+    return weight if isinstance(weight, CodeTiles) else tile_coded_weight(weight)
 
 
 _NUMPY = {"u64": np.uint64, "i32": np.int32, "i64": np.int64}
@@ -504,15 +335,15 @@ _NUMPY = {"u64": np.uint64, "i32": np.int32, "i64": np.int64}
 
 def decode_int4_matmul(
     x: torch.Tensor,
-    weight: Int4Weight | Int4Tiles,
+    weight: GroupCodedWeight | CodeTiles,
     bias: torch.Tensor | None = None,
     config: Int4LaunchConfig | None = None,
 ) -> torch.Tensor:
     """``x @ W^T (+ bias)`` on the GPU for ``x[..., K]`` with at most 64 rows.
 
-    The kernel reads the weight as :class:`~explorer.gpu.cuda.int4_tiles.Int4Tiles`; an
+    The kernel reads the weight as :class:`~explorer.gpu.cuda.code_tiles.CodeTiles`; an
     :class:`~explorer.lowbit.Int4Weight` is tiled first, on every call (tile it once with
-    :func:`~explorer.gpu.cuda.int4_tiles.tile_int4_weight`, or use :class:`Int4DecodeCall`, for
+    :func:`~explorer.gpu.cuda.code_tiles.tile_coded_weight`, or use :class:`Int4DecodeCall`, for
     repeated calls).
 
     Parameters
@@ -520,13 +351,13 @@ def decode_int4_matmul(
     x : torch.Tensor
         CUDA, float16 or bfloat16, any leading dims holding at most :data:`MAX_TOKENS` rows in
         all. Rows that are not 16-byte aligned with a unit last stride are copied first.
-    weight : Int4Weight or Int4Tiles
-        From :func:`pack_int4_weight` (or its tiles), on ``x``'s device (K and the group size
-        multiples of 128).
+    weight : Int4Weight, Int8Weight or CodeTiles
+        From :func:`pack_int4_weight` or :func:`pack_int8_weight` (or its tiles), on ``x``'s
+        device (K and the group size multiples of 128).
     bias : torch.Tensor, optional
         ``[N]`` of ``x``'s dtype.
     config : Int4LaunchConfig, optional
-        How to launch; :func:`default_int4_config` by default.
+        How to launch (its ``format`` the weight's); :func:`default_int4_config` by default.
 
     Returns
     -------
@@ -562,9 +393,7 @@ def decode_int4_matmul(
         return y.reshape(*lead, n)
     x2 = _aligned(x2)
     dev = x2.device.index or 0
-    if config is None:
-        config = default_int4_config(n, k, t, multiprocessor_count(dev))
-    config.check(token_tiles(t))
+    config = _config(config, n, k, t, dev, _format(weight))
     from explorer.gpu.cuda.kernels import launch
 
     args = tuple(
@@ -583,6 +412,18 @@ def decode_int4_matmul(
     return y.reshape(*lead, n)
 
 
+def _config(config, n: int, k: int, tokens: int, dev: int, fmt: str) -> Int4LaunchConfig:
+    if config is None:
+        config = default_int4_config(n, k, tokens, multiprocessor_count(dev), fmt)
+    if config.format != fmt:
+        raise ValueError(
+            f"the launch config is for {config.format} codes and the weight holds {fmt}. Hint: "
+            f"Int4LaunchConfig(..., fmt={fmt!r}), or leave config out."
+        )
+    config.check(token_tiles(tokens))
+    return config
+
+
 class Int4DecodeCall:
     """:func:`decode_int4_matmul` for one weight, bias and row count, set up once.
 
@@ -596,9 +437,10 @@ class Int4DecodeCall:
 
     Parameters
     ----------
-    weight : Int4Weight or Int4Tiles
-        From :func:`pack_int4_weight`, on a CUDA device, or its tiles (an ``Int4Weight`` is
-        tiled here, once; pass the tiles to share them between calls of several row counts).
+    weight : Int4Weight, Int8Weight or CodeTiles
+        From :func:`pack_int4_weight` or :func:`pack_int8_weight`, on a CUDA device, or its
+        tiles (a weight is tiled here, once; pass the tiles to share them between calls of
+        several row counts).
     bias : torch.Tensor, optional
         ``[N]`` of the activations' dtype, on the weight's device.
     tokens : int
@@ -622,7 +464,7 @@ class Int4DecodeCall:
 
     def __init__(
         self,
-        weight: Int4Weight | Int4Tiles,
+        weight: GroupCodedWeight | CodeTiles,
         bias: torch.Tensor | None,
         tokens: int,
         dtype: torch.dtype,
@@ -644,10 +486,7 @@ class Int4DecodeCall:
         _check(torch.empty(0, k, dtype=dtype, device=self.device), weight, bias)
         tiles = _tiled(weight)
         dev = self.device.index or 0
-        if config is None:
-            config = default_int4_config(n, k, tokens, multiprocessor_count(dev))
-        config.check(token_tiles(tokens))
-        self.config = config
+        self.config = config = _config(config, n, k, tokens, dev, tiles.format)
         # tiles, x, bias, y, n, k, tokens, x row stride, y row stride: all but x, y and x's row
         # stride are fixed for this call
         fixed = {

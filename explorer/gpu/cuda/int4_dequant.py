@@ -1,4 +1,4 @@
-"""A 2:4 + int4 weight as a dense 16-bit matrix on the GPU: the int4 dense route above 64 tokens.
+"""A 2:4 + int4 (or int8) weight as a dense 16-bit matrix on the GPU: the dense route above 64 tokens.
 
 torch's int4 weight-only kernel (``aten._weight_int4pack_mm``) is made for a few tokens: its time
 grows with the token count (on an H100, 4096 x 4096 at 64 tokens took 84 us against cuBLAS's
@@ -6,15 +6,16 @@ grows with the token count (on an H100, 4096 x 4096 at 64 tokens took 84 us agai
 Above 64 tokens :class:`~explorer.gpu.Int4Linear` therefore dequantizes its weight once per call
 with one kernel (``int4_dequant_*`` in ``kernels/decode24_int4.cu``: each value ``code * scale``
 in fp32, rounded once) and hands the product to cuBLAS. The 16-bit weight lives only for the call.
+Tiles of int8 codes take the ``int8_dequant_*`` kernels, the same method one code a byte.
 
 :func:`dequantize_int4_reference` computes the same on any device; the GPU tests require the two
 to be equal bit for bit.
 
 Examples
 --------
->>> from explorer.gpu.cuda.int4_tiles import tile_int4_weight
+>>> from explorer.gpu.cuda.code_tiles import tile_coded_weight
 >>> from explorer.lowbit import compress_int4
->>> tiles = tile_int4_weight(compress_int4(torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32])))
+>>> tiles = tile_coded_weight(compress_int4(torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32])))
 >>> dequantize_int4_reference(tiles, torch.bfloat16)[0, :4].tolist()
 [0.0, 2.0, 0.0, -7.0]
 """
@@ -25,7 +26,7 @@ import math
 
 import torch
 
-from explorer.gpu.cuda.int4_tiles import Int4Tiles, untile_int4_weight
+from explorer.gpu.cuda.code_tiles import CodeTiles, untile_coded_weight
 from explorer.gpu.cuda.launch import Launcher, current_stream
 
 __all__ = ["Int4Dequantizer", "dequantize_int4_reference"]
@@ -33,15 +34,15 @@ __all__ = ["Int4Dequantizer", "dequantize_int4_reference"]
 _THREADS = 256
 #: Input columns one thread writes.
 _COLUMNS = 32
-_KERNELS = {torch.bfloat16: "int4_dequant_bf16", torch.float16: "int4_dequant_f16"}
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-def dequantize_int4_reference(tiles: Int4Tiles, dtype: torch.dtype) -> torch.Tensor:
+def dequantize_int4_reference(tiles: CodeTiles, dtype: torch.dtype) -> torch.Tensor:
     """What :class:`Int4Dequantizer` returns: ``code * scale`` in float32, rounded once.
 
     Parameters
     ----------
-    tiles : Int4Tiles
+    tiles : CodeTiles
         The weight, on any device.
     dtype : torch.dtype
         ``torch.bfloat16`` or ``torch.float16``.
@@ -51,18 +52,18 @@ def dequantize_int4_reference(tiles: Int4Tiles, dtype: torch.dtype) -> torch.Ten
     torch.Tensor
         ``[N, K]`` of ``dtype`` on the tiles' device.
     """
-    return untile_int4_weight(tiles).decompress().to(dtype)
+    return untile_coded_weight(tiles).decompress().to(dtype)
 
 
 class Int4Dequantizer:
-    """The dense 16-bit weight of one tiled int4 weight, one kernel launch per call.
+    """The dense 16-bit weight of one tiled int4 or int8 weight, one kernel launch per call.
 
     The launch is set up once (the tiles' pointer and shape written once, launched through the
     CUDA driver on torch's current stream), so a call costs an allocation and one launch.
 
     Parameters
     ----------
-    tiles : Int4Tiles
+    tiles : CodeTiles
         On a CUDA device.
     dtype : torch.dtype
         ``torch.bfloat16`` or ``torch.float16``, the weight's dtype.
@@ -74,27 +75,28 @@ class Int4Dequantizer:
 
     Examples
     --------
-    >>> from explorer.gpu.cuda.int4_tiles import tile_int4_weight  # doctest: +GPU
+    >>> from explorer.gpu.cuda.code_tiles import tile_coded_weight  # doctest: +GPU
     >>> from explorer.lowbit import compress_int4  # doctest: +GPU
     >>> w = compress_int4(torch.tensor([[0.0, 2.0, 0.0, -7.0] * 32], device="cuda"))  # doctest: +GPU
-    >>> Int4Dequantizer(tile_int4_weight(w), torch.bfloat16)()[0, :4].tolist()  # doctest: +GPU
+    >>> Int4Dequantizer(tile_coded_weight(w), torch.bfloat16)()[0, :4].tolist()  # doctest: +GPU
     [0.0, 2.0, 0.0, -7.0]
     """
 
-    def __init__(self, tiles: Int4Tiles, dtype: torch.dtype) -> None:
+    def __init__(self, tiles: CodeTiles, dtype: torch.dtype) -> None:
         if tiles.device.type != "cuda":
             raise ValueError(
-                f"the tiles are on {tiles.device}; the int4 dequantization kernel needs a CUDA "
-                "device. Hint: dequantize_int4_reference on the CPU."
+                f"the tiles are on {tiles.device}; the {tiles.format} dequantization kernel needs a "
+                "CUDA device. Hint: dequantize_int4_reference on the CPU."
             )
-        if dtype not in _KERNELS:
+        if dtype not in _DTYPES:
             raise ValueError(f"dtype {dtype}: the dequantized weight is bfloat16 or float16")
         from explorer.gpu.cuda.kernels import compiled_function
 
         n, k = tiles.shape
-        self.device, self.dtype, self.shape = tiles.device, dtype, (n, k)
+        self.device, self.dtype, self.shape, self.format = tiles.device, dtype, (n, k), tiles.format
         self._dev = tiles.device.index or 0
-        function = compiled_function("decode24_int4", _KERNELS[dtype], self._dev)
+        name = f"{tiles.format}_dequant_{_DTYPES[dtype]}"
+        function = compiled_function("decode24_int4", name, self._dev)
         fixed = {0: tiles.data.data_ptr(), 2: n, 3: k}
         self._launcher = Launcher(function, ("u64", "u64", "i32", "i32"), fixed)
         self._grid = (max(1, math.ceil(n * k // _COLUMNS / _THREADS)), 1, 1)
@@ -109,4 +111,5 @@ class Int4Dequantizer:
 
     def __repr__(self) -> str:
         n, k = self.shape
-        return f"Int4Dequantizer({n}x{k}, {str(self.dtype).removeprefix('torch.')})"
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"Int4Dequantizer({n}x{k} {self.format}, {dtype})"

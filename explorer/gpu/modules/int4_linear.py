@@ -32,7 +32,7 @@ from torch import nn
 from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
-from explorer.gpu.cuda.int4_tiles import tile_int4_weight
+from explorer.gpu.cuda.code_tiles import tile_coded_weight
 from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
@@ -110,7 +110,7 @@ class Int4Linear(nn.Module):
         self._calls: dict = {}  # tokens -> Int4DecodeCall
         # the kernel's layout of the weight, shared by every row count; made here, never inside
         # a call (a compiled model's CUDA-graph pool must not own it)
-        self._tiles = tile_int4_weight(self.int4_weight()) if self._tiled else None
+        self._tiles = tile_coded_weight(self.int4_weight()) if self._tiled else None
         self._dequantizer = None  # the dense 16-bit weight above 64 tokens, made per call
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
         self._op_id = ops.register(self)

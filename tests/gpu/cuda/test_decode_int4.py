@@ -1,10 +1,12 @@
-"""The 2:4 + int4 decode kernel against its reference on fresh random inputs (GPU).
+"""The 2:4 + int4 and 2:4 + int8 decode kernels against their reference on fresh random inputs (GPU).
 
 The kernel's products of codes and activations are exact in its fp32 accumulation and the
 scales are applied in fp32, so what separates it from a float64 product of the same operands
 is fp32 summation and the one rounding of the output to the activations' dtype: relative
 errors (``|y - ref| / |ref|``, ``ref`` in float64) stay under 4e-3 for bfloat16 (8-bit
-mantissa; the rounding alone is about 1e-3) and under 1e-3 for float16 (11-bit mantissa).
+mantissa; the rounding alone is about 1e-3) and under 1e-3 for float16 (11-bit mantissa). int8
+codes times 16-bit activations are exact in fp32 too (7 + 11 significant bits), so the bounds
+are the same; every code of either format is checked exactly through one-hot inputs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ DEV = "cuda"
 TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}
 DTYPES = [torch.bfloat16, torch.float16]
 SHAPES_8B = [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336)]
+FORMATS = ["int4", "int8"]
 
 
 def _int4():
@@ -26,8 +29,16 @@ def _int4():
     return decode_int4
 
 
-def _packed(n, k, group=128):
-    return _int4().pack_int4_weight(mask24(torch.randn(n, k, device=DEV)), group_size=group)
+def _launch():
+    from explorer.gpu.cuda import coded_launch
+
+    return coded_launch
+
+
+def _packed(n, k, group=128, fmt="int4"):
+    D = _int4()
+    pack = D.pack_int4_weight if fmt == "int4" else D.pack_int8_weight
+    return pack(mask24(torch.randn(n, k, device=DEV)), group_size=group)
 
 
 def _exact(x, packed, bias=None):
@@ -36,22 +47,24 @@ def _exact(x, packed, bias=None):
     return ref if bias is None else ref + bias.double()
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens", [1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 64])
-def test_matches_reference(dtype, tokens):
+def test_matches_reference(dtype, tokens, fmt):
     D = _int4()
-    p = _packed(4096, 4096)
+    p = _packed(4096, 4096, fmt=fmt)
     x = torch.randn(tokens, 4096, device=DEV).to(dtype)
     y = D.decode_int4_matmul(x, p)
     assert y.shape == (tokens, 4096) and y.dtype == dtype and y.is_contiguous()
     assert relerr(y, _exact(x, p)) < TOL[dtype]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize(("n", "k"), SHAPES_8B)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_llama_8b_layer_shapes(n, k, dtype):
+def test_llama_8b_layer_shapes(n, k, dtype, fmt):
     D = _int4()
-    p = _packed(n, k)
+    p = _packed(n, k, fmt=fmt)
     for t in (1, 4, 16, 33, 64):
         x = torch.randn(t, k, device=DEV).to(dtype)
         assert relerr(D.decode_int4_matmul(x, p), _exact(x, p)) < TOL[dtype], (n, k, t)
@@ -68,10 +81,11 @@ def test_llama_8b_layer_shapes(n, k, dtype):
         (1023, 4608, 1536),
     ],
 )
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype):
+def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype, fmt):
     D = _int4()
-    p = _packed(n, k, group)
+    p = _packed(n, k, group, fmt)
     b = torch.randn(n, device=DEV).to(dtype)
     for t in (1, 5, 16):
         x = torch.randn(t, k, device=DEV).to(dtype)
@@ -81,10 +95,11 @@ def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype):
         assert relerr(y.cpu(), cpu.double()) < TOL[dtype]
 
 
-def test_every_output_written():
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_output_written(fmt):
     """Poisoned outputs would show as NaN: the kernel writes each element exactly once."""
     D = _int4()
-    p = _packed(1000, 4224)
+    p = _packed(1000, 4224, fmt=fmt)
     x = torch.randn(33, 4224, device=DEV, dtype=torch.bfloat16)
     torch.cuda.empty_cache()
     junk = torch.full((33 * 1000 * 4,), float("nan"), device=DEV)  # poison the allocator's blocks
@@ -93,9 +108,10 @@ def test_every_output_written():
     assert bool(torch.isfinite(y).all())
 
 
-def test_noncontiguous_inputs_and_leading_dims():
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_noncontiguous_inputs_and_leading_dims(fmt):
     D = _int4()
-    p = _packed(512, 1024)
+    p = _packed(512, 1024, fmt=fmt)
     wide = torch.randn(6, 1024 + 64, device=DEV, dtype=torch.float16)
     rows = wide[:, 32 : 32 + 1024]  # a row stride of 1088 elements, used in place
     assert relerr(D.decode_int4_matmul(rows, p), _exact(rows, p)) < TOL[torch.float16]
@@ -114,24 +130,26 @@ def test_noncontiguous_inputs_and_leading_dims():
     ("method", "ahead"), [("spa", 2), ("spa", 4), ("sp", 1), ("sp", 2), ("ex", 1), ("ex", 2)]
 )
 @pytest.mark.parametrize("tokens", [3, 20, 50])
-def test_every_launch_configuration(method, ahead, tokens):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_launch_configuration(method, ahead, tokens, fmt):
     D = _int4()
-    p = _packed(256, 4224)
+    p = _packed(256, 4224, fmt=fmt)
     x = torch.randn(tokens, 4224, device=DEV, dtype=torch.bfloat16)
     ref = _exact(x, p)
-    tiles = D.token_tiles(tokens)
+    tiles = _launch().token_tiles(tokens)
     for warps in (1, 2, 4, 8, 16, 32):
-        config = D.Int4LaunchConfig(method, warps, ahead)
+        config = _launch().Int4LaunchConfig(method, warps, ahead, fmt)
         if warps > config.max_warps(tiles):
             continue
         y = D.decode_int4_matmul(x, p, config=config)
         assert relerr(y, ref) < TOL[torch.bfloat16], config
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_call_matches_the_function_and_has_bias(dtype):
+def test_call_matches_the_function_and_has_bias(dtype, fmt):
     D = _int4()
-    p = _packed(2048, 4096)
+    p = _packed(2048, 4096, fmt=fmt)
     b = torch.randn(2048, device=DEV).to(dtype)
     for t in (1, 16, 64):
         x = torch.randn(t, 4096, device=DEV).to(dtype)
@@ -140,9 +158,10 @@ def test_call_matches_the_function_and_has_bias(dtype):
         assert relerr(call(x), _exact(x, p, b)) < TOL[dtype]
 
 
-def test_in_cuda_graph():
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_in_cuda_graph(fmt):
     D = _int4()
-    p = _packed(2048, 2048)
+    p = _packed(2048, 2048, fmt=fmt)
     x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
     call = D.Int4DecodeCall(p, None, 4, torch.bfloat16)
     s = torch.cuda.Stream()
@@ -163,6 +182,35 @@ def test_in_cuda_graph():
         assert torch.equal(y_call, y_fn)
 
 
+def _every_code(fmt: str, rows: int = 256, k: int = 512):
+    """A weight whose first 32 kept values a row run through every code of ``fmt``, scale 1."""
+    from explorer.lowbit import Int4Weight, Int8Weight, pack_int4
+
+    qmax = 7 if fmt == "int4" else 127
+    kept = torch.arange(rows * k // 2).reshape(rows, k // 2) % (2 * qmax + 1) - qmax
+    meta = torch.full((rows, k // 8), 0x4 | 0xE << 4, dtype=torch.uint8)  # slots (0, 1), (2, 3)
+    scales = torch.ones(rows, k // 128)
+    if fmt == "int4":
+        return Int4Weight.from_parts(pack_int4(kept), meta, scales, (rows, k), 128)
+    return Int8Weight.from_parts(kept.to(torch.int8), meta, scales, (rows, k), 128)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("method", "ahead"), [("sp", 1), ("spa", 2), ("ex", 1)])
+def test_every_code_is_read_exactly(fmt, dtype, method, ahead):
+    """One-hot rows pick single weights: each code must come out as itself, bit for bit."""
+    D = _int4()
+    w = _every_code(fmt)
+    p = (D.pack_int4_weight if fmt == "int4" else D.pack_int8_weight)(w, DEV)
+    dense = w.decompress().to(DEV)
+    for start in (0, 64, 448):
+        x = torch.eye(512, device=DEV, dtype=dtype)[start : start + 64]
+        config = _launch().Int4LaunchConfig(method, 2, ahead, fmt)
+        y = D.decode_int4_matmul(x, p, config=config)
+        assert torch.equal(y, dense[:, start : start + 64].t().to(dtype)), (start, config)
+
+
 class _Layer(torch.nn.Module):
     """A layer whose product is an Int4DecodeCall, with work around it for the compiler."""
 
@@ -174,10 +222,11 @@ class _Layer(torch.nn.Module):
         return torch.relu(self.call(x * 2.0)) + 1.0
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_under_torch_compile(mode):
+def test_under_torch_compile(mode, fmt):
     D = _int4()
-    p = _packed(1024, 3072)
+    p = _packed(1024, 3072, fmt=fmt)
     x = torch.randn(16, 3072, device=DEV, dtype=torch.bfloat16)
     layer = _Layer(D.Int4DecodeCall(p, None, 16, torch.bfloat16))
     eager = layer(x)
@@ -207,3 +256,8 @@ def test_refuses_bad_input():
     with pytest.raises(ValueError, match="bias must be"):
         b = torch.zeros(64, device=DEV)
         D.decode_int4_matmul(torch.randn(1, 256, device=DEV, dtype=torch.float16), p, b)
+    with pytest.raises(ValueError, match="for int4 codes and the weight holds int8"):
+        x = torch.randn(1, 256, device=DEV, dtype=torch.float16)
+        D.decode_int4_matmul(
+            x, _packed(64, 256, fmt="int8"), config=_launch().Int4LaunchConfig("sp", 2, 1)
+        )

@@ -7,16 +7,13 @@ import pytest
 import torch
 
 from explorer.gpu.cuda.decode_int4 import (
-    CHUNK,
     Int4DecodeCall,
-    Int4LaunchConfig,
     decode_int4_matmul,
     decode_int4_reference,
-    default_int4_config,
     pack_int4_weight,
-    token_tiles,
+    pack_int8_weight,
 )
-from explorer.lowbit import Int4Weight, compress_int4
+from explorer.lowbit import Int4Weight, Int8Weight, compress_int4, compress_int8
 from explorer.masks import make_mask
 
 
@@ -105,35 +102,18 @@ def test_pack_refuses_other_types():
         pack_int4_weight([[1.0, 0.0, 0.0, 0.0]])
 
 
-# -- launch configurations ------------------------------------------------------------------------
-def test_token_tiles():
-    assert [token_tiles(t) for t in range(1, 65)] == ([1] * 8 + [2] * 8 + [4] * 16 + [8] * 32)
-
-
-@pytest.mark.parametrize(("rows", "k"), [(4096, 4096), (1024, 4096), (14336, 4096), (16, 128)])
-@pytest.mark.parametrize("tokens", [1, 4, 16, 32, 64])
-def test_default_config_is_one_the_kernel_takes(rows, k, tokens):
-    config = default_int4_config(rows, k, tokens, 132)
-    config.check(token_tiles(tokens))
-    many = rows // 16 >= 4 * 132
-    staged = many and tokens > 1
-    assert config.method == (("spa" if staged else "sp") if tokens <= 8 else "ex")
-    assert config.shared <= 48 * 1024 and config.warps <= max(1, k // CHUNK)
-    name = config.kernel_name(torch.float16, tokens)
-    assert name.startswith(f"int4_{config.method}_f16_t{8 * token_tiles(tokens)}_")
-
-
-def test_config_refuses_unknown_settings():
-    with pytest.raises(ValueError, match="method"):
-        Int4LaunchConfig("dense")
-    with pytest.raises(ValueError, match="ahead"):
-        Int4LaunchConfig("sp", 4, 3)
-    with pytest.raises(ValueError, match=r"built for \(2, 4\)"):
-        Int4LaunchConfig("spa", 4, 1)
-    with pytest.raises(ValueError, match="expected 1 to 12 warps"):  # shared memory
-        Int4LaunchConfig("spa", 16, 4).check(1)
-    with pytest.raises(ValueError, match="expected 1 to 8 warps"):
-        Int4LaunchConfig("ex", 16, 1).check(8)
+def test_int8_pack_and_reference():
+    w = _pruned(16, 256, seed=5)
+    p = pack_int8_weight(w)
+    assert isinstance(p, Int8Weight) and p.codes.dtype == torch.int8
+    assert torch.equal(p.decompress(), compress_int8(w).decompress())
+    x = torch.randn(3, 256)
+    ref = decode_int4_reference(x, p)
+    torch.testing.assert_close(ref, x @ p.decompress().T, rtol=1e-6, atol=1e-5)
+    with pytest.raises(TypeError, match="Int8Weight or a 2:4 tensor, got Int4Weight"):
+        pack_int8_weight(pack_int4_weight(w))
+    with pytest.raises(ValueError, match="the int8 decode kernel needs K"):
+        pack_int8_weight(torch.zeros(16, 96))
 
 
 # -- argument checks (they run before anything needs a GPU) ---------------------------------------

@@ -1,4 +1,4 @@
-"""The int4 dequantization kernel against its reference, bit for bit (GPU), and its refusals."""
+"""The int4 and int8 dequantization kernels against their reference, bit for bit (GPU), and refusals."""
 
 from __future__ import annotations
 
@@ -6,23 +6,25 @@ import pytest
 import torch
 from gpu_helpers import mask24
 
+from explorer.gpu.cuda.code_tiles import tile_coded_weight
 from explorer.gpu.cuda.int4_dequant import Int4Dequantizer, dequantize_int4_reference
-from explorer.gpu.cuda.int4_tiles import tile_int4_weight
-from explorer.lowbit import compress_int4
+from explorer.lowbit import compress_int4, compress_int8
 
 DEV = "cuda"
 
 
-def _tiles(n, k, group=128, device="cpu"):
+def _tiles(n, k, group=128, device="cpu", fmt="int4"):
     w = mask24(torch.randn(n, k, device=device))
-    return tile_int4_weight(compress_int4(w, group_size=group))
+    compress = compress_int4 if fmt == "int4" else compress_int8
+    return tile_coded_weight(compress(w, group_size=group))
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("n", "k", "group"), [(17, 256, 128), (48, 384, 384), (1000, 4224, 128)])
-def test_the_kernel_equals_the_reference_bit_for_bit(n, k, group, dtype):
-    tiles = _tiles(n, k, group, DEV)
+def test_the_kernel_equals_the_reference_bit_for_bit(n, k, group, dtype, fmt):
+    tiles = _tiles(n, k, group, DEV, fmt)
     w = Int4Dequantizer(tiles, dtype)()
     assert w.shape == (n, k) and w.dtype == dtype
     assert torch.equal(w, dequantize_int4_reference(tiles, dtype))
@@ -41,7 +43,7 @@ def test_a_captured_call_replays_the_same_weight():
 
 
 def test_the_reference_is_code_times_scale_in_place():
-    tiles = tile_int4_weight(compress_int4(torch.tensor([[0.0, 3.0, 0.0, -7.0] * 32])))
+    tiles = tile_coded_weight(compress_int4(torch.tensor([[0.0, 3.0, 0.0, -7.0] * 32])))
     w = dequantize_int4_reference(tiles, torch.float16)
     assert w.dtype == torch.float16 and w[0, :8].tolist() == [0.0, 3.0, 0.0, -7.0] * 2
 

@@ -93,8 +93,8 @@ def test_a_repeated_input_takes_the_remembered_call(shape, monkeypatch):
 def test_above_64_tokens_the_dense_route_is_cublas_on_the_dequantized_weight(
     compile_mode, monkeypatch
 ):
+    from explorer.gpu.cuda.code_tiles import tile_coded_weight
     from explorer.gpu.cuda.int4_dequant import dequantize_int4_reference
-    from explorer.gpu.cuda.int4_tiles import tile_int4_weight
 
     layer = _layer()
     x = torch.randn(3, 100, 1024, device=DEV, dtype=torch.bfloat16)
@@ -103,7 +103,7 @@ def test_above_64_tokens_the_dense_route_is_cublas_on_the_dequantized_weight(
         raise AssertionError("torch's int4 kernel ran above 64 tokens")
 
     monkeypatch.setattr(layer, "_torch_int4", refused)
-    w = dequantize_int4_reference(tile_int4_weight(layer.int4_weight()), torch.bfloat16)
+    w = dequantize_int4_reference(tile_coded_weight(layer.int4_weight()), torch.bfloat16)
     expected = nn.functional.linear(x.reshape(300, 1024), w, layer.bias).reshape(3, 100, 1024)
     torch._dynamo.reset()
     run = layer if compile_mode is None else torch.compile(layer, mode=compile_mode)
