@@ -231,7 +231,7 @@ def floor_us(gen: torch.Generator, l2: int) -> dict:
         "linear_16x128_us": rotated_us(lambda: lambda: F.linear(x, wb), l2, l2),
     }
     print(
-        f"floor: 16x128 at 1 token, 2:4 int4 {out['int4_24_16x128_us']:.2f} us, F.linear "
+        f"floor: 16x128 at 1 token, 2:4 {FORMAT} {out['int4_24_16x128_us']:.2f} us, F.linear "
         f"{out['linear_16x128_us']:.2f} us per graph-replayed call",
         flush=True,
     )
