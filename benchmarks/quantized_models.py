@@ -5,7 +5,9 @@ Linear but ``lm_head`` pruned 2:4): the bf16 model; the baseline a user deployin
 has, every pruned Linear run dense at it (``--dtype int4``: an
 :class:`~explorer.gpu.modules.int4_linear.Int4Linear` kept on torch's int4 weight-only kernel;
 ``--dtype float8_e4m3fn``: an :class:`~explorer.gpu.modules.fp8_dense.Fp8DenseLinear` on
-``torch._scaled_mm``); and ``sparsify(model, dtype=...)``, which offers each layer the 2:4 kernel
+``torch._scaled_mm``; ``--dtype int8-weights``: an ``Int4Linear`` of int8 codes kept on its dense
+route, the weight dequantized to 16 bits once, since torch has no CUDA int8 weight-only kernel
+with group scales); and ``sparsify(model, dtype=...)``, which offers each layer the 2:4 kernel
 at that precision and keeps the faster. Each run is timed eagerly and with CUDA graphs
 (``torch.compile(mode="reduce-overhead")``, the sparsified model set to ``mode="graphs"``), the
 three variants in turn for 11 rounds; speedups are medians of paired ratios. Run on a GPU::
@@ -89,6 +91,7 @@ GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
 #: in a copy of the model, so that variant is an A/A control).
 DENSE_AT = {
     "int4": lambda lin: Int4Linear.from_linear(lin, decode=False),
+    "int8-weights": lambda lin: Int4Linear.from_linear(lin, decode=False, fmt="int8"),
     "float8_e4m3fn": Fp8DenseLinear,
     "bfloat16": lambda lin: lin,
 }

@@ -55,10 +55,22 @@ __all__ = [
 KIND = "bench-models"
 
 #: Precisions a model is timed in, each with its short name in labels.
-PRECISIONS = {"bfloat16": "bf16", "int8": "int8", "int4": "int4", "float8_e4m3fn": "FP8"}
+PRECISIONS = {
+    "bfloat16": "bf16",
+    "int8": "int8",
+    "int8-weights": "int8 weight-only",
+    "int4": "int4",
+    "float8_e4m3fn": "FP8",
+}
 
 #: The benchmark's name for each precision in its JSON keys (``"fp8 dense"``, ``"2:4 int4"``).
-_SCRIPT_NAMES = {"int4": "int4", "float8_e4m3fn": "fp8", "int8": "int8", "bfloat16": "bf16"}
+_SCRIPT_NAMES = {
+    "int4": "int4",
+    "float8_e4m3fn": "fp8",
+    "int8": "int8",
+    "int8-weights": "int8w",
+    "bfloat16": "bf16",
+}
 
 
 def benchmark_keys(precision: str) -> tuple[str, str]:
@@ -158,7 +170,7 @@ def quantized_speed_row(
     >>> quantized_speed_row("m", "fp4", "2:4", 1, 1, "eager", {})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: precision 'fp4' unknown; expected one of bfloat16, int8, int4, float8_e4m3fn...
+    ValueError: precision 'fp4' unknown; expected one of bfloat16, int8, int8-weights, int4, float8_e4m3fn...
     """
     if precision not in PRECISIONS:
         raise ValueError(

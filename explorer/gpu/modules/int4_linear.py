@@ -1,27 +1,23 @@
-"""``Int4Linear``: a 2:4 layer whose kept weights are group-wise int4, on the faster of two kernels.
+"""``Int4Linear``: a 2:4 layer with group-wise int4 (or int8) kept weights, on the faster of two kernels.
 
 What a user deploying int4 compares with is int4 dense, not bf16. So each token count is timed
 once (per problem, shared like every decision, :mod:`explorer.gpu.routes.route_timing`) between
-
-* the dense route: torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
-  dequantized weight, the zeros of the 2:4 pattern stored as codes like any other; where that
-  kernel does not take the layer (activations not bfloat16, ``out`` not a multiple of 8, ``K``
-  not a multiple of 128, a group size outside 32-256) the dequantized weight in 16 bits through
-  ``F.linear`` instead; and
-* the decode route, 1 to 64 tokens: the explorer's 2:4 + int4 kernel
-  (:mod:`explorer.gpu.cuda.decode_int4`), which reads the kept codes and their positions only;
-
-and the faster one is kept (dense unless the decode kernel is measurably faster, as for every
-sparse layer). Both routes compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``;
-torch's kernel holds the scales in bfloat16, so the two agree to about 1e-2 relative, not bit
-for bit. Above 64 tokens the dense route runs, and there it is cuBLAS on the weight dequantized
-for the call by one kernel (:mod:`explorer.gpu.cuda.int4_dequant`): torch's int4 kernel slows
-down with the token count, and a prefill through it would run several times slower than bf16.
+the dense route, torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
+dequantized weight (the 2:4 zeros stored as codes; where that kernel does not take the layer,
+the dequantized weight in 16 bits through ``F.linear``), and the decode route at 1 to 64 tokens,
+the explorer's 2:4 + int4 kernel (:mod:`explorer.gpu.cuda.decode_int4`), which reads the kept
+codes and their positions only. The faster is kept (dense unless the decode kernel is measurably
+faster). Both compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``; torch's kernel
+holds the scales in bfloat16, so they agree to about 1e-2 relative, not bit for bit. Above 64
+tokens the dense route is cuBLAS on the weight dequantized for the call by one kernel
+(:mod:`explorer.gpu.cuda.int4_dequant`): torch's int4 kernel slows down with the token count.
 
 Under ``torch.compile`` the dense route up to 64 tokens is traced (the compiler's own op, no
-host cost of ours); above them, for symbolic sizes, and wherever the layer runs in
-``mode="graphs"``, the layer is one opaque op (:mod:`explorer.gpu.cuda.ops`) that CUDA graphs
-capture like any kernel.
+host cost of ours); above them, for symbolic sizes, and in ``mode="graphs"``, the layer is one
+opaque op (:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel. With an
+:class:`~explorer.lowbit.Int8Weight` (``sparsify(dtype="int8-weights")``) the decode route is
+the 2:4 + int8 kernel and the dense route the weight dequantized to 16 bits once, on cuBLAS
+(torch has no CUDA int8 weight-only kernel with group-wise scales).
 """
 
 from __future__ import annotations
@@ -36,11 +32,14 @@ from explorer.gpu.cuda.code_tiles import tile_coded_weight
 from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
-from explorer.lowbit import Int4Weight, compress_int4
+from explorer.lowbit import GroupCodedWeight, Int4Weight, Int8Weight, compress_int4, compress_int8
 
-__all__ = ["DECODE_MAX_TOKENS", "Int4Linear"]
+__all__ = ["DECODE_MAX_TOKENS", "INT8_DENSE", "Int4Linear"]
 
 DECODE_MAX_TOKENS = 64  #: the most tokens the decode route takes; above them, dense
+INT8_DENSE = "torch has no CUDA int8 weight-only kernel with group scales; dense runs in 16 bits"
+_KINDS = {"int4": (Int4Weight, compress_int4), "int8": (Int8Weight, compress_int8)}
+_SPARSIFY_DTYPE = {"int4": "int4", "int8": "int8-weights"}
 
 
 class Int4Linear(nn.Module):
@@ -53,7 +52,7 @@ class Int4Linear(nn.Module):
 
     Parameters
     ----------
-    weight : Int4Weight
+    weight : Int4Weight or Int8Weight
         On a CUDA device.
     bias : torch.Tensor, optional
     dtype : torch.dtype
@@ -70,7 +69,7 @@ class Int4Linear(nn.Module):
 
     def __init__(
         self,
-        weight: Int4Weight,
+        weight: GroupCodedWeight,
         bias: torch.Tensor | None,
         dtype: torch.dtype = torch.bfloat16,
         mode: str = "auto",
@@ -80,15 +79,17 @@ class Int4Linear(nn.Module):
         if dtype not in (torch.bfloat16, torch.float16):
             raise TypeError(f"Int4Linear takes bfloat16 or float16 activations, got {dtype}")
         self.out_features, self.in_features = weight.shape
-        self.group_size = weight.group_size
+        self.group_size, self.format = weight.group_size, weight.FORMAT
         self.dtype = dtype
         self.mode = check_mode(mode)
         self.register_buffer("codes", weight.codes)
         self.register_buffer("metadata", weight.metadata)
         self.register_buffer("scales", weight.scales)
         self.register_buffer("bias", None if bias is None else bias.detach().to(dtype).contiguous())
-        self.torch_kernel_refusal = torch_int4_takes(
-            self.out_features, self.in_features, self.group_size, dtype
+        self.torch_kernel_refusal = (
+            torch_int4_takes(self.out_features, self.in_features, self.group_size, dtype)
+            if self.format == "int4"
+            else INT8_DENSE
         )
         if self.torch_kernel_refusal is None:
             packed, scales_and_zeros = torch_int4_parts(weight)
@@ -110,7 +111,7 @@ class Int4Linear(nn.Module):
         self._calls: dict = {}  # tokens -> Int4DecodeCall
         # the kernel's layout of the weight, shared by every row count; made here, never inside
         # a call (a compiled model's CUDA-graph pool must not own it)
-        self._tiles = tile_coded_weight(self.int4_weight()) if self._tiled else None
+        self._tiles = tile_coded_weight(self.coded_weight()) if self._tiled else None
         self._dequantizer = None  # the dense 16-bit weight above 64 tokens, made per call
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
         self._op_id = ops.register(self)
@@ -137,7 +138,7 @@ class Int4Linear(nn.Module):
             raise TypeError(
                 f"{self.out_features}x{self.in_features} Int4Linear runs {self.dtype} "
                 f"activations and cannot become {new.dtype}. Hint: convert the dense model "
-                "first, then sparsify it with dtype='int4'."
+                f"first, then sparsify it with dtype={_SPARSIFY_DTYPE[self.format]!r}."
             )
         out = super()._apply(fn, recurse)
         self._reset_runtime()
@@ -151,8 +152,9 @@ class Int4Linear(nn.Module):
         scales: torch.Tensor | None = None,
         mode: str = "auto",
         decode: bool = True,
+        fmt: str = "int4",
     ) -> Int4Linear:
-        """Quantize a CUDA ``nn.Linear`` whose weight is 2:4 to group-wise int4.
+        """Quantize a CUDA ``nn.Linear`` whose weight is 2:4 to group-wise int4 (or int8).
 
         Parameters
         ----------
@@ -162,27 +164,32 @@ class Int4Linear(nn.Module):
             Input columns per scale.
         scales : torch.Tensor, optional
             ``[out, in / group_size]`` scales the pruning recorded (``prune(...,
-            quantize="int4").scales``), so that weights already on their grid are kept
-            exactly; round to nearest with ``max|kept| / 7`` otherwise.
+            quantize=fmt).scales``), so that weights already on their grid are kept
+            exactly; round to nearest with ``max|kept| / 7`` (int8: 127) otherwise.
         mode : {"auto", "eager", "compile", "graphs"}
         decode : bool
-            Offer the 2:4 + int4 decode route (see the class).
+            Offer the 2:4 decode route (see the class).
+        fmt : {"int4", "int8"}
 
         Raises
         ------
         ValueError
             CPU weight, weight not 2:4, group size not dividing ``in_features``.
         """
+        if fmt not in _KINDS:
+            raise ValueError(f"fmt = {fmt!r}; expected 'int4' or 'int8'")
         w = linear.weight.detach()
         if w.device.type != "cuda":
             raise ValueError(
                 f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
             )
-        weight = compress_int4(w.float(), group_size, scales=scales)
+        weight = _KINDS[fmt][1](w.float(), group_size, scales=scales)
         return cls(weight, linear.bias, _activation_dtype(w), mode, decode)
 
     @classmethod
-    def from_parts(cls, weight: Int4Weight, linear: nn.Linear, mode: str = "auto") -> Int4Linear:
+    def from_parts(
+        cls, weight: GroupCodedWeight, linear: nn.Linear, mode: str = "auto"
+    ) -> Int4Linear:
         """The layer for ``weight`` as stored, with ``linear``'s bias, device and activation dtype.
 
         Codes and scales are kept exactly (e.g. from a checkpoint:
@@ -190,13 +197,9 @@ class Int4Linear(nn.Module):
 
         Parameters
         ----------
-        weight, linear : Int4Weight, torch.nn.Linear
+        weight, linear : Int4Weight or Int8Weight, torch.nn.Linear
             The stored weight (moved to ``linear``'s device) and the CUDA layer it replaces.
         mode : {"auto", "eager", "compile", "graphs"}
-
-        Returns
-        -------
-        Int4Linear
 
         Raises
         ------
@@ -206,26 +209,22 @@ class Int4Linear(nn.Module):
         w = linear.weight
         if tuple(weight.shape) != tuple(w.shape):
             raise ValueError(
-                f"the int4 weight is {weight.shape[0]}x{weight.shape[1]} but {linear} holds "
-                f"{w.shape[0]}x{w.shape[1]}; load it into the architecture it was saved from"
+                f"the {weight.FORMAT} weight is {weight.shape[0]}x{weight.shape[1]} but {linear} "
+                f"holds {w.shape[0]}x{w.shape[1]}; load it into the architecture it was saved from"
             )
         if w.device.type != "cuda":
             raise ValueError(
                 f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
             )
-        dev = w.device
-        on_device = Int4Weight(
-            weight.codes.to(dev).contiguous(),
-            weight.metadata.to(dev).contiguous(),
-            weight.scales.to(dev).contiguous(),
-            tuple(weight.shape),
-            weight.group_size,
+        parts = (
+            t.to(w.device).contiguous() for t in (weight.codes, weight.metadata, weight.scales)
         )
+        on_device = type(weight)(*parts, tuple(weight.shape), weight.group_size)
         return cls(on_device, linear.bias, _activation_dtype(w), mode)
 
-    def int4_weight(self) -> Int4Weight:
-        """The compressed weight (codes, positions, scales)."""
-        return Int4Weight(
+    def coded_weight(self) -> GroupCodedWeight:
+        """The compressed weight (codes, positions, scales): an ``Int4Weight`` or ``Int8Weight``."""
+        return _KINDS[self.format][0](
             self.codes,
             self.metadata,
             self.scales,
@@ -292,7 +291,7 @@ class Int4Linear(nn.Module):
     def _problem(self) -> tuple:
         dev = self.codes.device.index or 0
         return (
-            "int4",
+            self.format,
             self.out_features,
             self.in_features,
             self.group_size,
@@ -458,25 +457,26 @@ class Int4Linear(nn.Module):
     @property
     def bits_per_weight(self) -> float:
         """Bits a weight of the compressed form takes (codes, positions and scales)."""
-        return self.int4_weight().bits_per_weight
+        return self.coded_weight().bits_per_weight
 
     def extra_repr(self) -> str:
         """The text shown inside the module's repr."""
         dense = "torch int4" if self.torch_kernel_refusal is None else "16-bit dequantized"
-        decode = "2:4 int4 kernel" if self.decode_refusal is None else "none"
+        decode = f"2:4 {self.format} kernel" if self.decode_refusal is None else "none"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"group_size={self.group_size}, dtype={dtype_name(self.dtype)}, dense={dense}, "
+            f"{self.format}, group_size={self.group_size}, dtype={dtype_name(self.dtype)}, "
+            f"dense={dense}, "
             f"decode={decode}"
         )
 
     def _repr_html_(self) -> str:
         rows = [
-            ("shape", f"{self.out_features} x {self.in_features}"),
+            ("shape", f"{self.out_features} x {self.in_features}, {self.format}"),
             ("group size", self.group_size),
             ("bits per weight", f"{self.bits_per_weight:.2f}"),
             ("dense route", self.torch_kernel_refusal or "torch's int4 kernel"),
-            ("decode route", self.decode_refusal or "2:4 + int4 kernel, 1-64 tokens"),
+            ("decode route", self.decode_refusal or f"2:4 + {self.format} kernel, 1-64 tokens"),
         ]
         return _html.table(["Int4Linear", ""], rows)
 
@@ -486,8 +486,8 @@ def _activation_dtype(weight: torch.Tensor) -> torch.dtype:
     return weight.dtype if weight.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
 
 
-def _decode_refusal(weight: Int4Weight) -> str | None:
-    """Why the 2:4 + int4 kernel cannot take ``weight`` (None: it can)."""
+def _decode_refusal(weight: GroupCodedWeight) -> str | None:
+    """Why the 2:4 decode kernel cannot take ``weight`` (None: it can)."""
     from explorer.gpu.cuda.decode_int4 import check_int4_layout
 
     try:

@@ -1,5 +1,8 @@
 """``sparsify(dtype="int4")``'s swap: every layer an ``Int4Linear``, shared inputs stacked.
 
+``sparsify(dtype="int8-weights")`` runs the same swap with int8 codes (``fmt="int8"``): the 2:4 +
+int8 decode kernel against the 16-bit dense weight.
+
 Each pruned ``nn.Linear`` becomes an :class:`~explorer.gpu.modules.int4_linear.Int4Linear`,
 which runs torch's int4 weight-only kernel or the explorer's 2:4 + int4 decode kernel, whichever
 measures faster. As in 16 bits, layers that read the same input run as one product first:
@@ -39,6 +42,9 @@ from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
 __all__ = ["swap_int4_layers"]
 
+#: How the report names a layer kept on the dense route.
+_DENSE_LABEL = {"int4": "int4 dense (torch)", "int8": "16-bit dense (int8 dequantized)"}
+
 
 def swap_int4_layers(
     model: nn.Module,
@@ -50,6 +56,7 @@ def swap_int4_layers(
     scales: Mapping[str, torch.Tensor] | None = None,
     fuse_qkv: bool = True,
     fuse_mlp: bool = True,
+    fmt: str = "int4",
 ) -> None:
     """Swap ``targets`` for int4 layers in ``model`` and record what was done in ``report``.
 
@@ -72,6 +79,8 @@ def swap_int4_layers(
         ``{layer: [out, in / G]}`` scales a joint prune-and-quantize recorded.
     fuse_qkv, fuse_mlp : bool
         Stack self-attention q/k/v projections, and SwiGLU gate/up projections.
+    fmt : {"int4", "int8"}
+        The codes of the kept weights.
 
     Examples
     --------
@@ -81,15 +90,16 @@ def swap_int4_layers(
     []
     """
     scales = scales or {}
+    build = _Builder(mode, fmt, scales, report)
     wanted = {place: mod for _, mod in targets for place in places[id(mod)]}  # every place
     built: list[tuple[str, Int4Linear]] = []
     done: set[str] = set()
     for fqn, mod in list(model.named_modules()):
         block, names = None, find_qkv(mod) if fuse_qkv else None
         if names is not None:
-            block = _stacked_qkv(mod, fqn, names, wanted, places, scales, mode, report)
+            block = _stacked_qkv(mod, fqn, names, wanted, places, build)
         elif fuse_mlp and fqn and is_gated_mlp(mod):  # (the root cannot be swapped in place)
-            block = _stacked_mlp(model, mod, fqn, wanted, places, scales, mode, report)
+            block = _stacked_mlp(model, mod, fqn, wanted, places, build)
         if block is not None:
             parts, layers = block
             done.update(parts)
@@ -103,33 +113,47 @@ def swap_int4_layers(
             report.skipped.append((fqn or "(the model)", why))
             continue
         try:
-            new = _int4_layer(mod, [scales.get(fqn)], mode)
+            new = build.layer(mod, [scales.get(fqn)])
         except (ValueError, TypeError, RuntimeError) as exc:
-            report.skipped.append((fqn, f"int4 compression failed: {exc}"))
+            report.skipped.append((fqn, f"{fmt} compression failed: {exc}"))
             continue
         if new.decode_refusal is not None:
-            report.skipped.append((fqn, f"no 2:4 + int4 kernel: {new.decode_refusal}"))
+            report.skipped.append((fqn, f"no 2:4 + {fmt} kernel: {new.decode_refusal}"))
             continue
         for place in places[id(mod)]:
             model.set_submodule(place, new)
         report.swapped.append((fqn, tuple(mod.weight.shape)))
         built.append((fqn, new))
-    _record_routes(built, counts, report)
-    report.notes.append(
-        "int4: layers above 64 tokens run cuBLAS on the weight dequantized for the call; "
-        "speed-ups are over int4 dense, not over the 16-bit model"
-    )
+    _record_routes(built, counts, report, fmt)
+    if fmt == "int4":
+        report.notes.append(
+            "int4: layers above 64 tokens run cuBLAS on the weight dequantized for the call; "
+            "speed-ups are over int4 dense, not over the 16-bit model"
+        )
+    else:
+        report.notes.append(
+            "int8 weights: the dense route is the 16-bit dequantized weight on cuBLAS (torch has "
+            "no CUDA int8 weight-only kernel with group scales): speed-ups are over 16-bit dense"
+        )
 
 
-def _int4_layer(linear: nn.Linear, given: list, mode: str) -> Int4Linear:
-    """``linear`` at int4, with the scales ``given`` for its parts (all None: round to nearest)."""
-    if all(g is None for g in given):
-        return Int4Linear.from_linear(linear, mode=mode)
-    if any(g is None for g in given):
-        raise ValueError("the pruning recorded int4 scales for some of the stacked layers only")
-    stacked = torch.cat([g.to(linear.weight.device, torch.float32) for g in given])
-    group = linear.in_features // max(1, stacked.shape[-1])
-    return Int4Linear.from_linear(linear, group, scales=stacked, mode=mode)
+class _Builder:
+    """What every swapped layer is built with: the clock, the codes, recorded scales, the report."""
+
+    def __init__(self, mode: str, fmt: str, scales, report: SparsifyReport) -> None:
+        self.mode, self.fmt, self.scales, self.report = mode, fmt, scales, report
+
+    def layer(self, linear: nn.Linear, given: list) -> Int4Linear:
+        """``linear`` quantized, with the scales ``given`` for its parts (all None: RTN)."""
+        if all(g is None for g in given):
+            return Int4Linear.from_linear(linear, mode=self.mode, fmt=self.fmt)
+        if any(g is None for g in given):
+            raise ValueError(
+                f"the pruning recorded {self.fmt} scales for some of the stacked layers only"
+            )
+        stacked = torch.cat([g.to(linear.weight.device, torch.float32) for g in given])
+        group = linear.in_features // max(1, stacked.shape[-1])
+        return Int4Linear.from_linear(linear, group, stacked, self.mode, fmt=self.fmt)
 
 
 def _stackable(fqns, wanted, places, report, where: str) -> list[nn.Linear] | None:
@@ -143,26 +167,27 @@ def _stackable(fqns, wanted, places, report, where: str) -> list[nn.Linear] | No
     return parts
 
 
-def _stacked(linears, fqns, scales, mode, report, where: str) -> Int4Linear | None:
+def _stacked(linears, fqns, build: _Builder, where: str) -> Int4Linear | None:
     """``linears`` as one ``Int4Linear`` (their rows stacked), or None (the reason in the notes)."""
     linear = linears[0] if len(linears) == 1 else stack_linears(*linears)
     try:
-        layer = _int4_layer(linear, [scales.get(f) for f in fqns], mode)
+        layer = build.layer(linear, [build.scales.get(f) for f in fqns])
     except (ValueError, TypeError, RuntimeError) as exc:
         why = str(exc)
     else:
         why = layer.decode_refusal
     if why is None:
         return layer
-    report.notes.append(f"{where}: not stacked ({why}); layer by layer instead")
+    build.report.notes.append(f"{where}: not stacked ({why}); layer by layer instead")
     return None
 
 
-def _stacked_qkv(attn, fqn, names, wanted, places, scales, mode, report):
-    """``attn``'s q/k/v as one ``SparseQKV`` on int4: (part names, built layers), or None."""
+def _stacked_qkv(attn, fqn, names, wanted, places, build: _Builder):
+    """``attn``'s q/k/v as one ``SparseQKV`` on low-bit codes: (part names, layers), or None."""
+    report = build.report
     fqns = [f"{fqn}.{n}" if fqn else n for n in names]
     parts = _stackable(fqns, wanted, places, report, f"{fqn} q/k/v")
-    proj = None if parts is None else _stacked(parts, fqns, scales, mode, report, f"{fqn} q/k/v")
+    proj = None if parts is None else _stacked(parts, fqns, build, f"{fqn} q/k/v")
     if proj is None:
         return None
     block = SparseQKV(proj, tuple(p.out_features for p in parts))
@@ -173,15 +198,16 @@ def _stacked_qkv(attn, fqn, names, wanted, places, scales, mode, report):
     return fqns, [(f"{fqn}.sparse_qkv" if fqn else "sparse_qkv", proj)]
 
 
-def _stacked_mlp(model, mlp, fqn, wanted, places, scales, mode, report):
-    """The SwiGLU block ``mlp`` as a ``SparseGatedMLP`` on int4, or None."""
+def _stacked_mlp(model, mlp, fqn, wanted, places, build: _Builder):
+    """The SwiGLU block ``mlp`` as a ``SparseGatedMLP`` on low-bit codes, or None."""
+    report = build.report
     fqns = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
     parts = _stackable(fqns, wanted, places, report, f"{fqn} gate/up")
     gate_up = down = None
     if parts is not None:
-        gate_up = _stacked(parts[:2], fqns[:2], scales, mode, report, f"{fqn} gate/up")
+        gate_up = _stacked(parts[:2], fqns[:2], build, f"{fqn} gate/up")
     if gate_up is not None:
-        down = _stacked(parts[2:], fqns[2:], scales, mode, report, f"{fqn} MLP")
+        down = _stacked(parts[2:], fqns[2:], build, f"{fqn} MLP")
     if down is None:
         return None
     model.set_submodule(fqn, SparseGatedMLP(gate_up, down))
@@ -189,7 +215,7 @@ def _stacked_mlp(model, mlp, fqn, wanted, places, scales, mode, report):
     return fqns, [(f"{fqn}.gate_up", gate_up), (f"{fqn}.down", down)]
 
 
-def _record_routes(built, counts, report: SparsifyReport) -> None:
+def _record_routes(built, counts, report: SparsifyReport, fmt: str = "int4") -> None:
     """Choose (measure) each layer's route at the decode sizes, by both clocks, and report it."""
     for fqn, layer in built:
         for n in (c for c in counts if c <= DECODE_MAX_TOKENS):
@@ -203,7 +229,7 @@ def _record_routes(built, counts, report: SparsifyReport) -> None:
                         n,
                         times.get(DENSE),
                         times.get(DECODE),
-                        "2:4 int4 decode" if chosen == DECODE else "int4 dense (torch)",
+                        f"2:4 {fmt} decode" if chosen == DECODE else _DENSE_LABEL[fmt],
                         clock,
                     )
                 )

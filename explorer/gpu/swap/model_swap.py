@@ -34,6 +34,9 @@ from explorer.sparse_rules import why_not_24
 
 __all__ = ["eligibility", "set_mode", "sparsify"]
 
+#: ``sparsify``'s low-bit weight-only dtypes and the codes of each (:mod:`explorer.gpu.swap.int4_swap`).
+_LOW_BIT = {"int4": "int4", "int8-weights": "int8"}
+
 #: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
 DEFAULT_TOKENS = (4096, 16)
 
@@ -148,8 +151,9 @@ def sparsify(
         scale; each layer an :class:`~explorer.gpu.modules.int4_linear.Int4Linear` that runs torch's
         int4 weight-only kernel or, at 1 to 64 tokens where it measures faster, the explorer's
         2:4 + int4 decode kernel; q/k/v and gate/up stacked as in 16 bits, see
-        :mod:`explorer.gpu.swap.int4_swap`) or None to keep each layer's 16-bit dtype (float32
-        layers run in float16).
+        :mod:`explorer.gpu.swap.int4_swap`), ``"int8-weights"`` (the same with kept weights
+        group-wise int8 and 16-bit activations: the 2:4 + int8 decode kernel against the 16-bit
+        dense weight) or None to keep each layer's 16-bit dtype (float32 layers run in float16).
     inplace : bool
         Change ``model`` itself (default) or a deep copy (then see ``report.model``).
     prune : bool
@@ -213,8 +217,9 @@ def sparsify(
         estimate, with the share of time the dense GPU is busy (``report.model_speeds``).
 
     int4_scales : mapping of str to torch.Tensor, optional
-        ``dtype="int4"`` only: the scales a joint prune-and-quantize recorded
-        (``prune(..., quantize="int4").scales``, ``{layer: [out, in / G]}``), so that weights
+        ``dtype="int4"`` (or ``"int8-weights"``) only: the scales a joint prune-and-quantize
+        recorded (``prune(..., quantize="int4").scales``, or ``quantize="int8"``'s for
+        ``"int8-weights"``; ``{layer: [out, in / G]}``), so that weights
         already on their grid keep their codes exactly (the group size is read from each
         tensor's shape); layers without one are rounded to nearest with ``max|kept| / 7``.
 
@@ -246,15 +251,18 @@ def sparsify(
     if backend not in ("cusparselt", "torch"):
         raise ValueError(f"backend {backend!r} unknown; expected 'cusparselt' or 'torch'")
     check_mode(mode)
-    if isinstance(dtype, str) and dtype.strip().lower() == "int4":
+    fmt = _LOW_BIT.get(dtype.strip().lower()) if isinstance(dtype, str) else None
+    if fmt is not None:
         if backend != "cusparselt":
-            raise ValueError("dtype='int4' runs the explorer's own kernels: leave backend out")
+            raise ValueError(f"dtype={dtype!r} runs the explorer's own kernels: leave backend out")
         counts = _token_counts(tokens)
         fuse = (fuse_qkv, fuse_mlp)
-        return _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, int4_scales, fuse)
+        return _sparsify_int4(
+            model, filter_fn, inplace, prune, counts, mode, int4_scales, fuse, fmt
+        )
     if int4_scales:
         raise ValueError(
-            f"int4_scales are for dtype='int4', but dtype is {dtype!r}. Hint: "
+            f"int4_scales are for dtype='int4' or 'int8-weights', but dtype is {dtype!r}. Hint: "
             "sparsify(model, dtype='int4', int4_scales=result.scales)"
         )
     if isinstance(dtype, str):
@@ -354,19 +362,22 @@ def _prune_24(targets) -> None:
                 mod.weight.mul_(make_mask(mod.weight.detach(), "2:4").to(mod.weight.device))
 
 
-def _sparsify_int4(model, filter_fn, inplace, prune, counts, mode, scales, fuse) -> SparsifyReport:
-    """``sparsify(dtype="int4")``: :mod:`explorer.gpu.swap.int4_swap` on the eligible layers."""
+def _sparsify_int4(
+    model, filter_fn, inplace, prune, counts, mode, scales, fuse, fmt="int4"
+) -> SparsifyReport:
+    """``sparsify(dtype="int4" | "int8-weights")``: :mod:`explorer.gpu.swap.int4_swap`."""
     from explorer.gpu.swap.int4_swap import swap_int4_layers
 
     _refuse_compiled(model)
     if not inplace:
         model = copy.deepcopy(model)
-    report = SparsifyReport(backend="explorer", dtype="int4", mode=mode)
+    label = "int4" if fmt == "int4" else "int8-weights"
+    report = SparsifyReport(backend="explorer", dtype=label, mode=mode)
     report.model = model
     targets, places = _targets(model, filter_fn, report)
     if prune:
         _prune_24(targets)
-    swap_int4_layers(model, targets, places, report, counts, mode, scales, *fuse)
+    swap_int4_layers(model, targets, places, report, counts, mode, scales, *fuse, fmt=fmt)
     return report
 
 

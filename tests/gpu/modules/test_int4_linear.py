@@ -20,13 +20,13 @@ DEV = "cuda"
 TOL = 1e-2
 
 
-def _layer(out=1024, k=1024, bias=True, mode="auto"):
+def _layer(out=1024, k=1024, bias=True, mode="auto", fmt="int4"):
     from explorer.gpu.modules.int4_linear import Int4Linear
 
     lin = nn.Linear(k, out, bias=bias).to(DEV, torch.bfloat16)
     with torch.no_grad():
         lin.weight.copy_(mask24(lin.weight))
-    return Int4Linear.from_linear(lin, mode=mode)
+    return Int4Linear.from_linear(lin, mode=mode, fmt=fmt)
 
 
 def _jointly_pruned(net):
@@ -45,7 +45,7 @@ def _jointly_pruned(net):
 
 
 def _reference(layer, x):
-    ref = x.double() @ layer.int4_weight().decompress().double().t()
+    ref = x.double() @ layer.coded_weight().decompress().double().t()
     return ref if layer.bias is None else ref + layer.bias.double()
 
 
@@ -103,7 +103,7 @@ def test_above_64_tokens_the_dense_route_is_cublas_on_the_dequantized_weight(
         raise AssertionError("torch's int4 kernel ran above 64 tokens")
 
     monkeypatch.setattr(layer, "_torch_int4", refused)
-    w = dequantize_int4_reference(tile_coded_weight(layer.int4_weight()), torch.bfloat16)
+    w = dequantize_int4_reference(tile_coded_weight(layer.coded_weight()), torch.bfloat16)
     expected = nn.functional.linear(x.reshape(300, 1024), w, layer.bias).reshape(3, 100, 1024)
     torch._dynamo.reset()
     run = layer if compile_mode is None else torch.compile(layer, mode=compile_mode)
@@ -219,4 +219,67 @@ def test_sparsify_int4_keeps_joint_pruning_codes_with_their_scales():
     sparsify(net, dtype="int4", tokens=(1,), int4_scales=result.scales)
     layer = net[0]
     assert torch.equal(layer.scales.cpu(), result.scales["0"].float())
-    assert torch.equal(layer.int4_weight().decompress().cpu(), before)  # the grid kept exactly
+    assert torch.equal(layer.coded_weight().decompress().cpu(), before)  # the grid kept exactly
+
+
+# -- int8 codes (sparsify(dtype="int8-weights")) ---------------------------------------------------
+@pytest.mark.parametrize("tokens", [1, 16, 64, 65])
+def test_int8_layer_matches_the_dequantized_product_on_both_routes(tokens):
+    from explorer.gpu.modules.int4_linear import INT8_DENSE
+    from explorer.gpu.routes.dispatch import DECODE, DENSE
+
+    layer = _layer(fmt="int8")
+    assert layer.format == "int8" and layer.torch_kernel_refusal == INT8_DENSE
+    assert layer.coded_weight().codes.dtype == torch.int8
+    assert layer.bits_per_weight == pytest.approx(5.25)
+    assert "int8" in repr(layer) and "2:4 + int8 kernel" in layer._repr_html_()
+    x = torch.randn(tokens, 1024, device=DEV, dtype=torch.bfloat16)
+    assert relerr(layer(x), _reference(layer, x)) < TOL
+    if tokens <= 64:  # both routes, whichever was chosen
+        assert relerr(layer._decode(x), _reference(layer, x)) < TOL
+        assert relerr(layer._dense(x), _reference(layer, x)) < TOL
+        assert layer.route(tokens, "gpu") in (DECODE, DENSE)
+
+
+def test_int8_layer_in_a_cuda_graph_compiled_and_copied():
+    layer = _layer(fmt="int8", mode="graphs")
+    x = torch.randn(4, 1024, device=DEV, dtype=torch.bfloat16)
+    layer(x)
+    g, y = captured(lambda: layer(x))
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    assert relerr(y, _reference(layer, x)) < TOL
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, mode="reduce-overhead")
+    for _ in range(3):
+        got = compiled(x)
+    assert relerr(got.clone(), _reference(layer, x)) < TOL
+    torch._dynamo.reset()
+    twin = copy.deepcopy(layer)
+    assert twin.format == "int8" and torch.equal(twin(x), layer(x))
+    with pytest.raises(TypeError, match="dtype='int8-weights'"):
+        layer.half()
+
+
+def test_sparsify_int8_weights_swaps_and_matches_the_dequantized_model():
+    from explorer.gpu import sparsify
+    from explorer.gpu.modules.int4_linear import Int4Linear
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 1024))
+    model = model.to(DEV, torch.bfloat16)
+    with torch.no_grad():
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                layer.weight.copy_(mask24(layer.weight))
+    x = torch.randn(16, 1024, device=DEV, dtype=torch.bfloat16)
+    report = sparsify(model, dtype="int8-weights", tokens=(16, 1))
+    assert report.dtype == "int8-weights" and [f for f, _ in report.swapped] == ["0", "2"]
+    assert all(isinstance(model[i], Int4Linear) and model[i].format == "int8" for i in (0, 2))
+    assert {t.route for t in report.timings} <= {
+        "2:4 int8 decode",
+        "16-bit dense (int8 dequantized)",
+    }
+    assert any("int8 weights" in n for n in report.notes)
+    ref = _reference(model[2], torch.relu(_reference(model[0], x.double())))
+    assert relerr(model(x), ref) < 2 * TOL

@@ -78,3 +78,19 @@ def test_int4_scales_without_int4_are_refused():
     model = nn.Sequential(nn.Linear(256, 128))
     with pytest.raises(ValueError, match="int4_scales are for dtype='int4'"):
         sparsify(model, int4_scales={"0": torch.ones(128, 2)})
+
+
+def test_int8_weights_on_a_cpu_model_keeps_every_layer_with_its_reason():
+    model = nn.Sequential(nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 256))
+    report = sparsify(model, dtype="int8-weights", tokens=(16,))
+    assert report.swapped == [] and report.dtype == "int8-weights"
+    assert all("CUDA" in why for _, why in report.skipped) and len(report.skipped) == 2
+    with pytest.raises(ValueError, match="dtype='int8-weights' runs the explorer's own kernels"):
+        sparsify(nn.Linear(64, 64), dtype="int8-weights", backend="torch")
+
+
+def test_int4_linear_refuses_an_unknown_code_format():
+    from explorer.gpu.modules.int4_linear import Int4Linear
+
+    with pytest.raises(ValueError, match="fmt = 'int2'"):
+        Int4Linear.from_linear(nn.Linear(128, 16).to("meta"), fmt="int2")

@@ -71,14 +71,14 @@ def _model():
     return model
 
 
-def _both(**kwargs):
-    """The model stacked by ``sparsify(dtype="int4")``, and quantized layer by layer."""
+def _both(dtype="int4", **kwargs):
+    """The model stacked by ``sparsify(dtype=dtype)``, and quantized layer by layer."""
     from explorer.gpu import sparsify
 
     model = _model()
     single = copy.deepcopy(model)
-    report = sparsify(model, dtype="int4", tokens=(16, 1), **kwargs)
-    sparsify(single, dtype="int4", tokens=(16, 1), fuse_qkv=False, fuse_mlp=False)
+    report = sparsify(model, dtype=dtype, tokens=(16, 1), **kwargs)
+    sparsify(single, dtype=dtype, tokens=(16, 1), fuse_qkv=False, fuse_mlp=False)
     return model, single, report
 
 
@@ -170,3 +170,24 @@ def test_scales_for_some_parts_only_keep_the_block_layer_by_layer():
     assert any("some of the stacked layers only" in n for n in report.notes)
     assert isinstance(model[0].self_attn.q_proj, Int4Linear)
     assert "1.self_attn.sparse_qkv" in report.fused
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
+    """``dtype="int8-weights"``: the same stacking, one int8 code a kept weight."""
+    from explorer.gpu import set_mode
+
+    model, single, report = _both("int8-weights")
+    assert report.fused == ["0.self_attn.sparse_qkv", "0.mlp", "1.self_attn.sparse_qkv", "1.mlp"]
+    stacked = model[0].self_attn.sparse_qkv.proj
+    assert stacked.format == "int8" and stacked.codes.dtype == torch.int8
+    parts = [getattr(single[0].self_attn, p).codes for p in ("q_proj", "k_proj", "v_proj")]
+    assert torch.equal(stacked.codes, torch.cat(parts))
+    x = torch.randn(1, tokens, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert relerr(model(x), single(x)) < TOL
+        set_mode(model, "graphs")
+        graph, out = captured(lambda: model(x))
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        assert relerr(out, single(x)) < TOL
