@@ -36,6 +36,7 @@ import torch
 from explorer.compression import CompressedWeight, compress
 from explorer.dtypes import dtype_name
 from explorer.groupquant import FORMATS, Quantization, round_to_grid
+from explorer.lowbit import Int8Weight
 
 from .manifest import CODES, POSITIONS, SCALES, VALUES, CheckpointError
 
@@ -50,6 +51,7 @@ __all__ = [
     "pack_int8",
     "read_compressed",
     "read_int8",
+    "read_int8_weight",
 ]
 
 #: The name of the FP8 form, in ``save_sparse(quantize=...)`` and in the manifest.
@@ -412,6 +414,27 @@ def read_int8(
     scales = raw[layer["param"] + SCALES]
     scales = _checked_int8_scales(fqn, scales, rows, k, layer["group_size"], f" in {where}", _FIX)
     return _int8_dense(packed, scales, layer["group_size"])
+
+
+def read_int8_weight(
+    fqn: str, layer: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> Int8Weight:
+    """A stored 2:4 int8 layer as the GPU's int8 layers take it (codes and scales exactly).
+
+    Parameters
+    ----------
+    fqn, layer, raw, where
+        As :func:`read_int8`, which checks every part first.
+
+    Returns
+    -------
+    Int8Weight
+        On the CPU.
+    """
+    read_int8(fqn, layer, raw, where)
+    packed = read_compressed(fqn, layer, raw, where)
+    scales = raw[layer["param"] + SCALES].contiguous()
+    return Int8Weight(packed.values, packed.metadata, scales, packed.shape, layer["group_size"])
 
 
 def _checked_int8_scales(

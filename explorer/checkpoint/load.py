@@ -24,8 +24,9 @@ from torch import nn
 from explorer.compression import CompressedWeight
 from explorer.dtypes import dtype_name
 from explorer.errors import require
-from explorer.lowbit import Int4Weight
+from explorer.lowbit import GroupCodedWeight, Int4Weight
 
+from . import compressed_layers
 from .compressed_layers import FP8, check_positions, dense_codes, read_compressed, read_int8
 from .manifest import (
     CODES,
@@ -121,11 +122,9 @@ def _read_verified(
 def read_int4_weights(path: str | os.PathLike) -> dict[str, Int4Weight]:
     """The 2:4 + int4 layers of a checkpoint as stored: ``{layer: Int4Weight}`` on the CPU.
 
-    What :func:`load_sparse` hands the GPU's int4 layers (``sparse_linear=True``): the codes,
-    positions and scales exactly as saved, so that scales chosen while pruning (which round to
-    nearest would not find again) are kept. Every tensor read is checked against the manifest's
-    checksum and the parts against each other, as :func:`read_checkpoint` does (the whole
-    file is read and verified).
+    What :func:`load_sparse` hands the GPU's int4 layers (``sparse_linear=True``): codes, positions
+    and scales exactly as saved (scales chosen while pruning are kept). The whole file is read and
+    verified, as by :func:`read_checkpoint`.
 
     Parameters
     ----------
@@ -402,12 +401,12 @@ def load_sparse(
         Where to put the model afterwards (default: where it is; the CPU for a rebuilt one).
     sparse_linear : bool
         Replace every 2:4 layer by :class:`explorer.SparseLinear` (compressed by cuSPARSELt), or
-        a 2:4 + int4 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on its stored
-        codes and scales; an FP8 layer becomes a float8_e4m3fn ``SparseLinear`` on its stored
-        codes and scales (never quantized again). Needs a CUDA ``device``.
+        a 2:4 + int4 or int8 layer by :class:`~explorer.gpu.modules.int4_linear.Int4Linear` on
+        its stored codes and scales; an FP8 layer becomes a float8_e4m3fn ``SparseLinear`` on its
+        stored codes and scales (never quantized again). Needs a CUDA ``device``.
     dtype : torch.dtype, optional
-        ``SparseLinear``'s dtype for the layers stored with their values (default: the weight's
-        if 16-bit, else float16); int4 and FP8 layers keep theirs.
+        ``SparseLinear``'s dtype for the 2:4 layers stored with their values (default: the
+        weight's if 16-bit, else float16); int4, int8 and FP8 layers keep theirs.
     progress : bool
     cancel : threading.Event, optional
 
@@ -524,21 +523,22 @@ def _check_on_meta(manifest: dict[str, Any], path: Path) -> None:
 def _quantized_parts(
     manifest: dict[str, Any], raw: dict[str, torch.Tensor], where: str
 ) -> dict[str, Int4Weight | CompressedWeight]:
-    """The stored parts of the int4 and FP8 layers (``raw`` already checked)."""
+    """The stored parts of the int4, int8 and FP8 layers (``raw`` already checked)."""
     parts: dict[str, Int4Weight | CompressedWeight] = dict(_int4_weights(manifest, raw, where))
+    read = {FP8: read_compressed, compressed_layers.INT8: compressed_layers.read_int8_weight}
     for fqn, layer in manifest["layers"].items():
-        if layer.get("stored") == "2:4" and layer.get("quantize") == FP8:
-            parts[fqn] = read_compressed(fqn, layer, raw, where)
+        if layer.get("stored") == "2:4" and layer.get("quantize") in read:
+            parts[fqn] = read[layer["quantize"]](fqn, layer, raw, where)
     return parts
 
 
 def _to_sparse_linear(
     model: nn.Module, manifest: dict[str, Any], dtype, parts: dict[str, Any]
 ) -> None:
-    """Swap the 2:4 layers for ``SparseLinear``, the int4 ones for ``Int4Linear``.
+    """Swap the 2:4 layers for ``SparseLinear``, the int4 and int8 ones for ``Int4Linear``.
 
-    int4 and FP8 layers are built on their stored parts (``parts``). Every layer is built first,
-    and swapped in only once all are built.
+    int4, int8 and FP8 layers are built on their stored parts (``parts``). Every layer is built
+    first, and swapped in only once all are built.
     """
     from explorer.gpu.modules.int4_linear import Int4Linear
     from explorer.gpu.modules.sparse_linear import SparseLinear
@@ -550,7 +550,7 @@ def _to_sparse_linear(
             linear = model.get_submodule(fqn)
             try:
                 part = parts.get(fqn)
-                if isinstance(part, Int4Weight):
+                if isinstance(part, GroupCodedWeight):
                     built[fqn] = Int4Linear.from_parts(part, linear)
                 elif part is not None:  # FP8: the stored codes and scales, as they are
                     stored = (dense_codes(part), part.scale)

@@ -10,7 +10,7 @@ from torch import nn
 
 from explorer.checkpoint import load_sparse, save_sparse
 from explorer.checkpoint.check import check_file
-from explorer.checkpoint.compressed_layers import pack_int8, read_int8
+from explorer.checkpoint.compressed_layers import pack_int8, read_int8, read_int8_weight
 from explorer.checkpoint.manifest import CheckpointError
 from explorer.pruning import prune
 
@@ -151,3 +151,23 @@ def test_bad_parts_are_refused_with_the_layer_named(change, message):
     with pytest.raises(CheckpointError, match=message) as err:
         read_int8("fc", layer, raw, "m")
     assert "'fc'" in str(err.value)
+
+
+def test_read_int8_weight_gives_the_stored_codes_and_scales_exactly(tmp_path, quantized):
+    from safetensors.torch import load_file
+
+    from explorer.lowbit import Int8Weight
+
+    net, result = quantized
+    path = tmp_path / "q.safetensors"
+    report = save_sparse(net, path, result, progress=False)
+    raw = load_file(path)
+    layer = report.manifest["layers"]["0"]
+    weight = read_int8_weight("0", layer, raw, str(path))
+    assert isinstance(weight, Int8Weight) and weight.codes.dtype == torch.int8
+    assert torch.equal(weight.scales, result.scales["0"].float())
+    assert torch.equal(weight.decompress(), read_int8("0", layer, raw, str(path)))
+    assert torch.equal(weight.decompress(), net[0].weight.detach())
+    bad = {**raw, "0.weight::codes": raw["0.weight::codes"].clone().fill_(-128)}
+    with pytest.raises(CheckpointError, match="-128"):
+        read_int8_weight("0", layer, bad, str(path))

@@ -283,3 +283,27 @@ def test_sparsify_int8_weights_swaps_and_matches_the_dequantized_model():
     assert any("int8 weights" in n for n in report.notes)
     ref = _reference(model[2], torch.relu(_reference(model[0], x.double())))
     assert relerr(model(x), ref) < 2 * TOL
+
+
+def test_an_int8_checkpoint_loads_onto_int8_layers_with_its_scales(tmp_path):
+    from explorer.checkpoint import load_sparse, save_sparse
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.pruning import prune
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
+    calibration = [torch.randn(512, 256)]
+    result = prune(
+        net, "sparsegpt", "2:4", calibration, quantize="int8", group_size=128, progress=False
+    )
+    path = tmp_path / "q8.safetensors"
+    save_sparse(net, path, result, progress=False)
+    fresh = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 128))
+    loaded = load_sparse(path, fresh, device=DEV, sparse_linear=True, progress=False)
+    for i in (0, 2):
+        layer = loaded[i]
+        assert isinstance(layer, Int4Linear) and layer.format == "int8"
+        assert torch.equal(layer.scales.cpu(), result.scales[str(i)].float())  # not re-rounded
+        assert torch.equal(layer.coded_weight().decompress().cpu(), net[i].weight.detach())
+    x = torch.randn(4, 256, device=DEV, dtype=torch.float32)
+    assert relerr(loaded[0](x.to(loaded[0].dtype)), _reference(loaded[0], x)) < TOL
