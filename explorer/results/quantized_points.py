@@ -42,17 +42,9 @@ QUANT_PRECISION = {
     "fp8": "float8_e4m3fn",
     "int4": "int4",
     "int4-rtn": "int4",
-    "int8-weights": "int8",
-    "int8-weights-rtn": "int8",
+    "int8-weights": "int8-weights",
+    "int8-weights-rtn": "int8-weights",
 }
-
-#: ``quant`` values whose points take no measured speed, and why: int8 speed rows are of int8
-#: weights and activations (cuSPARSELt), not of int8 weights with 16-bit activations.
-_NO_SPEED = dict.fromkeys(
-    ("int8-weights", "int8-weights-rtn"),
-    "int8 weight-only models have no whole-model speed rows: the int8 speed rows measure int8 "
-    "weights and activations, another computation",
-)
 
 #: How each ``quant`` value was evaluated (the hover's "accuracy" line).
 _EVALUATED = {
@@ -69,12 +61,17 @@ _LABEL_SUFFIX = {
     "int8-gpu": " (GPU kernel)",
     "int4": " joint",
     "int4-rtn": " RTN",
-    "int8-weights": " weight-only joint",
-    "int8-weights-rtn": " weight-only RTN",
+    "int8-weights": " joint",
+    "int8-weights-rtn": " RTN",
 }
 
 #: The colour of each quantized precision's markers, in both views.
-PRECISION_COLOURS = {"int8": "#1a7f37", "int4": "#bf3989", "float8_e4m3fn": "#1b7c83"}
+PRECISION_COLOURS = {
+    "int8": "#1a7f37",
+    "int8-weights": "#9a6700",
+    "int4": "#bf3989",
+    "float8_e4m3fn": "#1b7c83",
+}
 
 
 @dataclass(frozen=True, repr=False)
@@ -284,21 +281,14 @@ def quantized_points(
             "dtype": str(c.get("dtype")),
             "precision": precision,
         }
-        speeds = (
-            {}
-            if quant in _NO_SPEED
-            else by_config.get((str(c.get("model")), precision, pattern), {})
-        )
+        speeds = by_config.get((str(c.get("model")), precision, pattern), {})
         shown = {
             key: found
             for key, found in speeds.items()
             if (tokens is None or key[0] == tokens) and (mode is None or key[1] == mode)
         }
         if not shown:
-            if quant in _NO_SPEED:
-                why = {"why": _NO_SPEED[quant]}
-            else:
-                why = _why(str(c.get("model")), quant, pattern, timed, speeds)
+            why = _why(str(c.get("model")), quant, pattern, timed, speeds)
             details = {**why, "accuracy": evaluated}
             points.append(QuantizedPoint(**common, speedup=None, details=details))
             continue
@@ -341,7 +331,8 @@ def precision_groups(
     -------
     list of (str, dict, list of int, bool)
         Legend name, plotly marker, the points' indices in ``points``, and whether they go to
-        the no-data strip; int8, int4 then FP8, dense before 2:4 before no data.
+        the no-data strip; int8, int8 weight-only, int4 then FP8, dense before 2:4 before no
+        data.
 
     Examples
     --------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from explorer.experiments import fp8, int4
 from explorer.results.quantized_points import quantized_points
 from explorer.results.store import ResultStore
@@ -39,7 +41,7 @@ def test_the_fp8_command_line_keeps_its_rows_with_db(tmp_path, capsys):
     assert labels == ["FP8 2:4 magnitude", "FP8 dense"]
 
 
-def test_int8_weight_only_rows_become_int8_points_that_take_no_int8_speed(tmp_path):
+def test_int8_weight_only_rows_take_int8_weight_only_speed_never_w8a8(tmp_path):
     from explorer.results.quantized_speed import quantized_speed_row
 
     db = tmp_path / "int8.db"
@@ -51,21 +53,29 @@ def test_int8_weight_only_rows_become_int8_points_that_take_no_int8_speed(tmp_pa
         "2:4 then int8 RTN",
     ]
     assert all(r["precision"] == "int8" for r in rows)
+    speed = {"ms": 1.0, "speedup_over_bf16": 1.5, "speedup_over_same": 1.2}
     with ResultStore(db, source="local") as store:
         # an int8 2:4 speed of the same model: weights and activations, not weight-only
-        speed = {"ms": 1.0, "speedup_over_bf16": 1.5, "speedup_over_same": 1.2}
         store.record_many([quantized_speed_row("digits-mlp", "int8", "2:4", 1, 1, "graphs", speed)])
         stored = store.query(include_reference=False)
     quants = [r.config.get("quant") for r in stored if r.kind in ("dense", "prune")]
     assert quants == [None, None, "int8-weights", "int8-weights-rtn"]
     points = {p.label: p for p in quantized_points(stored)}
     assert set(points) == {
-        "int8 2:4 sparsegpt weight-only joint",
-        "int8 2:4 sparsegpt weight-only RTN",
+        "int8 weight-only 2:4 sparsegpt joint",
+        "int8 weight-only 2:4 sparsegpt RTN",
     }
     for p in points.values():
-        assert p.speedup is None and p.precision == "int8"
-        assert "weights and activations" in p.details["why"]
+        assert p.speedup is None and p.precision == "int8-weights"
+        assert "int8 weight-only 2:4 speed of digits-mlp" in p.details["why"]
+    # a weight-only speed row of the same model (sparsify(dtype="int8-weights")) is taken
+    faster = {"ms": 1.0, "speedup_over_bf16": 1.55, "speedup_over_same": 1.55}
+    with ResultStore(db, source="local") as store:
+        row = quantized_speed_row("digits-mlp", "int8-weights", "2:4", 1, 1, "graphs", faster)
+        store.record_many([row])
+        stored = store.query(include_reference=False)
+    for p in quantized_points(stored):
+        assert p.speedup == pytest.approx(1.55) and p.precision == "int8-weights"
 
 
 def test_an_unknown_precision_is_refused_before_any_model_loads():
