@@ -291,6 +291,8 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
             x = torch.randn(t, k, device=DEV, generator=gen).to(dt)
             io = (t * k + t * n) * dt.itemsize
             row = dict(n=n, k=k, tokens=t, dtype=str(dt).removeprefix("torch."))
+            # what the "torch_int4" keys time in this run
+            row["baseline"] = "torch int4" if FORMAT == "int4" else "per-row int8 2:4 (DecodeCall)"
 
             def dense(w=w, x=x):
                 wc = w.clone()
