@@ -163,6 +163,7 @@ FORMATS = (
     ),
     ("2:4 + int4 (a float32 scale per 128 weights of a row)", 4, True, 32, 128, 3.25),
     ("2:4 int8 (one float32 scale per row of 4096)", 8, True, 32, 4096, 5.0078125),
+    ("2:4 + int8 weights (a float32 scale per 128 weights of a row)", 8, True, 32, 128, 5.25),
 )
 
 
@@ -183,9 +184,10 @@ def bits_per_weight(fn: Callable[..., float]) -> tuple[bool, str]:
         got = as_number(call_answer(fn, value_bits, sparse, scale_bits, group_size))
         if abs(got - want) > 1e-9 * want:
             raise Wrong(f"{what}: expected {want:g} bits a weight, got {got:g}.")
-    dense, sparse = FORMATS[2][-1], FORMATS[3][-1]
+    dense, sparse, int8 = FORMATS[2][-1], FORMATS[3][-1], FORMATS[5][-1]
     return True, (
         f"2:4 + int4 stores {sparse:g} bits a weight against {dense:g} for int4 dense: at one "
         f"token, where a step's time is its bytes, 2:4 can be at most {dense / sparse:.2f}x "
-        f"faster than int4 dense, against {16 / 9:.2f}x (16/9) over bf16 in 16 bits."
+        f"faster than int4 dense, against {16 / 9:.2f}x (16/9) over bf16 in 16 bits and "
+        f"{16 / int8:.2f}x over bf16 with int8 weights ({int8:g} bits)."
     )
