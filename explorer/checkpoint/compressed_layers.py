@@ -354,7 +354,8 @@ def pack_int8(
     codes = round_to_grid(layout.values, per_value, FORMATS[INT8]).to(torch.int8)
     packed = CompressedWeight(codes, layout.metadata, (rows, k))
     # what loading rebuilds (code * scale in float32, in the weight's dtype) must be the weight
-    rebuilt = _int8_dense(packed, scales, group_size).to(original.dtype)
+    stored = Int8Weight(codes, layout.metadata, scales, (rows, k), group_size)
+    rebuilt = stored.decompress().to(original.dtype)
     if not (torch.equal(rebuilt, original) and torch.equal(rebuilt.signbit(), original.signbit())):
         raise CheckpointError(
             f"layer {fqn!r} was quantized to int8 but its weights are no longer on the grid of "
@@ -404,6 +405,31 @@ def read_int8(
     ...
     explorer.checkpoint.manifest.CheckpointError: layer 'fc' in m.safetensors: its int8 scales must be finite and positive; 1 of 1 are not (first at (0, 0), value nan); the file was altered; use a good copy of the file, or save the model again
     """
+    return read_int8_weight(fqn, layer, raw, where).decompress()
+
+
+def read_int8_weight(
+    fqn: str, layer: dict[str, Any], raw: dict[str, torch.Tensor], where: str
+) -> Int8Weight:
+    """A stored 2:4 int8 layer's codes, positions and scales exactly, every part checked.
+
+    What the GPU's int8 layers take; :func:`read_int8` is its dense weight.
+
+    Parameters
+    ----------
+    fqn, layer, raw, where
+        As :func:`read_int8`.
+
+    Returns
+    -------
+    Int8Weight
+        On the CPU.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`read_int8`.
+    """
     packed = read_compressed(fqn, layer, raw, where)  # codes, positions, scales present
     if bool((packed.values == -128).any()):
         raise CheckpointError(
@@ -413,28 +439,7 @@ def read_int8(
     rows, k = layer["shape"]
     scales = raw[layer["param"] + SCALES]
     scales = _checked_int8_scales(fqn, scales, rows, k, layer["group_size"], f" in {where}", _FIX)
-    return _int8_dense(packed, scales, layer["group_size"])
-
-
-def read_int8_weight(
-    fqn: str, layer: dict[str, Any], raw: dict[str, torch.Tensor], where: str
-) -> Int8Weight:
-    """A stored 2:4 int8 layer as the GPU's int8 layers take it (codes and scales exactly).
-
-    Parameters
-    ----------
-    fqn, layer, raw, where
-        As :func:`read_int8`, which checks every part first.
-
-    Returns
-    -------
-    Int8Weight
-        On the CPU.
-    """
-    read_int8(fqn, layer, raw, where)
-    packed = read_compressed(fqn, layer, raw, where)
-    scales = raw[layer["param"] + SCALES].contiguous()
-    return Int8Weight(packed.values, packed.metadata, scales, packed.shape, layer["group_size"])
+    return Int8Weight(packed.values, packed.metadata, scales, (rows, k), layer["group_size"])
 
 
 def _checked_int8_scales(
@@ -446,9 +451,3 @@ def _checked_int8_scales(
     except ValueError as exc:
         raise CheckpointError(f"layer {fqn!r}{where}: its int8 {exc}; {fix}") from None
     return scales.contiguous()
-
-
-def _int8_dense(packed: CompressedWeight, scales: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``code * scale`` of each kept value put back in place (float32)."""
-    kept = packed.values.float() * scales.repeat_interleave(group_size // 2, dim=1)
-    return CompressedWeight(kept, packed.metadata, packed.shape).decompress()
