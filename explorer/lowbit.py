@@ -35,6 +35,7 @@ from .compression import CompressedWeight, compress
 from .groupquant import Quantization, group_scales, round_to_grid
 
 __all__ = [
+    "CODED_WEIGHTS",
     "GroupCodedWeight",
     "Int4Weight",
     "Int8Weight",
@@ -199,6 +200,19 @@ class GroupCodedWeight:
         cls.check_codes(codes)
         return cls(codes, metadata, scales, (rows, k), group_size)
 
+    @classmethod
+    def compress(
+        cls, weight: torch.Tensor, group_size: int = 128, *, scales: torch.Tensor | None = None
+    ) -> GroupCodedWeight:
+        """:func:`compress_int4` or :func:`compress_int8`, by the class it is called on.
+
+        Parameters
+        ----------
+        weight, group_size, scales
+            As :func:`compress_int4`.
+        """
+        return _compress(weight, group_size, scales, cls)
+
     @staticmethod
     def check_codes(codes: torch.Tensor) -> None:
         """Raise ``ValueError`` if ``codes`` hold a value the format never writes.
@@ -359,6 +373,10 @@ class Int8Weight(GroupCodedWeight):
         return self.codes
 
 
+#: The 2:4 low-bit weight classes by format (``"int4"``, ``"int8"``).
+CODED_WEIGHTS = {"int4": Int4Weight, "int8": Int8Weight}
+
+
 def _compress(
     weight: torch.Tensor, group_size: int, scales: torch.Tensor | None, kind: type
 ) -> GroupCodedWeight:
@@ -381,13 +399,7 @@ def _compress(
     if scales is None:
         scales = group_scales(w, w != 0, quant)
     else:
-        kind.from_parts(
-            torch.zeros(rows, k // 2 // kind.CODES_PER_BYTE, dtype=kind.CODE_DTYPE),
-            layout.metadata,
-            scales,
-            (rows, k),
-            group_size,
-        )
+        quant.check_scales(scales, rows, k)
     # 3. round each kept value on its group's grid (int4: and pack two codes per byte).
     per_value = scales.repeat_interleave(group_size // 2, dim=1)
     codes = round_to_grid(layout.values, per_value, quant.qmax).to(torch.int8)
@@ -428,7 +440,7 @@ def compress_int4(
     >>> c.int_codes().tolist(), c.scales.tolist()
     ([[3, -7, 7, 0]], [[1.0, 2.0]])
     """
-    return _compress(weight, group_size, scales, Int4Weight)
+    return Int4Weight.compress(weight, group_size, scales=scales)
 
 
 def compress_int8(
@@ -436,26 +448,17 @@ def compress_int8(
 ) -> Int8Weight:
     """Compress a 2:4 weight with its kept values quantized to group-wise int8.
 
+    As :func:`compress_int4`, one code a byte; round to nearest takes ``max|kept| / 127``, and
+    ``scales`` are those ``prune(..., quantize="int8")`` recorded.
+
     Parameters
     ----------
-    weight : torch.Tensor
-        ``[rows, K]``, 2:4 along rows, finite; ``K`` a multiple of 4 and of ``group_size``.
-    group_size : int
-        ``G``, input columns per scale (a multiple of 4 dividing ``K``).
-    scales : torch.Tensor, optional
-        ``[rows, K/G]`` scales to use instead of RTN's ``max|kept| / 127``: pass the scales
-        ``prune(..., quantize="int8")`` recorded (``result.scales``) so that a weight already
-        on its grid is stored exactly. Values off the grid are rounded to it.
+    weight, group_size, scales
+        As :func:`compress_int4`.
 
     Returns
     -------
     Int8Weight
-
-    Raises
-    ------
-    ValueError
-        NaN or Inf weights, a weight that is not 2:4, ``K`` not a multiple of 4, a group size
-        that does not divide ``K``, or bad ``scales``.
 
     Examples
     --------
@@ -463,7 +466,7 @@ def compress_int8(
     >>> c.int_codes().tolist(), c.scales.tolist()
     ([[3, -127, 127, 0]], [[1.0, 2.0]])
     """
-    return _compress(weight, group_size, scales, Int8Weight)
+    return Int8Weight.compress(weight, group_size, scales=scales)
 
 
 def int4_reference(

@@ -42,10 +42,9 @@ import math
 
 import torch
 
-from explorer.lowbit import GroupCodedWeight, Int4Weight, Int8Weight
+from explorer.lowbit import CODED_WEIGHTS, GroupCodedWeight
 
 __all__ = [
-    "FORMATS",
     "TILE_BYTES",
     "TILE_COLUMNS",
     "TILE_ROWS",
@@ -59,8 +58,6 @@ __all__ = [
 #: Rows and input columns one tile covers, and an int4 tile's bytes: codes, positions, scales.
 TILE_ROWS, TILE_COLUMNS = 16, 128
 TILE_BYTES = 512 + 256 + 64
-#: The formats the tiles hold, with their weight classes.
-FORMATS = {"int4": Int4Weight, "int8": Int8Weight}
 #: Metadata byte of a padding row: positions 0 and 1 in both groups (an ordered pair).
 _PAD_METADATA = 0x44
 
@@ -77,7 +74,7 @@ def code_bytes(fmt: str) -> int:
     -------
     int
     """
-    return TILE_COLUMNS // 2 // FORMATS[fmt].CODES_PER_BYTE
+    return TILE_COLUMNS // 2 // CODED_WEIGHTS[fmt].CODES_PER_BYTE
 
 
 def tile_bytes(fmt: str) -> int:
@@ -120,8 +117,8 @@ class CodeTiles:
     def __init__(
         self, data: torch.Tensor, shape: tuple[int, int], group_size: int, fmt: str = "int4"
     ) -> None:
-        if fmt not in FORMATS:
-            raise ValueError(f"format = {fmt!r}; the tiles hold one of {tuple(FORMATS)}")
+        if fmt not in CODED_WEIGHTS:
+            raise ValueError(f"format = {fmt!r}; the tiles hold one of {tuple(CODED_WEIGHTS)}")
         n, k = (int(s) for s in shape)
         want = (math.ceil(n / TILE_ROWS), k // TILE_COLUMNS, tile_bytes(fmt))
         if data.dtype != torch.uint8 or tuple(data.shape) != want or not data.is_contiguous():
@@ -213,7 +210,7 @@ def tile_coded_weight(weight: GroupCodedWeight) -> CodeTiles:
     (torch.Size([1, 1, 832]), True)
     """
     fmt = getattr(weight, "FORMAT", None)
-    if fmt not in FORMATS or not isinstance(weight, FORMATS[fmt]):
+    if fmt not in CODED_WEIGHTS or not isinstance(weight, CODED_WEIGHTS[fmt]):
         raise TypeError(
             f"weight must be an explorer.lowbit.Int4Weight or Int8Weight, got "
             f"{type(weight).__name__}. Hint: compress_int4(w) or compress_int8(w) builds one."
@@ -277,7 +274,7 @@ def untile_coded_weight(tiles: CodeTiles) -> GroupCodedWeight:
     codes = rows_of(0, width)
     if tiles.format == "int8":
         codes = _words_in_order(codes, n, chunks)
-    kind = FORMATS[tiles.format]
+    kind = CODED_WEIGHTS[tiles.format]
     codes = codes.contiguous().view(kind.CODE_DTYPE)
     meta = rows_of(TILE_ROWS * width, 16)
     scales = rows_of(TILE_ROWS * width + 256, 4).view(torch.float32)  # [n, chunks]

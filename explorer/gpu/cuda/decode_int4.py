@@ -54,8 +54,6 @@ from explorer.lowbit import (
     GroupCodedWeight,
     Int4Weight,
     Int8Weight,
-    compress_int4,
-    compress_int8,
     int4_reference,
 )
 
@@ -117,7 +115,7 @@ def _pack(weight, device, group_size: int, kind: type) -> GroupCodedWeight:
                 f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
                 "group_size=128 for K a multiple of 128; keep other layers on another route."
             )
-        weight = (compress_int4 if kind is Int4Weight else compress_int8)(weight, group_size)
+        weight = kind.compress(weight, group_size)
     if not isinstance(weight, kind):
         raise TypeError(
             f"weight must be an explorer.lowbit.{kind.__name__} or a 2:4 tensor, got "

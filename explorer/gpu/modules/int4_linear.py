@@ -32,13 +32,12 @@ from explorer.gpu.cuda.code_tiles import tile_coded_weight
 from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
-from explorer.lowbit import GroupCodedWeight, Int4Weight, Int8Weight, compress_int4, compress_int8
+from explorer.lowbit import CODED_WEIGHTS, GroupCodedWeight
 
 __all__ = ["DECODE_MAX_TOKENS", "INT8_DENSE", "Int4Linear"]
 
 DECODE_MAX_TOKENS = 64  #: the most tokens the decode route takes; above them, dense
 INT8_DENSE = "torch has no CUDA int8 weight-only kernel with group scales; dense runs in 16 bits"
-_KINDS = {"int4": (Int4Weight, compress_int4), "int8": (Int8Weight, compress_int8)}
 _SPARSIFY_DTYPE = {"int4": "int4", "int8": "int8-weights"}
 
 
@@ -176,14 +175,14 @@ class Int4Linear(nn.Module):
         ValueError
             CPU weight, weight not 2:4, group size not dividing ``in_features``.
         """
-        if fmt not in _KINDS:
+        if fmt not in CODED_WEIGHTS:
             raise ValueError(f"fmt = {fmt!r}; expected 'int4' or 'int8'")
         w = linear.weight.detach()
         if w.device.type != "cuda":
             raise ValueError(
                 f"{linear} is on {w.device}; Int4Linear needs a CUDA module. Hint: model.cuda()."
             )
-        weight = _KINDS[fmt][1](w.float(), group_size, scales=scales)
+        weight = CODED_WEIGHTS[fmt].compress(w.float(), group_size, scales=scales)
         return cls(weight, linear.bias, _activation_dtype(w), mode, decode)
 
     @classmethod
@@ -224,7 +223,7 @@ class Int4Linear(nn.Module):
 
     def coded_weight(self) -> GroupCodedWeight:
         """The compressed weight (codes, positions, scales): an ``Int4Weight`` or ``Int8Weight``."""
-        return _KINDS[self.format][0](
+        return CODED_WEIGHTS[self.format](
             self.codes,
             self.metadata,
             self.scales,
