@@ -40,7 +40,7 @@ LARGE_MODULES = {
     "explorer/cli.py": 668,
     "explorer/diagnosis.py": 543,
     "explorer/gpu/library/cusparselt.py": 939,
-    "explorer/gpu/cuda/decode_int4.py": 568,
+    "explorer/gpu/cuda/decode_int4.py": 547,
     "explorer/gpu/modules/int4_linear.py": 497,
     "explorer/gpu/cuda/kernels.py": 875,
     "explorer/gpu/swap/model_swap.py": 767,

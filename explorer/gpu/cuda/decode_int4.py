@@ -183,30 +183,18 @@ def pack_int8_weight(
 ) -> Int8Weight:
     """The int8 decode kernel's weight: an :class:`~explorer.lowbit.Int8Weight` on ``device``.
 
-    As :func:`pack_int4_weight`, with one int8 code a kept value.
+    As :func:`pack_int4_weight`, with one int8 code a kept value: ``weight`` is an
+    ``Int8Weight`` (:func:`explorer.lowbit.compress_int8`, or a checkpoint's layer of
+    ``prune(..., quantize="int8")``) or a dense 2:4 tensor compressed with ``compress_int8``.
 
     Parameters
     ----------
-    weight : Int8Weight or torch.Tensor
-        An int8 2:4 weight (:func:`explorer.lowbit.compress_int8`, or from a checkpoint of
-        ``prune(..., quantize="int8")``), or a dense ``[N, K]`` 2:4 tensor to compress with
-        :func:`explorer.lowbit.compress_int8` (round to nearest, ``group_size``).
-    device : torch.device or str, optional
-        Where the kernel runs; the weight's own device by default.
-    group_size : int
-        Columns per scale when ``weight`` is a dense tensor (a multiple of 128 dividing K).
+    weight, device, group_size
+        As :func:`pack_int4_weight`.
 
     Returns
     -------
     Int8Weight
-
-    Raises
-    ------
-    ValueError
-        K or the group size not multiples of 128, a group size that does not divide K, or
-        position nibbles that are not ordered pairs (the message says which).
-    TypeError
-        ``weight`` is neither an ``Int8Weight`` nor a tensor.
 
     Examples
     --------
