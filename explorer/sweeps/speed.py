@@ -90,8 +90,9 @@ def _search_together(problems: list[tuple[int, int, int]], dtype: str) -> None:
     Each problem is searched within the search budget, so that the benchmark finds them all in this
     GPU's table instead of starting a child per shape and layout.
     """
+    from explorer.gpu.library.batch_search import tune_problems
     from explorer.gpu.library.cusparselt import padded_tokens
-    from explorer.gpu.library.tuning import Problem, tune_problems
+    from explorer.gpu.library.tuning import Problem
 
     torch_dtype = getattr(torch, dtype)
     tune_problems(

@@ -73,8 +73,9 @@ def child_lines(
     lines: queue.Queue = queue.Queue()
 
     def read() -> None:
-        for line in proc.stdout:
-            lines.put(line)
+        with proc.stdout:  # closed by its only reader, once the child has closed its end
+            for line in proc.stdout:
+                lines.put(line)
         lines.put(None)
 
     threading.Thread(target=read, daemon=True, name="search-child-reader").start()

@@ -9,6 +9,7 @@ as crashed and the search resumes after it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import torch
 
@@ -25,7 +26,7 @@ from explorer.gpu.library.cusparselt import (
 )
 from explorer.gpu.routes.timing import eager_ms
 
-__all__ = ["search_algorithm", "search_in_process"]
+__all__ = ["config_order", "search_algorithm", "search_in_process"]
 
 
 def search_algorithm(
@@ -190,16 +191,61 @@ def _search_isolated(
     return _pick(tried, method, tuple(weight.shape), complete)
 
 
+def config_order(count: int, first: Iterable[int] = (), last: Iterable[int] = ()) -> list[int]:
+    """The order in which a search tries config ids ``0 .. count - 1``.
+
+    The ids in ``first`` come first, in their order; then every other id ascending; then those
+    in ``last`` (an id in both goes last). Ids outside the range are dropped.
+
+    Parameters
+    ----------
+    count : int
+        How many config ids the problem has.
+    first : iterable of int
+        Ids to try before the others (the likeliest to win).
+    last : iterable of int
+        Ids to try after the others (ones that crashed a search before).
+
+    Returns
+    -------
+    list of int
+        Every id once.
+
+    Examples
+    --------
+    >>> config_order(6, first=[4, 1], last=[1, 0])
+    [4, 2, 3, 5, 1, 0]
+    >>> config_order(3)
+    [0, 1, 2]
+    """
+    late = [i for i in dict.fromkeys(last) if 0 <= i < count]
+    early = [i for i in dict.fromkeys(first) if 0 <= i < count and i not in late]
+    rest = [i for i in range(count) if i not in early and i not in late]
+    return early + rest + late
+
+
 def search_in_process(
-    weight, cw, tokens, epilogue, method, out_dtype, rtol, iters, start, report, layout="cc"
+    weight,
+    cw,
+    tokens,
+    epilogue,
+    method,
+    out_dtype,
+    rtol,
+    iters,
+    start,
+    report,
+    layout="cc",
+    first: Iterable[int] = (),
+    last: Iterable[int] = (),
 ) -> None:
-    """Try config ids ``start`` onwards in this process, reporting each outcome as it comes.
+    """Try the configs from position ``start`` of their order on, reporting each as it comes.
 
     Random activations for ``tokens`` (padded as cuSPARSELt needs) are multiplied by the
     compressed weight under each config id; the product is checked against a float64 dense
     reference and, when correct, timed. Progress lines go to stdout as JSON (``{"max": n}``
-    once, then ``{"try": id}`` before each config), so that a parent process can resume after
-    a config that kills this one. :func:`search_algorithm` calls it directly when
+    once, then ``{"try": id, "at": position}`` before each config), so that a parent process
+    can resume after a config that kills this one. The order is :func:`config_order`'s. :func:`search_algorithm` calls it directly when
     ``isolate=False``, and through the child process otherwise.
 
     Parameters
@@ -222,12 +268,15 @@ def search_in_process(
     iters : int
         Timed iterations per config.
     start : int
-        First config id to try.
+        Position in the order of the first config to try (with no ``first`` or ``last``, the
+        position is the config id).
     report : callable
         Called with ``(id, ms or None, status)`` for each config; status is ``"ok"``,
         ``"wrong"`` or ``"refused"``.
     layout : {"cc", "rr", "rc", "cr"}
         Operand layouts of the plans tried (see :mod:`explorer.gpu.library.cusparselt`).
+    first, last : iterable of int
+        Config ids to try first and last (:func:`config_order`).
     """
     import json
 
@@ -274,8 +323,10 @@ def search_in_process(
         torch.cuda.synchronize(dev)
         report((alg, None, "ok" if _ok() else "wrong"))
     probe.close()
-    for alg in range(start, max(n_ids, 1)):
-        print(json.dumps({"try": alg}), flush=True)
+    order = config_order(max(n_ids, 1), first, last)
+    for at in range(start, len(order)):
+        alg = order[at]
+        print(json.dumps({"try": alg, "at": at}), flush=True)
         try:
             plan = Plan(PlanKey(**base, alg=alg))
         except CusparseltRefused:  # a config the library refuses for this shape

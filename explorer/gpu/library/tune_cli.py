@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("sparsity-explorer tune: no CUDA GPU visible; nothing to tune.", file=sys.stderr)
         return 2
-    from explorer.gpu.library.tuning import table_path, tune_problems
+    from explorer.gpu.library.batch_search import tune_problems
+    from explorer.gpu.library.tuning import table_path
 
     problems = _problems(families, tokens, dtypes)
     found = tune_problems(problems, table=args.out, progress=not args.no_progress)

@@ -18,27 +18,31 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from explorer.dtypes import dtype_name, parse_dtype
 from explorer.gpu.library import cusparselt as C
-from explorer.gpu.library.child_process import SEARCH_BUDGET_S, child_lines
 
 __all__ = [
     "TUNED_LAYOUTS",
     "Problem",
+    "SearchStats",
     "clear",
     "deferred_search",
+    "known_config",
+    "likely_configs",
     "lookup",
+    "problem_key",
+    "remember",
     "search_counts",
     "search_stats",
     "shipped_tables",
     "table_path",
     "tunable_dtype",
-    "tune_problems",
     "tune_weight",
 ]
 
@@ -82,6 +86,93 @@ def _key(device: int, m, n, k, dtype, out_dtype, layout, epilogue) -> str:
     return "|".join(
         [_device_id(device), str(m), str(n), str(k), str(dtype), str(out_dtype), layout, epilogue]
     )
+
+
+def problem_key(problem: Problem, device: int = 0) -> str:
+    """The table's key of ``problem`` on ``device`` (its output in the weight's dtype).
+
+    Parameters
+    ----------
+    problem : Problem
+        The problem.
+    device : int, default 0
+        The CUDA device index (its name and the library's version are part of the key).
+
+    Returns
+    -------
+    str
+        The key :func:`known_config` and :func:`remember` take.
+    """
+    dtype = tunable_dtype(problem.dtype)
+    return _key(
+        device, problem.m, problem.n, problem.k, dtype, dtype, problem.layout, problem.epilogue
+    )
+
+
+def known_config(key: str) -> int | None:
+    """The config id the tables hold for ``key`` (:func:`problem_key`), or None.
+
+    Parameters
+    ----------
+    key : str
+        A table key.
+
+    Returns
+    -------
+    int or None
+        The remembered config id.
+    """
+    with _LOCK:
+        return _table().get(key)
+
+
+#: At most this many config ids are put first by :func:`likely_configs`.
+LIKELY_CONFIGS = 6
+
+
+def likely_configs(device: int, dtype, layout: str, tokens: int) -> tuple[int, ...]:
+    """The config ids most often fastest in the tables for problems like this one.
+
+    Like means the same layout and token regime (fewer than 256 tokens, or more) on this GPU
+    and library version; ids that won for the same dtype rank before those that won for
+    another, then by how often they won. Where this GPU has no entries, every GPU's count.
+    A search tries these first (:func:`explorer.gpu.library.search.config_order`), so a short
+    time budget still tries the configs likeliest to win.
+
+    Parameters
+    ----------
+    device : int
+        The CUDA device index.
+    dtype : torch.dtype or str
+        The problem's dtype.
+    layout : str
+        The operand layouts, e.g. ``"cc"``.
+    tokens : int
+        The problem's (padded) token count.
+
+    Returns
+    -------
+    tuple of int
+        At most :data:`LIKELY_CONFIGS` ids, likeliest first.
+    """
+    dtype = str(tunable_dtype(dtype) if isinstance(dtype, str) else dtype)
+    here = _device_id(device) + "|"
+    large = tokens >= 256
+    with _LOCK:
+        entries = list(_table().items())
+    counts: dict[bool, dict] = {True: {}, False: {}}
+    for local in (True, False):
+        for key, alg in entries:
+            parts = key.split("|")
+            if len(parts) != 9 or key.startswith(here) != local or parts[7] != layout:
+                continue
+            if not parts[3].isdigit() or (int(parts[3]) >= 256) != large:
+                continue
+            same, total = counts[local].get(alg, (0, 0))
+            counts[local][alg] = (same + (parts[5] == dtype), total + 1)
+    found = counts[True] or counts[False]
+    ranked = sorted(found, key=lambda a: (-found[a][0], -found[a][1], a))
+    return tuple(ranked[:LIKELY_CONFIGS])
 
 
 def shipped_tables() -> list[Path]:
@@ -211,10 +302,11 @@ def search_counts(counts: Iterable[int], limit: int = MAX_SEARCHED_COUNTS) -> tu
 
 
 @contextlib.contextmanager
-def deferred_search(progress: bool = False) -> Iterator[list]:
+def deferred_search(progress: bool = False, budget_s: float | None = None) -> Iterator[list]:
     """Batch the searches :func:`tune_weight` asks for inside the block into one child process.
 
-    They run at the block's end (:func:`tune_problems`), instead of one child per problem.
+    They run at the block's end
+    (:func:`explorer.gpu.library.batch_search.tune_problems`), instead of one child per problem.
 
     A model's layers are built inside the block and measured after it: a layer looks its
     tuned configs up when it first times its routes, so the batch lands in time. The searches
@@ -224,6 +316,9 @@ def deferred_search(progress: bool = False) -> Iterator[list]:
     ----------
     progress : bool, default False
         Show a progress bar while the batch is searched.
+    budget_s : float, optional
+        Seconds the whole batch may take (the outermost block's; default: each problem's own
+        bound only).
 
     Yields
     ------
@@ -249,14 +344,19 @@ def deferred_search(progress: bool = False) -> Iterator[list]:
         if outer is not None:
             outer.extend(pending)
         elif pending and torch.cuda.is_available():
+            from explorer.gpu.library.batch_search import tune_problems
+
             began = time.perf_counter()
+            found = None
             try:
-                found = tune_problems(pending, progress=progress)
+                found = tune_problems(pending, progress=progress, budget_s=budget_s)
             finally:
                 with _LOCK:
                     _SEARCHES[0] += len(pending)
                     _SEARCHES[1] += time.perf_counter() - began
-            del found
+                    _SEARCHES[2] += len(getattr(found, "cut_short", ()))
+                    _SEARCHES[2] += len(getattr(found, "not_started", ()))
+                    _SEARCHES[3] += len(getattr(found, "crashes", ()))
 
 
 def clear(disk: bool = False) -> None:
@@ -274,8 +374,19 @@ def clear(disk: bool = False) -> None:
             table_path().unlink(missing_ok=True)
 
 
-def _remember(found: dict[str, int], path: Path | None = None) -> None:
-    """Add ``found`` to the table in memory and to the user's file (or ``path``)."""
+def remember(found: dict[str, int], path: Path | None = None) -> None:
+    """Add ``found`` to the table in memory and to the user's file (or ``path``).
+
+    The file is replaced whole through a temporary file, so a reader never sees half of it; a
+    cache folder that cannot be written keeps the entries for this process, with a warning.
+
+    Parameters
+    ----------
+    found : dict
+        ``{key: config id}``, keys from :func:`problem_key`.
+    path : Path, optional
+        The table file (default: :func:`table_path`).
+    """
     with _LOCK:
         _table().update(found)
         path = path or table_path()
@@ -292,22 +403,41 @@ def _remember(found: dict[str, int], path: Path | None = None) -> None:
             warnings.warn(f"tuned algorithms not saved to {path}: {exc}", stacklevel=3)
 
 
-_SEARCHES = [0, 0.0]  # searches run in this process, and their seconds
+_SEARCHES = [0, 0.0, 0, 0]  # searches run in this process, seconds, cut short, crashes
 
 
-def search_stats() -> tuple[int, float]:
-    """``(searches, seconds)`` of the algorithm searches this process has run so far.
+class SearchStats(NamedTuple):
+    """What the algorithm searches of this process have done so far (:func:`search_stats`).
 
-    Each search is one shape, token count and layout that no table knew.
+    ``searches`` counts problems (a shape, token count and layout no table knew), ``seconds``
+    their time, ``cut_short`` those a time bound stopped before every config was tried (they
+    keep the best one tried, or the default), ``crashes`` the configs that killed a search child.
+    """
+
+    searches: int
+    seconds: float
+    cut_short: int
+    crashes: int
+
+
+def search_stats() -> SearchStats:
+    """The algorithm searches this process has run so far.
+
+    Returns
+    -------
+    SearchStats
+        Counts and seconds since the process started; subtract two to see one call's.
 
     Examples
     --------
-    >>> count, seconds = search_stats()
-    >>> count >= 0 and seconds >= 0
+    >>> stats = search_stats()
+    >>> stats.searches >= 0 and stats.seconds >= 0
     True
     """
     with _LOCK:
-        return int(_SEARCHES[0]), float(_SEARCHES[1])
+        return SearchStats(
+            int(_SEARCHES[0]), float(_SEARCHES[1]), int(_SEARCHES[2]), int(_SEARCHES[3])
+        )
 
 
 #: Weights with fewer entries than this are never searched: their product takes a few
@@ -407,7 +537,7 @@ def tune_weight(
                 with _LOCK:
                     _SEARCHES[0] += 1
                     _SEARCHES[1] += time.perf_counter() - began
-            _remember({key: int(res["alg"])})
+            remember({key: int(res["alg"])})
             found[(n, lay)] = int(res["alg"])
     return found
 
@@ -433,140 +563,6 @@ class Problem:
         return f"Problem({self.m}x{self.k} @ {self.n} tokens, {self.dtype}, {self.layout})"
 
 
-def tune_problems(
-    problems: Iterable[Problem],
-    device: int = 0,
-    table: Path | None = None,
-    progress: bool = True,
-    timeout: float = 900.0,
-) -> dict[Problem, int | None]:
-    """Tune many problems in one child process (restarted after a config that kills it).
-
-    Each problem gets a random 2:4 weight (the choice depends on shapes and dtypes, not
-    values); every config id is checked against the dense product and timed; the fastest
-    correct one is remembered in the user's table (or ``table``). Problems already in the
-    table are skipped.
-
-    Parameters
-    ----------
-    problems : iterable of Problem
-        The problems to tune; duplicates and weights too small to search are skipped.
-    device : int, default 0
-        The CUDA device index.
-    table : Path, optional
-        The table to remember results in (default: the user's).
-    progress : bool, default True
-        Show a progress bar.
-    timeout : float, default 900.0
-        Seconds to wait for a child to exit once its output has ended.
-
-    Returns
-    -------
-    dict
-        ``{problem: config id}`` (None where no config reproduced the dense product).
-
-    Examples
-    --------
-    >>> import pathlib, tempfile
-    >>> table = pathlib.Path(tempfile.mkdtemp()) / "algorithms.json"
-    >>> found = tune_problems([Problem(1024, 64, 512)], table=table, progress=False)  # doctest: +GPU
-    >>> list(found), table.exists()
-    ([Problem(1024x512 @ 64 tokens, float16, cc)], True)
-    """
-    import subprocess
-    import sys
-    import tempfile
-
-    from tqdm.auto import tqdm
-
-    jobs = []
-    for p in dict.fromkeys(problems):
-        if not worth_searching(p.m, p.k):
-            continue
-        key = _key(
-            device,
-            p.m,
-            p.n,
-            p.k,
-            tunable_dtype(p.dtype),
-            tunable_dtype(p.dtype),
-            p.layout,
-            p.epilogue,
-        )
-        with _LOCK:
-            if key in _table():
-                continue
-        jobs.append((p, key))
-    results: dict[Problem, list] = {p: [] for p, _ in jobs}
-    bar = tqdm(total=len(jobs), disable=not progress, desc="tune", unit="problem")
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = Path(tmp) / "jobs.json"
-        spec.write_text(json.dumps([asdict(p) for p, _ in jobs]))
-        job, alg = 0, 0
-        ends: dict[int, float] = {}  # job -> time.monotonic() its search budget ends
-        while job < len(jobs):
-            cmd = [
-                sys.executable,
-                "-m",
-                "explorer.gpu.library.tuning",
-                str(spec),
-                str(job),
-                str(alg),
-                str(device),
-            ]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-            current, tried = job, None
-            state = {"job": job}
-            for line in child_lines(proc, deadline=lambda s=state: ends.get(s["job"], math.inf)):
-                if not line.startswith("{"):
-                    continue
-                rec = json.loads(line)
-                if "job" in rec:
-                    # a problem gets SEARCH_BUDGET_S from its first line on, restarts included
-                    ends.setdefault(rec["job"], time.monotonic() + SEARCH_BUDGET_S)
-                    state["job"] = rec["job"]
-                    if rec["job"] != current:
-                        bar.update(rec["job"] - current)
-                        for j in range(current, rec["job"]):
-                            _settle(jobs[j], results, table)  # kept even if a later one hangs
-                    current, tried = rec["job"], None
-                elif "try" in rec:
-                    tried = rec["try"]
-                elif "alg" in rec:
-                    results[jobs[current][0]].append((rec["alg"], rec["ms"], rec["status"]))
-                    tried = None
-            code = proc.wait(timeout=timeout)  # at once: child_lines ends it when silent
-            if code == 0:
-                bar.update(len(jobs) - current)
-                break
-            if time.monotonic() >= ends.get(current, math.inf):  # budget spent: the next
-                job, alg = current + 1, 0
-                bar.update(1)
-                continue
-            # the child died inside config `tried` of job `current`: skip that config
-            job, alg = current, (tried + 1 if tried is not None and tried >= 0 else 0)
-            if tried is None:
-                job, alg = current + 1, 0  # died outside any config: give up on this problem
-            elif tried is not None:
-                results[jobs[current][0]].append((tried, None, "crashed"))
-    bar.close()
-    return {job[0]: _settle(job, results, table) for job in jobs}
-
-
-def _settle(job, results, table) -> int | None:
-    """The fastest correct config of a finished job, remembered (None if there is none)."""
-    problem, key = job
-    good = [(ms, a) for a, ms, st in results[problem] if st == "ok" and ms is not None]
-    if not good:
-        return None
-    alg = min(good)[1]
-    with _LOCK:
-        known = _table().get(key)
-    if known != alg:
-        _remember({key: alg}, table)
-    return alg
-
-
 def tunable_dtype(name: str) -> torch.dtype:
     """The torch dtype of ``name``, one cuSPARSELt can tune.
 
@@ -590,39 +586,3 @@ def tunable_dtype(name: str) -> torch.dtype:
     except ValueError:
         names = ", ".join(dtype_name(d) for d in C.CUSPARSELT_DTYPES)
         raise ValueError(f"dtype {name!r} cannot be tuned; expected one of {names}") from None
-
-
-def _child(spec: str, job: int, alg: int, device: int) -> int:
-    """The child of :func:`tune_problems`: tune jobs from ``job`` on, config ``alg`` first."""
-    from explorer.gpu.library.search import search_in_process
-
-    problems = [Problem(**p) for p in json.loads(Path(spec).read_text())]
-    torch.cuda.set_device(device)
-    for i in range(job, len(problems)):
-        p = problems[i]
-        print(json.dumps({"job": i}), flush=True)
-        dtype = tunable_dtype(p.dtype)
-        gen = torch.Generator(device=f"cuda:{device}").manual_seed(i)
-        w = torch.randn(p.m, p.k, device=f"cuda:{device}", generator=gen)
-        g = w.reshape(-1, 4)
-        keep = torch.zeros_like(g, dtype=torch.bool).scatter_(
-            1, g.abs().topk(2, dim=1).indices, True
-        )
-        w = (g * keep).reshape(p.m, p.k).to(dtype)
-        cw = C.compress(w, check=False)
-
-        def report(rec) -> None:
-            print(json.dumps({"alg": rec[0], "ms": rec[1], "status": rec[2]}), flush=True)
-
-        out = C.CUSPARSELT_DTYPES[dtype][0] if dtype.itemsize == 1 else dtype
-        start = alg if i == job else 0
-        search_in_process(w, cw, p.n, p.epilogue, "time", out, 2e-2, 10, start, report, p.layout)
-        del w, cw
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    spec, job, alg, device = sys.argv[1:5]
-    sys.exit(_child(spec, int(job), int(alg), int(device)))

@@ -25,6 +25,7 @@ from torch import nn
 
 from explorer.dtypes import SPARSE_DTYPES, dtype_name, parse_dtype
 from explorer.gpu.library import cusparselt as C
+from explorer.gpu.library.batch_search import MODEL_SEARCH_BUDGET_S
 from explorer.gpu.library.tuning import deferred_search, search_counts, search_stats
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for, clocks_for, shown_clock
@@ -288,7 +289,8 @@ def sparsify(
     )
     searched_before = search_stats()
     units: list[_Unit] = []
-    with deferred_search():  # one child process searches every layer's unknown shapes
+    # one child process searches every layer's unknown shapes, within one time budget
+    with deferred_search(budget_s=MODEL_SEARCH_BUDGET_S):
         if fuse_qkv and backend == "cusparselt":
             units += _fuse_qkv(model, targets, dtype, report, options)
         if fuse_mlp:
@@ -313,14 +315,7 @@ def sparsify(
             for place in places[id(mod)]:
                 _set_module(model, place, new)
             units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
-    searches, seconds = (a - b for a, b in zip(search_stats(), searched_before, strict=True))
-    if searches:
-        report.notes.append(
-            f"searched the cuSPARSELt algorithm of {searches} shape and token-count "
-            f"problem{'s' if searches > 1 else ''} no table knew, in {seconds:.1f} s "
-            "(remembered for this GPU; tune=False skips the search)"
-        )
-    report.search_s = seconds
+    report.search_s = _search_note(search_stats(), searched_before, report)
     if activation_fusion:
         _fuse_activations(model)
     set_mode(model, mode)
@@ -350,6 +345,30 @@ def _refuse_compiled(model: nn.Module) -> None:
             "this model is already compiled (torch.compile); sparsify the module it wraps, then "
             "compile that. Hint: sparsify(model._orig_mod); model = torch.compile(model._orig_mod)."
         )
+
+
+def _search_note(now, before, report: SparsifyReport) -> float:
+    """Note in ``report`` what this call's algorithm search did; its seconds."""
+    searches, seconds, cut, crashes = (a - b for a, b in zip(now, before, strict=True))
+    if searches:
+        bounded = (
+            f"; {cut} stopped at the {MODEL_SEARCH_BUDGET_S:.0f} s bound keep the best "
+            "config tried, or the default"
+            if cut
+            else ""
+        )
+        crashed = (
+            f"; {crashes} config{'s' if crashes > 1 else ''} crashed the search's child "
+            f"process and {'were' if crashes > 1 else 'was'} skipped"
+            if crashes
+            else ""
+        )
+        report.notes.append(
+            f"searched the cuSPARSELt algorithm of {searches} shape and token-count "
+            f"problem{'s' if searches > 1 else ''} no table knew, in {seconds:.1f} s"
+            f"{bounded}{crashed} (remembered for this GPU; tune=False skips the search)"
+        )
+    return seconds
 
 
 def _prune_24(targets) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from explorer.gpu.library import tuning
+from explorer.gpu.library import batch_search, tuning
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def table(tmp_path, monkeypatch):
 def test_remember_lookup_and_persist(table):
     args = (0, 4096, 1024, 4096, "torch.float16", "torch.float16", "cr")
     assert tuning.lookup(*args) is None
-    tuning._remember({tuning._key(*args, "none"): 37})
+    tuning.remember({tuning._key(*args, "none"): 37})
     assert tuning.lookup(*args) == 37
     assert tuning.lookup(*args[:-1], "rr") is None  # another layout is another problem
     saved = json.loads(table.read_text())
@@ -49,7 +49,7 @@ def test_shipped_tables_are_read_and_the_users_wins(table, tmp_path, monkeypatch
     monkeypatch.setattr(tuning, "shipped_tables", lambda: [shipped])
     tuning._TABLE = None
     assert tuning.lookup(*args) == 17
-    tuning._remember({key: 3})  # the user's own run
+    tuning.remember({key: 3})  # the user's own run
     tuning._TABLE = None
     assert tuning.lookup(*args) == 3 and tuning.lookup(*args[:-1], "cr") == 20
     assert json.loads(shipped.read_text())[key] == 17  # the shipped file is never written
@@ -74,7 +74,7 @@ def test_problems_and_family_shapes():
 
 def test_nearest_lookup_takes_the_closest_tuned_count_of_the_same_problem(table):
     m, k, dt, out, lay = 4096, 4096, "torch.bfloat16", "torch.bfloat16", "cc"
-    tuning._remember(
+    tuning.remember(
         {
             tuning._key(0, m, 1024, k, dt, out, lay, "none"): 5,
             tuning._key(0, m, 64, k, dt, out, lay, "none"): 9,
@@ -109,12 +109,12 @@ def test_deferred_search_collects_unknown_problems_once(table, monkeypatch):
     import torch
 
     ran = []
-    monkeypatch.setattr(tuning, "tune_problems", lambda problems, **kw: ran.append(problems))
+    monkeypatch.setattr(batch_search, "tune_problems", lambda problems, **kw: ran.append(problems))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tuning, "SEARCH_MIN_WEIGHTS", 0)  # a small weight stands for any
     w = torch.zeros(64, 32, dtype=torch.bfloat16)
     known = tuning._key(0, 64, 1024, 32, torch.bfloat16, torch.bfloat16, "cc", "none")
-    tuning._remember({known: 4})
+    tuning.remember({known: 4})
     before = tuning.search_stats()
     with tuning.deferred_search() as outer:
         found = tuning.tune_weight(w, [1024, 4096], layouts=["cc"])
@@ -133,12 +133,12 @@ def test_small_weights_are_answered_from_the_table_but_never_searched(table, mon
     import torch
 
     ran = []
-    monkeypatch.setattr(tuning, "tune_problems", lambda problems, **kw: ran.append(problems))
+    monkeypatch.setattr(batch_search, "tune_problems", lambda problems, **kw: ran.append(problems))
     monkeypatch.setattr(tuning, "search_algorithm", lambda *a, **kw: ran.append(a), raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     w = torch.zeros(64, 32, dtype=torch.bfloat16)
     known = tuning._key(0, 64, 1024, 32, torch.bfloat16, torch.bfloat16, "cc", "none")
-    tuning._remember({known: 4})
+    tuning.remember({known: 4})
     with tuning.deferred_search() as pending:
         found = tuning.tune_weight(w, [1024, 4096], layouts=["cc"])
     assert found == {(1024, "cc"): 4} and not pending and not ran

@@ -111,3 +111,19 @@ def test_explaining_the_skips_checks_each_pattern_once(monkeypatch):
     rep = sparsify(model)
     assert all("doctor: " in why and "not 2:4" in why for _, why in rep.skipped), rep.skipped
     assert calls == [(32, 64), (64, 32)], calls  # the doctor reads the listing's checks
+
+
+def test_the_search_note_says_what_the_bounded_search_did():
+    from explorer.gpu.library.tuning import SearchStats
+    from explorer.gpu.swap import model_swap
+
+    report = SparsifyReport(backend="cusparselt", dtype="float16", mode="auto")
+    before = SearchStats(3, 10.0, 1, 0)
+    seconds = model_swap._search_note(SearchStats(19, 58.5, 6, 2), before, report)
+    assert seconds == pytest.approx(48.5)
+    (note,) = report.notes
+    assert "16 shape and token-count problems" in note and "in 48.5 s" in note
+    assert "5 stopped at the 50 s bound" in note and "2 configs crashed" in note
+    report.notes.clear()
+    model_swap._search_note(before, before, report)  # nothing searched: nothing said
+    assert report.notes == []

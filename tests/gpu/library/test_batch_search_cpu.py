@@ -1,0 +1,211 @@
+"""The batch search's parent on a CPU: a plain-Python child stands in for the GPU one.
+
+The stand-in reads the same job file and speaks the same line protocol as
+``python -m explorer.gpu.library.batch_search``; it crashes, hangs or sleeps where a test says,
+and logs every config it tries, so the tests see the order, the restarts and the budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from explorer.gpu.library import batch_search, tuning
+from explorer.gpu.library.search import config_order
+from explorer.gpu.library.tuning import Problem
+
+CHILD = r"""
+import json, os, sys, time
+spec, job, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+plan = json.loads(open(sys.argv[5]).read())
+jobs = json.loads(open(spec).read())
+log = open(plan["log"], "a")
+if plan.get("fail_at_start"):
+    sys.stderr.write("ImportError: no module named cuda\n")
+    sys.exit(1)
+for i in range(job, len(jobs)):
+    first, last = jobs[i]["first"], jobs[i]["last"]
+    late = [a for a in dict.fromkeys(last) if 0 <= a < plan["ids"]]
+    early = [a for a in dict.fromkeys(first) if 0 <= a < plan["ids"] and a not in late]
+    order = early + [a for a in range(plan["ids"]) if a not in early and a not in late] + late
+    print(json.dumps({"job": i}), flush=True)
+    for at in range(start if i == job else 0, len(order)):
+        alg = order[at]
+        print(json.dumps({"try": alg, "at": at}), flush=True)
+        log.write(f"{i} {alg}\n"); log.flush()
+        if alg in plan["crash"].get(str(i), []):
+            sys.stderr.write("RuntimeError: an illegal instruction was encountered\n")
+            sys.stderr.flush()
+            os._exit(134)
+        time.sleep(plan.get("sleep", 0.0))
+        ms = plan["ms"].get(str(alg), 1.0 + alg)
+        print(json.dumps({"alg": alg, "ms": ms, "status": "ok"}), flush=True)
+"""
+
+
+@pytest.fixture
+def search(tmp_path, monkeypatch):
+    """Run :func:`tune_problems` with the stand-in child; returns (run, tried-log reader)."""
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tuning, "_device_id", lambda device: "GPU X|cusparselt 800")
+    monkeypatch.setattr(tuning, "shipped_tables", lambda: [])
+    tuning.clear()
+    tuning._TABLE = None
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    log = tmp_path / "tried.txt"
+    log.write_text("")
+
+    def run(problems, ids=8, crash=None, sleep=0.0, ms=None, fail_at_start=False, **kw):
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "log": str(log),
+                    "ids": ids,
+                    "crash": {str(k): v for k, v in (crash or {}).items()},
+                    "sleep": sleep,
+                    "ms": {str(k): v for k, v in (ms or {}).items()},
+                    "fail_at_start": fail_at_start,
+                }
+            )
+        )
+        monkeypatch.setattr(
+            batch_search,
+            "_child_command",
+            lambda spec, job, start, device: [
+                sys.executable,
+                str(child),
+                str(spec),
+                str(job),
+                str(start),
+                str(device),
+                str(plan),
+            ],
+        )
+        return batch_search.tune_problems(
+            problems, table=tmp_path / "table.json", progress=False, **kw
+        )
+
+    def tried() -> list[tuple[int, int]]:
+        return [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
+
+    yield run, tried
+    tuning._TABLE = None
+
+
+def _problems(count: int, n: int = 4096, layout: str = "cc") -> list[Problem]:
+    return [Problem(1024 * (i + 1), n, 1024, "float16", layout) for i in range(count)]
+
+
+def test_every_config_is_tried_and_the_fastest_remembered(search, tmp_path):
+    run, tried = search
+    problems = _problems(2)
+    found = run(problems, ms={5: 0.5})
+    assert dict(found) == {problems[0]: 5, problems[1]: 5}
+    assert tried() == [(j, a) for j in range(2) for a in range(8)]
+    saved = json.loads((tmp_path / "table.json").read_text())
+    assert sorted(saved.values()) == [5, 5]
+    assert not found.crashes and not found.cut_short and not found.not_started
+    assert tuning.known_config(tuning.problem_key(problems[0])) == 5
+    again = run(problems)  # known now: nothing is searched
+    assert dict(again) == {} and len(tried()) == 16
+
+
+def test_a_crashing_config_is_skipped_told_quietly_and_tried_last_by_later_problems(search, capfd):
+    run, tried = search
+    problems = _problems(3)
+    found = run(problems, crash={0: [2]}, ms={2: 0.1})
+    log = tried()
+    assert [a for j, a in log if j == 0] == [0, 1, 2, 3, 4, 5, 6, 7]  # resumed after 2
+    assert [a for j, a in log if j == 1] == [0, 1, 3, 4, 5, 6, 7, 2]  # 2 goes last
+    assert [a for j, a in log if j == 2] == [0, 1, 3, 4, 5, 6, 7, 2]
+    assert found[problems[0]] == 0  # the crashed config is never the answer
+    assert found[problems[1]] == 2 and found[problems[2]] == 2
+    assert [(p, alg) for p, alg, _ in found.crashes] == [(problems[0], 2)]
+    assert "illegal instruction" in found.crashes[0][2]
+    assert "illegal instruction" not in capfd.readouterr().err  # kept off the terminal
+
+
+def test_a_crash_reorders_only_problems_of_the_same_dtype_and_layout(search):
+    run, tried = search
+    problems = [*_problems(1), *_problems(1, layout="cr")]
+    run(problems, crash={0: [1]})
+    assert [a for j, a in tried() if j == 1] == list(range(8))
+
+
+def test_the_likeliest_configs_from_the_tables_go_first(search):
+    run, tried = search
+    known = {
+        tuning._key(0, 4096, 4096, 4096, "torch.bfloat16", "torch.bfloat16", "cc", "none"): 6,
+        tuning._key(0, 2048, 4096, 4096, "torch.bfloat16", "torch.bfloat16", "cc", "none"): 6,
+        tuning._key(0, 2048, 4096, 8192, "torch.float16", "torch.float16", "cc", "none"): 3,
+        tuning._key(0, 2048, 16, 4096, "torch.float16", "torch.float16", "cc", "none"): 7,
+        tuning._key(0, 2048, 4096, 4096, "torch.float16", "torch.float16", "cr", "none"): 5,
+    }
+    tuning.remember(known)
+    # the same dtype first, then by count; another token regime or layout does not count
+    assert tuning.likely_configs(0, "float16", "cc", 4096) == (3, 6)
+    assert tuning.likely_configs(0, "float16", "cc", 16) == (7,)
+    run(_problems(1))
+    assert [a for _, a in tried()] == [3, 6, 0, 1, 2, 4, 5, 7]
+    other = "GPU Y|cusparselt 800|4096|16|4096|torch.float16|torch.float16|rr|none"
+    tuning.remember({other: 2})  # where this GPU knows nothing, another GPU's winners count
+    assert tuning.likely_configs(0, "float16", "rr", 16) == (2,)
+
+
+def test_a_problem_whose_time_runs_out_keeps_the_best_config_it_tried(search, monkeypatch):
+    run, tried = search
+    monkeypatch.setattr(batch_search, "SEARCH_BUDGET_S", 0.6)
+    problems = _problems(2)
+    found = run(problems, sleep=0.25, ms={0: 2.0, 1: 1.5})
+    first = [a for j, a in tried() if j == 0]
+    assert 1 <= len(first) < 8  # stopped early
+    assert found[problems[0]] in first and found.cut_short[:1] == [problems[0]]
+    assert [a for j, a in tried() if j == 1]  # the next problem still ran
+
+
+def test_the_batch_budget_bounds_the_whole_search(search):
+    run, _ = search
+    problems = _problems(4)
+    began = time.monotonic()
+    found = run(problems, sleep=0.2, budget_s=2.0)
+    took = time.monotonic() - began
+    assert took < 2.0 + 4.0  # (the budget, and slack for a loaded machine)
+    assert set(found) == set(problems)
+    assert found.cut_short  # each share is too short for eight configs
+    stopped = set(found.cut_short) | set(found.not_started)
+    assert all(found[p] is None for p in found.not_started)
+    assert stopped and stopped <= set(problems)
+    assert found.seconds == pytest.approx(took, abs=1.0)
+
+
+def test_a_child_that_cannot_start_stops_the_search_with_one_warning(search):
+    run, tried = search
+    problems = _problems(3)
+    with pytest.warns(RuntimeWarning, match="no module named cuda") as caught:
+        found = run(problems, fail_at_start=True)
+    assert len(caught) == 1 and tried() == []
+    assert found.not_started == problems and all(v is None for v in found.values())
+
+
+def test_a_bad_budget_is_refused_with_the_value():
+    with pytest.raises(ValueError, match="budget_s=0"):
+        batch_search.tune_problems([], budget_s=0)
+
+
+@pytest.mark.parametrize(
+    ("count", "first", "last", "expected"),
+    [
+        (4, (), (), [0, 1, 2, 3]),
+        (5, (3, 9, 3), (), [3, 0, 1, 2, 4]),  # duplicates and ids past the end dropped
+        (5, (), (1,), [0, 2, 3, 4, 1]),
+        (5, (2, 1), (2,), [1, 0, 3, 4, 2]),  # in both: last
+    ],
+)
+def test_config_order_tries_every_id_once(count, first, last, expected):
+    order = config_order(count, first, last)
+    assert order == expected and sorted(order) == list(range(count))
