@@ -104,8 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dtypes", default="bfloat16,float16", help="bfloat16 and/or float16")
     p.add_argument("--out", type=Path, help="write the table here instead of the user's cache")
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop the whole search after this many seconds; each problem still gets at most "
+        "15 s, and those not reached keep the library's default (default: no overall bound)",
+    )
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    if args.budget is not None and not args.budget > 0:
+        p.error(f"--budget {args.budget}: expected a positive number of seconds")
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     bad = [f for f in families if f not in FAMILIES]
     if bad:
@@ -128,11 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     from explorer.gpu.library.tuning import table_path
 
     problems = _problems(families, tokens, dtypes)
-    found = tune_problems(problems, table=args.out, progress=not args.no_progress)
-    missed = [p for p, a in found.items() if a is None]
+    found = tune_problems(
+        problems, table=args.out, progress=not args.no_progress, budget_s=args.budget
+    )
+    missed = [p for p, a in found.items() if a is None and p not in found.not_started]
     print(
-        f"tuned {len(found) - len(missed)} problems ({len(problems) - len(found)} already known), "
-        f"{len(missed)} without a correct config; table: {args.out or table_path()}"
+        f"tuned {len(found) - len(missed) - len(found.not_started)} problems "
+        f"({len(problems) - len(found)} already known), {len(missed)} without a correct config, "
+        f"{len(found.cut_short)} stopped at their time bound, {len(found.not_started)} not "
+        f"reached, {len(found.crashes)} crashed configs skipped, in {found.seconds:.0f} s; "
+        f"table: {args.out or table_path()}"
     )
     return 0
 

@@ -163,3 +163,11 @@ def test_tuned_layer_matches_dense(table):
     assert {k.split("|")[7] for k in found} == set(tuning.TUNED_LAYOUTS)
     x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     assert relerr(sl(x), nn.functional.linear(x.double(), lin.weight.double())) < 2e-3
+
+
+def test_tune_refuses_a_budget_that_is_not_positive(capsys):
+    from explorer.gpu.library.tune_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--budget", "0"])
+    assert "--budget 0.0: expected a positive number of seconds" in capsys.readouterr().err
