@@ -23,6 +23,11 @@ DEV = "cuda"
 # products deep (q/k/v, o, gate/up, down): measured 0.021-0.027 for two blocks. A wrong stacking
 # (columns of k and v swapped, a scale on the wrong rows) is off by far more than this.
 TOL = 4e-2
+#: One stacked product against its parts on the same input: each route within 1e-2 of float64.
+LAYER_TOL = 2e-2
+#: The int8 weight-only models (see that test): the bfloat16 rounding of the activations alone
+#: moves this model 0.5-4.7% from its float64 product.
+INT8_MODEL_TOL = 8e-2
 
 
 class Attention(nn.Module):
@@ -174,7 +179,18 @@ def test_scales_for_some_parts_only_keep_the_block_layer_by_layer():
 
 @pytest.mark.parametrize("tokens", [1, 16, 300])
 def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
-    """``dtype="int8-weights"``: the same stacking, one int8 code a kept weight."""
+    """``dtype="int8-weights"``: the same stacking, one int8 code a kept weight.
+
+    The stacked q/k/v product is checked against its three parts on the same input (each route
+    within 1e-2 of the float64 product: ``LAYER_TOL``), and the whole model against the
+    layer-by-layer one within ``INT8_MODEL_TOL``: the two take different routes (the int8
+    kernel accumulates in float32, the dense route multiplies the dequantized 16-bit weight),
+    and this small model amplifies the bfloat16 rounding of its activations between products.
+    The dequantized model alone, no kernel involved, is 0.5-4.7% from its float64 product on
+    random inputs (CPU, five inputs each at 1, 16 and 300 tokens), so ``TOL`` (4e-2) failed
+    on one input. A wrong stacking (k and v swapped, a scale on the wrong rows) is off by far
+    more than either bound.
+    """
     from explorer.gpu import set_mode
 
     model, single, report = _both("int8-weights")
@@ -185,9 +201,12 @@ def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
     assert torch.equal(stacked.codes, torch.cat(parts))
     x = torch.randn(1, tokens, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
-        assert relerr(model(x), single(x)) < TOL
+        attn = single[0].self_attn
+        by_part = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
+        assert relerr(stacked(x), by_part) < LAYER_TOL
+        assert relerr(model(x), single(x)) < INT8_MODEL_TOL
         set_mode(model, "graphs")
         graph, out = captured(lambda: model(x))
         x.copy_(torch.randn_like(x))
         graph.replay()
-        assert relerr(out, single(x)) < TOL
+        assert relerr(out, single(x)) < INT8_MODEL_TOL
