@@ -9,10 +9,12 @@ so trying every config of one problem takes about a minute):
 
 * **a budget per problem and for the batch.** A problem may try configs for at most
   :data:`~explorer.gpu.library.child_process.SEARCH_BUDGET_S`; with ``budget_s`` each problem also
-  gets no more than its share of what is left (the time left over the problems left), so a
-  problem that finishes early hands its time on and the batch ends within ``budget_s``,
-  child starts and restarts included. A problem whose time runs out keeps the best config it
-  tried; one never started keeps the library's default;
+  gets no more than its share of what is left, in proportion to its multiply-adds among the
+  problems left and at least :data:`MIN_SHARE_S` (:func:`_share`): a prefill-sized product,
+  whose config matters most, gets more time than a decode-sized one. A problem that finishes
+  early hands its time on, and the batch ends within ``budget_s``, child starts and restarts
+  included. A problem whose time runs out keeps the best config it tried; one never started
+  keeps the library's default;
 * **the likeliest configs first.** Configs that were fastest most often in the tables for the
   same layout and a similar token count (:func:`~explorer.gpu.library.tuning.likely_configs`)
   are tried before the rest (:func:`~explorer.gpu.library.search.config_order`), so a short
@@ -85,6 +87,30 @@ class SearchResults(dict):
             f"{len(self.cut_short)} cut short, {len(self.not_started)} not started, "
             f"{len(self.crashes)} crashed configs)"
         )
+
+
+#: Seconds every problem of a bounded batch gets at least (a few configs, the likeliest).
+MIN_SHARE_S = 1.0
+
+
+def _share(left: float, work: list[int]) -> float:
+    """Seconds the first of ``work`` (the products left, in multiply-adds) may search for.
+
+    Its part of the time ``left`` in proportion to its work, at least :data:`MIN_SHARE_S`, and
+    never so much that a later problem is left less than that: a 4096-token product, whose
+    config matters most, gets more time than a 16-token one.
+
+    Examples
+    --------
+    >>> _share(40.0, [3, 1]), _share(40.0, [1, 3]), _share(3.0, [4096, 16, 16])
+    (30.0, 10.0, 1.0)
+    >>> _share(float("inf"), [1, 2])
+    inf
+    """
+    if math.isinf(left):
+        return left
+    proportional = left * work[0] / max(sum(work), 1)
+    return max(MIN_SHARE_S, min(proportional, left - MIN_SHARE_S * (len(work) - 1)))
 
 
 def _last_line(path: Path) -> str:
@@ -166,6 +192,7 @@ def tune_problems(
         if worth_searching(p.m, p.k) and known_config(problem_key(p, device)) is None
     ]
     results: dict[Problem, list] = {p: [] for p, _ in jobs}
+    work = [p.m * p.n * p.k for p, _ in jobs]
     out = SearchResults()
     crashed: dict[tuple, list[int]] = {}  # crash class -> configs that killed a child
     orders = [
@@ -180,8 +207,7 @@ def tune_problems(
         def end_of(j: int) -> float:
             if j not in ends:  # a problem's time counts from its first line, restarts included
                 now = time.monotonic()
-                share = (batch_end - now) / max(len(jobs) - j, 1)
-                ends[j] = now + min(SEARCH_BUDGET_S, share)
+                ends[j] = now + min(SEARCH_BUDGET_S, _share(batch_end - now, work[j:]))
             return ends[j]
 
         while job < len(jobs) and time.monotonic() < batch_end:

@@ -183,6 +183,16 @@ def test_the_batch_budget_bounds_the_whole_search(search):
     assert found.seconds == pytest.approx(took, abs=1.0)
 
 
+def test_a_larger_product_gets_a_larger_share_of_a_bounded_batch(search):
+    run, tried = search
+    small = Problem(1024, 16, 1024, "float16")
+    large = Problem(1024, 4096, 1024, "float16")
+    found = run([small, large], ids=40, sleep=0.1, budget_s=5.0)
+    counts = [sum(1 for j, _ in tried() if j == i) for i in range(2)]
+    assert 1 <= counts[0] < counts[1]  # the small one first, yet the large one tries more
+    assert found.cut_short == [small, large]
+
+
 def test_a_child_that_cannot_start_stops_the_search_with_one_warning(search):
     run, tried = search
     problems = _problems(3)
