@@ -15,6 +15,11 @@ With ``precision="int8"`` the same two with group-wise symmetric int8 weights (c
 [-127, 127]): weight-only, the activations stay in the model's float dtype, which is what the
 explorer's int8 decode kernel computes, not the int8 x int8 product of ``sparsify(dtype=int8)``.
 
+With ``admm=True`` (``--admm``) two more, each SparseGPT followed by the ADMM weight update
+(``prune(update="admm")``): ``2:4 + ADMM`` in float, and ``2:4 + int4 joint + ADMM``, whose
+update keeps the joint step's mask, scales and grid
+(:func:`~explorer.pruning.admm.admm_update_on_grid`).
+
 Calibrated runs get the model's calibration batches (:data:`~explorer.experiments.settings.DEFAULTS`,
 seed 0). The group size is the largest multiple of 4 up to ``--group-size`` that divides every
 pruned layer's ``in_features`` (recorded in each row). With ``db=`` (``--db``) the rows also
@@ -57,10 +62,14 @@ PRECISIONS = ("int4", "int8")
 #: weight-only here, told apart from the int8 weights-and-activations rows of other experiments.
 _QUANT = {
     "2:4 + int4 joint": "int4",
+    "2:4 + int4 joint + ADMM": "int4",
     "2:4 then int4 RTN": "int4-rtn",
     "2:4 + int8 joint": "int8-weights",
+    "2:4 + int8 joint + ADMM": "int8-weights",
     "2:4 then int8 RTN": "int8-weights-rtn",
 }
+#: The configurations whose pruning ended with the ADMM weight update (``--admm``).
+_ADMM = ("2:4 + ADMM", "2:4 + int4 joint + ADMM", "2:4 + int8 joint + ADMM")
 
 
 def common_group_size(widths: Sequence[int], largest: int = 128) -> int:
@@ -105,10 +114,11 @@ def store_rows(
 ) -> list[dict]:
     """The experiment's rows as results-store rows (``kind``, ``config``, ``metrics``).
 
-    ``dense`` is a ``dense`` row; the three 2:4 configurations are ``prune`` rows of SparseGPT
+    ``dense`` is a ``dense`` row; the 2:4 configurations are ``prune`` rows of SparseGPT
     on the bundle's layers (``layers="all"``), the quantized ones with ``quant`` (``"int4"``:
     joint, ``"int4-rtn"``: rounded after pruning; ``"int8-weights"`` and
-    ``"int8-weights-rtn"`` likewise for int8) and their ``group_size``.
+    ``"int8-weights-rtn"`` likewise for int8) and their ``group_size``, those with the ADMM
+    update with ``update="admm"``.
 
     Parameters
     ----------
@@ -141,6 +151,8 @@ def store_rows(
         config = {"model": r["model"], "dtype": dtype, "experiment": "int4", **extra}
         if kind == "prune":
             config.update(method="sparsegpt", pattern="2:4", layers="all", seed=0)
+            if r["config"] in _ADMM:
+                config["update"] = "admm"
             if calibration_samples is not None:
                 config["calibration_samples"] = calibration_samples
         if extra:
@@ -159,6 +171,7 @@ def run(
     progress: bool = True,
     db: str | Path | ResultStore | None = None,
     precision: str = "int4",
+    admm: bool = False,
 ) -> list[dict]:
     """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model (or int8).
 
@@ -176,6 +189,8 @@ def run(
         done; a store passed in is left open. None records nothing.
     precision : {"int4", "int8"}, default "int4"
         The weights' precision (see the module's docstring).
+    admm : bool, default False
+        Also measure SparseGPT followed by the ADMM update, in float and jointly quantized.
 
     Returns
     -------
@@ -195,14 +210,14 @@ def run(
         )
     store = db if isinstance(db, ResultStore) or db is None else ResultStore(db)
     try:
-        return _run(models, group_size, progress, store, precision)
+        return _run(models, group_size, progress, store, precision, admm)
     finally:
         if store is not None and store is not db:
             store.close()
 
 
 def _run(
-    models, group_size: int, progress: bool, store: ResultStore | None, precision: str
+    models, group_size: int, progress: bool, store: ResultStore | None, precision: str, admm: bool
 ) -> list[dict]:
     rows: list[dict] = []
     for name in models:
@@ -240,6 +255,18 @@ def _run(
         prune(joint, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
               quantize=precision, group_size=g)  # fmt: skip
         rows.insert(-1, row(f"2:4 + {precision} joint", joint, time.perf_counter() - started))
+        del joint
+        if admm:
+            # 3. the same two, each followed by the ADMM update (on the grid when quantized)
+            for config, quantized in (("2:4 + ADMM", {}),
+                                      (f"2:4 + {precision} joint + ADMM",
+                                       {"quantize": precision, "group_size": g})):  # fmt: skip
+                updated = copy.deepcopy(bundle.model)
+                started = time.perf_counter()
+                prune(updated, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
+                      update="admm", **quantized)  # fmt: skip
+                rows.insert(-1, row(config, updated, time.perf_counter() - started))
+                del updated
         if store is not None:
             dtype = dtype_name(next(bundle.model.parameters()).dtype)
             mine = [r for r in rows if r["model"] == name]
@@ -296,7 +323,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--precision P] [--db DB]``.
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--precision P] [--admm]``.
 
     Parameters
     ----------
@@ -314,10 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--precision", default="int4", choices=PRECISIONS, help="the weights'")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--db", default=None, help="also record the rows in this results store")
+    p.add_argument("--admm", action="store_true", help="also SparseGPT + the ADMM update")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
-    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision)
+    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision, a.admm)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(to_markdown(rows))

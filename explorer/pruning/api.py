@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from ..errors import PruningCancelled, validate_cancel
+from ..groupquant import Quantization
 from ..patterns import Pattern
-from .admm import admm_update
+from .admm import admm_update, admm_update_on_grid
 from .calibration import InputStats, as_batches, model_device, selected_linears
 from .methods import UPDATES, check_quantize, check_selection, method_info, quantized_sparsegpt
 from .permute import permute_channels, undo_permutation
@@ -56,14 +57,26 @@ def _with_update(
     masks: dict[str, torch.Tensor],
     snapshot: dict[str, torch.Tensor],
     clock: dict[str, float],
+    quant: Quantization | None = None,
+    scales: dict[str, torch.Tensor] | None = None,
 ) -> Callable[[str, nn.Linear, InputStats], torch.Tensor]:
-    """Choose the mask (``layer_fn``, or the precomputed one), then run the ADMM update."""
+    """Choose the mask (``layer_fn``, or the precomputed one), then run the ADMM update.
+
+    With ``quant``, ``layer_fn`` quantized the layer and put its scales in ``scales``: the
+    update keeps the weights on that grid (:func:`admm_update_on_grid`).
+    """
 
     def update(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
         mask = layer_fn(fqn, mod, stats) if layer_fn is not None else masks[fqn]
         started = time.perf_counter()
         dense = snapshot[fqn].to(mod.weight.device)
-        mod.weight.data.copy_(admm_update(dense, mask, stats.hessian, start=mod.weight))
+        if quant is None:
+            new = admm_update(dense, mask, stats.hessian, start=mod.weight)
+        else:
+            new = admm_update_on_grid(
+                dense, mask, stats.hessian, quant, scales[fqn], start=mod.weight
+            )
+        mod.weight.data.copy_(new)
         clock["update"] += time.perf_counter() - started
         return mask
 
@@ -141,7 +154,9 @@ def prune(
         by the reordering. ``result.permutation`` says which layers were reordered.
     update : {None, "admm"}
         After the mask is chosen, re-optimise the kept weights of each layer on the
-        calibration inputs (ADMM, Boža 2024); needs ``calibration``. Works after every method.
+        calibration inputs (ADMM, Boža 2024); needs ``calibration``. Works after every method,
+        and with ``quantize``, where the kept weights stay on their group's grid and scales
+        (:func:`~explorer.pruning.admm.admm_update_on_grid`).
     permute_seconds : float
         Time budget of the channel search (positive).
     quantize : {None, "int4", "int8"}
@@ -204,7 +219,7 @@ def prune(
     target = model if inplace else copy.deepcopy(model)
     chosen, names = selected_linears(target, filter_fn)
     check_selection(target, chosen, names, pattern)
-    quant = check_quantize(quantize, group_size, info.name, update, pattern, chosen)
+    quant = check_quantize(quantize, group_size, info.name, pattern, chosen)
     scales: dict[str, torch.Tensor] = {}
     _warn_tied(target, chosen)
     permutation = None
@@ -224,7 +239,7 @@ def prune(
                 if quant is not None:
                     layer_fn = quantized_sparsegpt(pattern, quant, scales)
                 if update is not None:
-                    layer_fn = _with_update(layer_fn, {}, snapshot, clock)
+                    layer_fn = _with_update(layer_fn, {}, snapshot, clock, quant, scales)
                 # 2a. gather statistics (block by block where possible), prune, measure.
                 driven = run_sequential(
                     target,

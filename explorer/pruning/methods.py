@@ -235,7 +235,7 @@ def quantized_sparsegpt(
 
 
 def check_quantize(
-    quantize: Any, group_size: Any, method: str, update: Any, pattern: Pattern, chosen: dict
+    quantize: Any, group_size: Any, method: str, pattern: Pattern, chosen: dict
 ) -> Quantization | None:
     """Validate ``prune(quantize=, group_size=)`` against the method, pattern and layers.
 
@@ -247,8 +247,6 @@ def check_quantize(
         The ``group_size=`` argument.
     method : str
         The pruning method's name.
-    update : Any
-        The ``update=`` argument.
     pattern : Pattern
         The sparsity pattern.
     chosen : dict
@@ -262,13 +260,13 @@ def check_quantize(
     Raises
     ------
     ValueError
-        An unknown format, a bad group size, a method other than SparseGPT, ``update=`` given
-        too, a group size that N:M groups straddle, or a layer whose ``in_features`` the group
+        An unknown format, a bad group size, a method other than SparseGPT, a group size that
+        N:M groups straddle, or a layer whose ``in_features`` the group
         size does not divide (naming the layer and how to skip it).
 
     Examples
     --------
-    >>> check_quantize("int4", 128, "magnitude", None, Pattern.parse("2:4"), {})
+    >>> check_quantize("int4", 128, "magnitude", Pattern.parse("2:4"), {})
     Traceback (most recent call last):
     ...
     ValueError: quantize='int4' quantizes inside SparseGPT's column loop; method 'magnitude' cannot. Use method='sparsegpt', or prune first and call explorer.groupquant.quantize_rtn on each layer
@@ -281,11 +279,6 @@ def check_quantize(
             f"quantize={quantize!r} quantizes inside SparseGPT's column loop; method {method!r} "
             "cannot. Use method='sparsegpt', or prune first and call "
             "explorer.groupquant.quantize_rtn on each layer"
-        )
-    if update is not None:
-        raise ValueError(
-            f"update={update!r} re-optimises the kept weights after the mask is chosen, which "
-            f"moves them off the {quantize} grid; use update=None with quantize="
         )
     if pattern.kind == "nm" and quant.group_size % pattern.m:
         raise ValueError(

@@ -83,3 +83,27 @@ def test_an_unknown_precision_is_refused_before_any_model_loads():
 
     with pytest.raises(ValueError, match="precision 'int2' unknown"):
         int4.run(["digits-mlp"], precision="int2")
+
+
+def test_the_admm_rows_say_so_in_the_store_and_on_their_points(tmp_path, capsys):
+    db = tmp_path / "admm.db"
+    argv = ["--models", "digits-mlp", "--admm", "--no-progress", "--db", str(db)]
+    assert int4.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "| 2:4 + ADMM |" in table and "| 2:4 + int4 joint + ADMM |" in table
+    with ResultStore(db, readonly=True, source="local") as store:
+        stored = store.query(include_reference=False)
+    assert [(r.config.get("quant"), r.config.get("update")) for r in stored] == [
+        (None, None),
+        (None, None),
+        ("int4", None),
+        (None, "admm"),
+        ("int4", "admm"),
+        ("int4-rtn", None),
+    ]
+    labels = sorted(p.label for p in quantized_points(stored))
+    assert labels == [
+        "int4 2:4 sparsegpt RTN",
+        "int4 2:4 sparsegpt admm joint",
+        "int4 2:4 sparsegpt joint",
+    ]

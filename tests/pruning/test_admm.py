@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
+from explorer.groupquant import Quantization, quantize_rtn, round_to_grid
 from explorer.patterns import Pattern
 from explorer.pruning import admm_update, prune
-from explorer.pruning.admm import reconstruction_loss
-from explorer.pruning.sparsegpt import sparsegpt_prune
+from explorer.pruning.admm import admm_update_on_grid, reconstruction_loss
+from explorer.pruning.sparsegpt import sparsegpt_prune, sparsegpt_quantize_prune
 
 
 def _problem(rows=6, cols=16, n=512, seed=0):
@@ -113,3 +116,72 @@ def test_prune_update_on_transformer(tiny_transformer, token_batches):
         progress=False,
     )
     assert result.blocks == "blocks" and result.update == "admm"
+
+
+# ----------------------------------------------------------------------------- on a grid
+def _on_grid(weight, scales, quant):
+    full = scales.repeat_interleave(quant.group_size, dim=1)
+    codes = round_to_grid(weight, full, quant.qmax)
+    return torch.equal(codes * full, weight.float()), codes
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_on_grid_improves_on_joint_sparsegpt_and_stays_on_its_grid(fmt):
+    w, _, h = _problem(rows=16, cols=64, n=1024, seed=4)
+    quant = Quantization(fmt, 16)
+    start, mask, scales = sparsegpt_quantize_prune(w, h, Pattern.parse("2:4"), quant)
+    new = admm_update_on_grid(w, mask, h, quant, scales, start)
+    on_grid, codes = _on_grid(new, scales, quant)
+    assert on_grid and int(codes.abs().max()) <= quant.qmax
+    assert bool((new[~mask] == 0).all())
+    # the same scales and mask, a clearly lower calibration error (0.71 of it in int4, 0.65 in int8)
+    assert reconstruction_loss(w, new, h) < 0.95 * reconstruction_loss(w, start, h)
+
+
+def test_on_grid_keeps_an_optimal_start():
+    # one row of 8 inputs, 4 kept: every grid point can be tried, so the optimum is known
+    w, _, h = _problem(rows=1, cols=8, seed=5)
+    mask = torch.tensor([[True, False, True, False, False, True, True, False]])
+    quant = Quantization("int4", 4)
+    _, scales = quantize_rtn(w * mask, mask, "int4", 4)
+    full = scales.repeat_interleave(4, dim=1)[0]
+    kept = mask[0].nonzero().flatten().tolist()
+    best, best_loss = None, float("inf")
+    for codes in itertools.product(range(-7, 8), repeat=len(kept)):
+        v = torch.zeros(1, 8)
+        v[0, kept] = torch.tensor(codes, dtype=torch.float32) * full[kept]
+        loss = reconstruction_loss(w, v, h)
+        if loss < best_loss:
+            best, best_loss = v, loss
+    new = admm_update_on_grid(w, mask, h, quant, scales, best)
+    assert torch.equal(new, best)  # nothing on the grid beats it: the start comes back
+    rounded = (round_to_grid(w, full, 7) * full) * mask
+    found = admm_update_on_grid(w, mask, h, quant, scales, rounded)
+    assert best_loss <= reconstruction_loss(w, found, h) <= reconstruction_loss(w, rounded, h)
+
+
+def test_on_grid_reads_a_16_bit_start():
+    w, _, h = _problem(rows=8, cols=32, seed=6)
+    quant = Quantization("int4", 16)
+    start, mask, scales = sparsegpt_quantize_prune(w, h, Pattern.parse("2:4"), quant)
+    new = admm_update_on_grid(w, mask, h, quant, scales, start.bfloat16())  # a bf16 copy
+    assert _on_grid(new, scales, quant)[0] and bool((new[~mask] == 0).all())
+    assert reconstruction_loss(w, new, h) < reconstruction_loss(w, start, h)
+    half = admm_update_on_grid(w.bfloat16(), mask, h, quant, scales, start.bfloat16())
+    assert half.dtype == torch.bfloat16 and bool((half[~mask] == 0).all())
+
+
+def test_on_grid_refuses_what_is_off_it():
+    w, _, h = _problem(rows=8, cols=32, seed=7)
+    quant = Quantization("int4", 16)
+    start, mask, scales = sparsegpt_quantize_prune(w, h, Pattern.parse("2:4"), quant)
+    with pytest.raises(ValueError, match="start is not on the grid"):
+        admm_update_on_grid(w, mask, h, quant, scales, start + 0.4 * scales.max())
+    with pytest.raises(ValueError, match="finite and positive"):
+        admm_update_on_grid(w, mask, h, quant, scales * 0, start)
+    with pytest.raises(ValueError, match=r"shape \(8, 2\)"):
+        admm_update_on_grid(w, mask, h, quant, scales[:, :1], start)
+    with pytest.raises(ValueError, match="hessian must be"):
+        admm_update_on_grid(w, mask, h[:4, :4], quant, scales, start)
+    # no iterations: the start, unchanged
+    assert torch.equal(admm_update_on_grid(w, mask, h, quant, scales, start, iterations=0), start)

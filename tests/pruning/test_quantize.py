@@ -90,7 +90,6 @@ def test_joint_int4_compresses_exactly_with_its_scales():
         ({"quantize": "int4", "group_size": 96}, "does not divide K=256"),
         ({"quantize": "int4", "group_size": 6}, "multiple of 4"),
         ({"quantize": "int4", "method": "wanda"}, "method 'wanda' cannot"),
-        ({"quantize": "int4", "update": "admm"}, "off the int4 grid"),
     ],
 )
 def test_bad_arguments_leave_the_model_alone(kwargs, match):
@@ -196,3 +195,38 @@ def test_with_no_feedback_to_spread_the_joint_mask_keeps_the_pair_of_least_total
     saliency = (h * w.square()).topk(2).indices
     largest = torch.zeros_like(w, dtype=torch.bool).scatter_(-1, saliency, True)
     assert bool((cost(largest) > best * (1 + 1e-4)).any())
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_joint_with_the_admm_update(fmt):
+    net, x = _layer(4, 32, 128)
+    dense = net[0].weight.detach().clone()
+    calib = [x[:256], x[256:]]
+    kwargs = dict(calibration=calib, quantize=fmt, group_size=32, progress=False, inplace=False)
+    joint = prune(net, "sparsegpt", "2:4", **kwargs)
+    updated = prune(net, "sparsegpt", "2:4", update="admm", **kwargs)
+    assert updated.update == "admm" and updated.update_seconds > 0
+    assert updated.quantize == fmt and updated.group_size == 32
+    # the joint step's mask and scales, kept by the update; the weights still on that grid
+    assert torch.equal(updated.masks["0"], joint.masks["0"])
+    assert torch.equal(updated.scales["0"], joint.scales["0"])
+    w = updated.model[0].weight.detach()
+    full = updated.scales["0"].repeat_interleave(32, dim=1)
+    codes = torch.round(w / full)
+    assert torch.equal(codes * full, w) and int(codes.abs().max()) <= (7 if fmt == "int4" else 127)
+    if fmt == "int4":
+        assert torch.equal(compress_int4(w, 32, scales=updated.scales["0"]).decompress(), w)
+    # lower error than the joint step alone, on the calibration inputs
+    assert _recon(x, dense, w) < _recon(x, dense, joint.model[0].weight.detach())
+    assert updated.errors["0"] < joint.errors["0"]
+
+
+def test_permutation_and_admm_compose_with_joint_int4(tiny_transformer, token_batches):
+    result = prune(tiny_transformer, "sparsegpt", "2:4", calibration=token_batches,
+                   quantize="int4", group_size=16, permute=True, update="admm",
+                   progress=False)  # fmt: skip
+    assert result.permutation is not None and result.update == "admm"
+    for fqn in result.layers:
+        w = tiny_transformer.get_submodule(fqn).weight.detach()
+        assert check_pattern(result.masks[fqn], "2:4").valid
+        assert torch.equal(compress_int4(w, 16, scales=result.scales[fqn]).decompress(), w)
