@@ -218,12 +218,8 @@ def admm_update_on_grid(
 
     Parameters
     ----------
-    dense : torch.Tensor
-        The layer's dense weight ``W0``, shape ``(out, in)``.
-    mask : torch.Tensor
-        Bool keep-mask of the same shape; it is not changed.
-    hessian : torch.Tensor
-        ``X^T X`` of the layer's calibration inputs, shape ``(in, in)``.
+    dense, mask, hessian : torch.Tensor
+        As in :func:`admm_update`: ``W0``, the keep-mask (not changed) and ``X^T X``.
     quant : Quantization
         The format and group size of the grid.
     scales : torch.Tensor

@@ -19,13 +19,12 @@ def _net(seed=0):
     return nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 16))
 
 
-@pytest.fixture
-def quantized():
+@pytest.fixture(params=[None, "admm"], ids=["joint", "joint+admm"])
+def quantized(request):
     net = _net()
     calib = [torch.randn(256, 128)]
-    result = prune(
-        net, "sparsegpt", "2:4", calibration=calib, quantize="int4", group_size=32, progress=False
-    )
+    result = prune(net, "sparsegpt", "2:4", calibration=calib, quantize="int4", group_size=32,
+                   update=request.param, progress=False)  # fmt: skip
     return net, result
 
 
