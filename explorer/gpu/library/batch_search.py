@@ -10,11 +10,17 @@ so trying every config of one problem takes about a minute):
 * **a budget per problem and for the batch.** A problem may try configs for at most
   :data:`~explorer.gpu.library.child_process.SEARCH_BUDGET_S`; with ``budget_s`` each problem also
   gets no more than its share of what is left, in proportion to its multiply-adds among the
-  problems left and at least :data:`MIN_SHARE_S` (:func:`_share`): a prefill-sized product,
-  whose config matters most, gets more time than a decode-sized one. A problem that finishes
-  early hands its time on, and the batch ends within ``budget_s``, child starts and restarts
-  included. A problem whose time runs out keeps the best config it tried; one never started
-  keeps the library's default;
+  problems left and at least
+  :data:`~explorer.gpu.library.child_process.MIN_SHARE_S`
+  (:func:`~explorer.gpu.library.child_process.search_stop`): a prefill-sized product, whose
+  config matters most, gets more time than a decode-sized one. A problem that finishes early
+  hands its time on, and the batch ends within ``budget_s``, child starts and restarts
+  included. The child stops a problem itself when its time is spent, after the config in hand,
+  and goes on to the next one in the same process: a child start (importing torch, setting up
+  CUDA) costs seconds, as much as a short share. The parent ends a child only
+  :data:`~explorer.gpu.library.child_process.STOP_GRACE_S` after a problem's time (a child
+  stuck in a config) or at the batch's end. A problem whose time runs out keeps the best config
+  it tried; one never started keeps the library's default;
 * **the likeliest configs first.** Configs that were fastest most often in the tables for the
   same layout and a similar token count (:func:`~explorer.gpu.library.tuning.likely_configs`)
   are tried before the rest (:func:`~explorer.gpu.library.search.config_order`), so a short
@@ -39,8 +45,9 @@ from pathlib import Path
 
 import torch
 
+from explorer.gpu.library import child_process
 from explorer.gpu.library import cusparselt as C
-from explorer.gpu.library.child_process import SEARCH_BUDGET_S, child_lines
+from explorer.gpu.library.child_process import STOP_GRACE_S, child_lines, search_stop
 from explorer.gpu.library.tuning import (
     Problem,
     known_config,
@@ -87,30 +94,6 @@ class SearchResults(dict):
             f"{len(self.cut_short)} cut short, {len(self.not_started)} not started, "
             f"{len(self.crashes)} crashed configs)"
         )
-
-
-#: Seconds every problem of a bounded batch gets at least (a few configs, the likeliest).
-MIN_SHARE_S = 1.0
-
-
-def _share(left: float, work: list[int]) -> float:
-    """Seconds the first of ``work`` (the products left, in multiply-adds) may search for.
-
-    Its part of the time ``left`` in proportion to its work, at least :data:`MIN_SHARE_S`, and
-    never so much that a later problem is left less than that: a 4096-token product, whose
-    config matters most, gets more time than a 16-token one.
-
-    Examples
-    --------
-    >>> _share(40.0, [3, 1]), _share(40.0, [1, 3]), _share(3.0, [4096, 16, 16])
-    (30.0, 10.0, 1.0)
-    >>> _share(float("inf"), [1, 2])
-    inf
-    """
-    if math.isinf(left):
-        return left
-    proportional = left * work[0] / max(sum(work), 1)
-    return max(MIN_SHARE_S, min(proportional, left - MIN_SHARE_S * (len(work) - 1)))
 
 
 def _last_line(path: Path) -> str:
@@ -198,6 +181,9 @@ def tune_problems(
     orders = [
         {"first": list(likely_configs(device, p.dtype, p.layout, p.n)), "last": []} for p, _ in jobs
     ]
+    stopped: set[int] = set()  # jobs the child stopped itself, their time spent
+    # the batch's end on the wall clock, which the child reads too
+    wall_end = time.time() + budget_s if budget_s is not None else None
     bar = tqdm(total=len(jobs), disable=not progress, desc="tune", unit="problem")
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "jobs.json"
@@ -207,12 +193,17 @@ def tune_problems(
         def end_of(j: int) -> float:
             if j not in ends:  # a problem's time counts from its first line, restarts included
                 now = time.monotonic()
-                ends[j] = now + min(SEARCH_BUDGET_S, _share(batch_end - now, work[j:]))
+                end = None if math.isinf(batch_end) else batch_end
+                ends[j] = search_stop(now, end, work[j:], child_process.SEARCH_BUDGET_S)
             return ends[j]
 
         while job < len(jobs) and time.monotonic() < batch_end:
+            listed = [{**asdict(p), **o} for (p, _), o in zip(jobs, orders, strict=True)]
+            cap = child_process.SEARCH_BUDGET_S
+            # a problem resumed after a crash keeps the stop time it started with
+            resume = time.time() + ends[job] - time.monotonic() if job in ends else None
             spec.write_text(
-                json.dumps([{**asdict(p), **o} for (p, _), o in zip(jobs, orders, strict=True)])
+                json.dumps({"batch_end": wall_end, "cap": cap, "resume": resume, "jobs": listed})
             )
             cmd = _child_command(spec, job, start, device)
             errors = Path(tmp) / f"stderr-{restarts}.txt"
@@ -223,7 +214,9 @@ def tune_problems(
                 state = {"job": None}
 
                 def deadline(s=state) -> float:
-                    return batch_end if s["job"] is None else min(end_of(s["job"]), batch_end)
+                    if s["job"] is None:
+                        return batch_end
+                    return min(end_of(s["job"]) + STOP_GRACE_S, batch_end)
 
                 for line in child_lines(proc, deadline=deadline):
                     if not line.startswith("{"):
@@ -239,6 +232,9 @@ def tune_problems(
                         current, tried = rec["job"], None
                     elif "try" in rec:
                         tried = (rec["try"], rec.get("at", rec["try"]))
+                    elif "stopped" in rec:  # the child spent this problem's time and goes on
+                        stopped.add(current)
+                        tried = None
                     elif "alg" in rec:
                         results[jobs[current][0]].append((rec["alg"], rec["ms"], rec["status"]))
                         tried = None
@@ -248,7 +244,7 @@ def tune_problems(
                     out[jobs[j][0]] = _settle(jobs[j], results, table)
                 bar.update(len(jobs) - current)
                 break
-            if time.monotonic() >= min(ends.get(current, math.inf), batch_end):
+            if time.monotonic() >= min(ends.get(current, math.inf) + STOP_GRACE_S, batch_end):
                 if current in ends:  # its time is spent: it keeps the best config it tried
                     out.cut_short.append(jobs[current][0])
                     out[jobs[current][0]] = _settle(jobs[current], results, table)
@@ -284,6 +280,9 @@ def tune_problems(
                     orders[j]["last"] = list(bad)
             job, start = current, at + 1
     bar.close()
+    for j in stopped:  # those the child stopped itself keep the best config they tried
+        if jobs[j][0] not in out.cut_short:
+            out.cut_short.append(jobs[j][0])
     for p, key in jobs:  # those the batch's budget stopped
         if p in out:
             continue
@@ -293,6 +292,8 @@ def tune_problems(
         else:
             out.not_started.append(p)
             out[p] = None
+    position = {p: j for j, (p, _) in enumerate(jobs)}
+    out.cut_short.sort(key=position.__getitem__)
     out.seconds = time.monotonic() - began
     return out
 
@@ -320,11 +321,16 @@ def _child(spec: str, job: int, start: int, device: int) -> int:
     """The child of :func:`tune_problems`: tune jobs from ``job`` on, at position ``start``."""
     from explorer.gpu.library.search import search_in_process
 
-    jobs = json.loads(Path(spec).read_text())
+    listed = json.loads(Path(spec).read_text())
+    jobs, batch_end, cap, resume = (listed[k] for k in ("jobs", "batch_end", "cap", "resume"))
+    work = [j["m"] * j["n"] * j["k"] for j in jobs]
     torch.cuda.set_device(device)
     for i in range(job, len(jobs)):
         first, last = jobs[i].pop("first", []), jobs[i].pop("last", [])
         p = Problem(**jobs[i])
+        stop_at = search_stop(time.time(), batch_end, work[i:], cap)  # as the parent counts it
+        if i == job and resume is not None:
+            stop_at = resume  # (resumed after a crash: the time it started with)
         print(json.dumps({"job": i}), flush=True)
         dtype = tunable_dtype(p.dtype)
         gen = torch.Generator(device=f"cuda:{device}").manual_seed(i)
@@ -342,8 +348,9 @@ def _child(spec: str, job: int, start: int, device: int) -> int:
         out = C.CUSPARSELT_DTYPES[dtype][0] if dtype.itemsize == 1 else dtype
         begin = start if i == job else 0
         search_in_process(
-            w, cw, p.n, p.epilogue, "time", out, 2e-2, 10, begin, report, p.layout, first, last
-        )
+            w, cw, p.n, p.epilogue, "time", out, 2e-2, 10, begin, report, p.layout, first, last,
+            stop_at=stop_at,
+        )  # fmt: skip
         del w, cw
     return 0
 

@@ -9,10 +9,20 @@ was in.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
-__all__ = ["CHILD_SILENCE_S", "CHILD_START_S", "SEARCH_BUDGET_S", "child_lines"]
+__all__ = [
+    "CHILD_SILENCE_S",
+    "CHILD_START_S",
+    "MIN_SHARE_S",
+    "SEARCH_BUDGET_S",
+    "STOP_GRACE_S",
+    "child_lines",
+    "search_share",
+    "search_stop",
+]
 
 #: Seconds a search child may take to start (import torch, set up CUDA) before its first line.
 CHILD_START_S = 180.0
@@ -26,6 +36,81 @@ CHILD_SILENCE_S = 20.0
 #: shape tries every config in a few seconds; crashing configs on small shapes, each costing a
 #: child restart, could otherwise hold a model's ``sparsify`` for minutes.
 SEARCH_BUDGET_S = 15.0
+
+#: Seconds every problem of a bounded batch gets at least (a few configs, the likeliest).
+MIN_SHARE_S = 1.0
+
+#: Seconds past a problem's stop time before its parent ends the child: a child stops a problem
+#: itself once its time is spent, after the config in hand (a plan, a check and a few timed
+#: runs), and goes on to the next problem without a restart.
+STOP_GRACE_S = 5.0
+
+
+def search_share(left: float, work: list[int]) -> float:
+    """Seconds the first of ``work`` (the products left, in multiply-adds) may search for.
+
+    Its part of the time ``left`` in proportion to its work, at least :data:`MIN_SHARE_S`, and
+    never so much that a later problem is left less than that: a 4096-token product, whose
+    config matters most, gets more time than a 16-token one.
+
+    Parameters
+    ----------
+    left : float
+        Seconds left to the batch (``inf`` for no bound).
+    work : list of int
+        The multiply-adds of this problem and of every later one.
+
+    Returns
+    -------
+    float
+        The seconds.
+
+    Examples
+    --------
+    >>> search_share(40.0, [3, 1]), search_share(40.0, [1, 3]), search_share(3.0, [4096, 16, 16])
+    (30.0, 10.0, 1.0)
+    >>> search_share(float("inf"), [1, 2])
+    inf
+    """
+    if math.isinf(left):
+        return left
+    proportional = left * work[0] / max(sum(work), 1)
+    return max(MIN_SHARE_S, min(proportional, left - MIN_SHARE_S * (len(work) - 1)))
+
+
+def search_stop(
+    now: float, batch_end: float | None, work: list[int], cap: float | None = None
+) -> float:
+    """When the first of ``work`` stops searching: ``now`` plus its share, capped.
+
+    The parent and the child of a batch search each compute it, with their own clock (the
+    parent's deadline adds :data:`STOP_GRACE_S`), so a child stops a problem by itself.
+
+    Parameters
+    ----------
+    now : float
+        The time the problem starts, on the clock ``batch_end`` is given in.
+    batch_end : float or None
+        When the whole batch ends; None for no bound beyond :data:`SEARCH_BUDGET_S` a problem.
+    work : list of int
+        The multiply-adds of this problem and of every later one.
+    cap : float, optional
+        Seconds one problem may take at most; default :data:`SEARCH_BUDGET_S`.
+
+    Returns
+    -------
+    float
+        The time, on the same clock.
+
+    Examples
+    --------
+    >>> search_stop(100.0, 140.0, [3, 1]), search_stop(100.0, None, [3, 1])
+    (115.0, 115.0)
+    >>> search_stop(100.0, 110.0, [1, 3])
+    102.5
+    """
+    left = math.inf if batch_end is None else batch_end - now
+    return now + min(SEARCH_BUDGET_S if cap is None else cap, search_share(left, work))
 
 
 def child_lines(

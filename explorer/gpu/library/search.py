@@ -238,6 +238,7 @@ def search_in_process(
     layout="cc",
     first: Iterable[int] = (),
     last: Iterable[int] = (),
+    stop_at: float | None = None,
 ) -> None:
     """Try the configs from position ``start`` of their order on, reporting each as it comes.
 
@@ -277,8 +278,12 @@ def search_in_process(
         Operand layouts of the plans tried (see :mod:`explorer.gpu.library.cusparselt`).
     first, last : iterable of int
         Config ids to try first and last (:func:`config_order`).
+    stop_at : float, optional
+        A :func:`time.time` past which no further config is tried (the first one always is):
+        the line ``{"stopped": position}`` then says where the search ended.
     """
     import json
+    import time
 
     dev = weight.device.index or 0
     n = padded_tokens(tokens, cw.dtype)
@@ -325,6 +330,9 @@ def search_in_process(
     probe.close()
     order = config_order(max(n_ids, 1), first, last)
     for at in range(start, len(order)):
+        if stop_at is not None and at > start and time.time() >= stop_at:
+            print(json.dumps({"stopped": at}), flush=True)
+            return
         alg = order[at]
         print(json.dumps({"try": alg, "at": at}), flush=True)
         try:

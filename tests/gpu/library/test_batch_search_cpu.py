@@ -13,16 +13,20 @@ import time
 
 import pytest
 
-from explorer.gpu.library import batch_search, tuning
+from explorer.gpu.library import batch_search, child_process, tuning
 from explorer.gpu.library.search import config_order
 from explorer.gpu.library.tuning import Problem
 
 CHILD = r"""
 import json, os, sys, time
+from explorer.gpu.library.child_process import search_stop
 spec, job, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 plan = json.loads(open(sys.argv[5]).read())
-jobs = json.loads(open(spec).read())
+listed = json.loads(open(spec).read())
+jobs, batch_end, cap = listed["jobs"], listed["batch_end"], listed["cap"]
+work = [j["m"] * j["n"] * j["k"] for j in jobs]
 log = open(plan["log"], "a")
+open(plan["starts"], "a").write(f"{job}\n")
 if plan.get("fail_at_start"):
     sys.stderr.write("ImportError: no module named cuda\n")
     sys.exit(1)
@@ -31,8 +35,15 @@ for i in range(job, len(jobs)):
     late = [a for a in dict.fromkeys(last) if 0 <= a < plan["ids"]]
     early = [a for a in dict.fromkeys(first) if 0 <= a < plan["ids"] and a not in late]
     order = early + [a for a in range(plan["ids"]) if a not in early and a not in late] + late
+    stop_at = search_stop(time.time(), batch_end, work[i:], cap)
+    if i == job and listed["resume"] is not None:
+        stop_at = listed["resume"]
     print(json.dumps({"job": i}), flush=True)
-    for at in range(start if i == job else 0, len(order)):
+    begin = start if i == job else 0
+    for at in range(begin, len(order)):
+        if not plan.get("ignore_stop") and at > begin and time.time() >= stop_at:
+            print(json.dumps({"stopped": at}), flush=True)  # as search_in_process does
+            break
         alg = order[at]
         print(json.dumps({"try": alg, "at": at}), flush=True)
         log.write(f"{i} {alg}\n"); log.flush()
@@ -58,13 +69,26 @@ def search(tmp_path, monkeypatch):
     child.write_text(CHILD)
     log = tmp_path / "tried.txt"
     log.write_text("")
+    starts = tmp_path / "starts.txt"
+    starts.write_text("")
 
-    def run(problems, ids=8, crash=None, sleep=0.0, ms=None, fail_at_start=False, **kw):
+    def run(
+        problems,
+        ids=8,
+        crash=None,
+        sleep=0.0,
+        ms=None,
+        fail_at_start=False,
+        ignore_stop=False,
+        **kw,
+    ):
         plan = tmp_path / "plan.json"
         plan.write_text(
             json.dumps(
                 {
                     "log": str(log),
+                    "starts": str(starts),
+                    "ignore_stop": ignore_stop,
                     "ids": ids,
                     "crash": {str(k): v for k, v in (crash or {}).items()},
                     "sleep": sleep,
@@ -93,6 +117,7 @@ def search(tmp_path, monkeypatch):
     def tried() -> list[tuple[int, int]]:
         return [tuple(int(v) for v in line.split()) for line in log.read_text().splitlines()]
 
+    tried.starts = lambda: [int(v) for v in starts.read_text().split()]  # each child's first job
     yield run, tried
     tuning._TABLE = None
 
@@ -159,17 +184,30 @@ def test_the_likeliest_configs_from_the_tables_go_first(search):
 
 def test_a_problem_whose_time_runs_out_keeps_the_best_config_it_tried(search, monkeypatch):
     run, tried = search
-    monkeypatch.setattr(batch_search, "SEARCH_BUDGET_S", 0.6)
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 0.6)
     problems = _problems(2)
     found = run(problems, sleep=0.25, ms={0: 2.0, 1: 1.5})
     first = [a for j, a in tried() if j == 0]
     assert 1 <= len(first) < 8  # stopped early
-    assert found[problems[0]] in first and found.cut_short[:1] == [problems[0]]
+    assert found[problems[0]] in first and found.cut_short == problems
     assert [a for j, a in tried() if j == 1]  # the next problem still ran
+    assert tried.starts() == [0]  # in the same child: it stopped the first problem itself
+
+
+def test_a_child_that_does_not_stop_is_ended_after_the_grace(search, monkeypatch):
+    run, tried = search
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 0.6)
+    monkeypatch.setattr(batch_search, "STOP_GRACE_S", 0.4)
+    problems = _problems(2)
+    found = run(problems, sleep=0.25, ms={0: 2.0, 1: 1.5}, ignore_stop=True)
+    first = [a for j, a in tried() if j == 0]
+    assert 1 <= len(first) < 8 and found[problems[0]] in first
+    assert found.cut_short[:1] == [problems[0]]
+    assert tried.starts()[:2] == [0, 1]  # ended, and a new child for the next problem
 
 
 def test_the_batch_budget_bounds_the_whole_search(search):
-    run, _ = search
+    run, tried = search
     problems = _problems(4)
     began = time.monotonic()
     found = run(problems, sleep=0.2, budget_s=2.0)
@@ -177,6 +215,7 @@ def test_the_batch_budget_bounds_the_whole_search(search):
     assert took < 2.0 + 4.0  # (the budget, and slack for a loaded machine)
     assert set(found) == set(problems)
     assert found.cut_short  # each share is too short for eight configs
+    assert tried.starts() == [0]  # one child for the whole batch: no restart per problem
     stopped = set(found.cut_short) | set(found.not_started)
     assert all(found[p] is None for p in found.not_started)
     assert stopped and stopped <= set(problems)
@@ -219,3 +258,16 @@ def test_a_bad_budget_is_refused_with_the_value():
 def test_config_order_tries_every_id_once(count, first, last, expected):
     order = config_order(count, first, last)
     assert order == expected and sorted(order) == list(range(count))
+
+
+def test_a_problem_resumed_after_a_crash_keeps_its_stop_time(search, monkeypatch):
+    run, tried = search
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 1.0)
+    problems = _problems(2)
+    began = time.monotonic()
+    found = run(problems, ids=40, sleep=0.1, crash={0: [7]})
+    assert tried.starts()[:2] == [0, 0]  # restarted once, inside the first problem
+    first = [a for j, a in tried() if j == 0]
+    # 1 s of configs in all for the first problem (about 10), not 1 s more after the restart
+    assert 7 < len(first) <= 13 and 7 not in found.values()
+    assert found.cut_short == problems and time.monotonic() - began < 6.0
