@@ -58,7 +58,7 @@ from explorer.gpu.library.tuning import (
     worth_searching,
 )
 
-__all__ = ["MODEL_SEARCH_BUDGET_S", "SearchResults", "tune_problems"]
+__all__ = ["MODEL_SEARCH_BUDGET_S", "SearchResults", "child_jobs", "tune_problems", "write_jobs"]
 
 #: Seconds the search :func:`explorer.sparsify` runs for one model's unknown shapes may take in
 #: all, child starts and restarts included (the issue's bound is 60 s for up to eight shapes).
@@ -198,13 +198,9 @@ def tune_problems(
             return ends[j]
 
         while job < len(jobs) and time.monotonic() < batch_end:
-            listed = [{**asdict(p), **o} for (p, _), o in zip(jobs, orders, strict=True)]
-            cap = child_process.SEARCH_BUDGET_S
             # a problem resumed after a crash keeps the stop time it started with
             resume = time.time() + ends[job] - time.monotonic() if job in ends else None
-            spec.write_text(
-                json.dumps({"batch_end": wall_end, "cap": cap, "resume": resume, "jobs": listed})
-            )
+            write_jobs(spec, [p for p, _ in jobs], orders, wall_end, resume)
             cmd = _child_command(spec, job, start, device)
             errors = Path(tmp) / f"stderr-{restarts}.txt"
             restarts += 1
@@ -317,20 +313,74 @@ def _settle(job, results, table) -> int | None:
     return alg
 
 
+def write_jobs(
+    spec: Path,
+    problems: list[Problem],
+    orders: list[dict],
+    batch_end: float | None,
+    resume: float | None = None,
+) -> None:
+    """Write the job file a search child reads (:func:`child_jobs`).
+
+    Parameters
+    ----------
+    spec : Path
+        The file.
+    problems : list of Problem
+        The batch's problems, in order.
+    orders : list of dict
+        Each problem's ``{"first": [...], "last": [...]}`` config ids.
+    batch_end : float or None
+        The :func:`time.time` at which the batch ends; None for no bound.
+    resume : float, optional
+        The stop time of the problem a restarted child resumes.
+    """
+    listed = [{**asdict(p), **o} for p, o in zip(problems, orders, strict=True)]
+    cap = child_process.SEARCH_BUDGET_S
+    spec.write_text(
+        json.dumps({"batch_end": batch_end, "cap": cap, "resume": resume, "jobs": listed})
+    )
+
+
+def child_jobs(spec: str | Path, job: int, start: int):
+    """The problems a search child runs, read from the parent's job file, with their stop times.
+
+    The child's side of the file :func:`tune_problems` writes (kept apart from the GPU work so
+    that it is tested on any machine): each problem from ``job`` on, the configs to try first
+    and last, the position to begin at and the :func:`time.time` its search stops at
+    (:func:`~explorer.gpu.library.child_process.search_stop`, as the parent counts it; for a
+    problem resumed after a crash, the stop time it started with).
+
+    Parameters
+    ----------
+    spec : str or Path
+        The job file.
+    job, start : int
+        The first problem to run, and the position in its config order to begin at.
+
+    Yields
+    ------
+    tuple
+        ``(index, problem, first, last, begin, stop_at)``, each read when the problem starts.
+    """
+    listed = json.loads(Path(spec).read_text())
+    jobs, batch_end, cap, resume = (listed[k] for k in ("jobs", "batch_end", "cap", "resume"))
+    work = [j["m"] * j["n"] * j["k"] for j in jobs]
+    for i in range(job, len(jobs)):
+        entry = dict(jobs[i])
+        first, last = entry.pop("first", []), entry.pop("last", [])
+        stop_at = search_stop(time.time(), batch_end, work[i:], cap)  # as the parent counts it
+        if i == job and resume is not None:
+            stop_at = resume  # (resumed after a crash: the time it started with)
+        yield i, Problem(**entry), first, last, start if i == job else 0, stop_at
+
+
 def _child(spec: str, job: int, start: int, device: int) -> int:
     """The child of :func:`tune_problems`: tune jobs from ``job`` on, at position ``start``."""
     from explorer.gpu.library.search import search_in_process
 
-    listed = json.loads(Path(spec).read_text())
-    jobs, batch_end, cap, resume = (listed[k] for k in ("jobs", "batch_end", "cap", "resume"))
-    work = [j["m"] * j["n"] * j["k"] for j in jobs]
     torch.cuda.set_device(device)
-    for i in range(job, len(jobs)):
-        first, last = jobs[i].pop("first", []), jobs[i].pop("last", [])
-        p = Problem(**jobs[i])
-        stop_at = search_stop(time.time(), batch_end, work[i:], cap)  # as the parent counts it
-        if i == job and resume is not None:
-            stop_at = resume  # (resumed after a crash: the time it started with)
+    for i, p, first, last, begin, stop_at in child_jobs(spec, job, start):
         print(json.dumps({"job": i}), flush=True)
         dtype = tunable_dtype(p.dtype)
         gen = torch.Generator(device=f"cuda:{device}").manual_seed(i)
@@ -346,7 +396,6 @@ def _child(spec: str, job: int, start: int, device: int) -> int:
             print(json.dumps({"alg": rec[0], "ms": rec[1], "status": rec[2]}), flush=True)
 
         out = C.CUSPARSELT_DTYPES[dtype][0] if dtype.itemsize == 1 else dtype
-        begin = start if i == job else 0
         search_in_process(
             w, cw, p.n, p.epilogue, "time", out, 2e-2, 10, begin, report, p.layout, first, last,
             stop_at=stop_at,

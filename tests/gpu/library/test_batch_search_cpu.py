@@ -271,3 +271,25 @@ def test_a_problem_resumed_after_a_crash_keeps_its_stop_time(search, monkeypatch
     # 1 s of configs in all for the first problem (about 10), not 1 s more after the restart
     assert 7 < len(first) <= 13 and 7 not in found.values()
     assert found.cut_short == problems and time.monotonic() - began < 6.0
+
+
+def test_the_child_reads_the_job_file_the_parent_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 15.0)
+    problems = [Problem(4096, 4096, 4096, "float16"), Problem(1024, 16, 4096, "bfloat16", "rr")]
+    orders = [{"first": [3, 1], "last": []}, {"first": [], "last": [7]}]
+    spec = tmp_path / "jobs.json"
+    now = time.time()
+    batch_search.write_jobs(spec, problems, orders, now + 10.0)
+    jobs = list(batch_search.child_jobs(spec, 0, 2))
+    assert [j[1] for j in jobs] == problems
+    assert [(j[0], j[2], j[3], j[4]) for j in jobs] == [(0, [3, 1], [], 2), (1, [], [7], 0)]
+    # the large product takes its share of the 10 s left, the small one keeps its second
+    assert jobs[0][5] == pytest.approx(now + 9.0, abs=0.5)
+    assert jobs[1][5] == pytest.approx(now + 10.0, abs=0.5)
+    # a restarted child resumes a problem with the stop time it started with; no bound: 15 s
+    batch_search.write_jobs(spec, problems, orders, None, resume=now + 1.5)
+    resumed = list(batch_search.child_jobs(spec, 1, 4))
+    assert [(j[0], j[4], j[5]) for j in resumed] == [(1, 4, now + 1.5)]
+    batch_search.write_jobs(spec, problems, orders, None)
+    unbounded = next(batch_search.child_jobs(spec, 0, 0))
+    assert unbounded[5] == pytest.approx(time.time() + 15.0, abs=0.5)
