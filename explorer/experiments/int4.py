@@ -18,7 +18,9 @@ explorer's int8 decode kernel computes, not the int8 x int8 product of ``sparsif
 With ``admm=True`` (``--admm``) two more, each SparseGPT followed by the ADMM weight update
 (``prune(update="admm")``): ``2:4 + ADMM`` in float, and ``2:4 + int4 joint + ADMM``, whose
 update keeps the joint step's mask, scales and grid
-(:func:`~explorer.pruning.admm.admm_update_on_grid`).
+(:func:`~explorer.pruning.admm.admm_update_on_grid`). With ``permute=True`` (``--permute``)
+every pruned configuration first reorders the input channels (``prune(permute=True)``, its
+default time budget): the RTN rows round the permuted float model.
 
 Calibrated runs get the model's calibration batches (:data:`~explorer.experiments.settings.DEFAULTS`,
 seed 0). The group size is the largest multiple of 4 up to ``--group-size`` that divides every
@@ -111,6 +113,7 @@ def store_rows(
     dtype: str = "float32",
     higher_is_better: bool = True,
     calibration_samples: int | None = None,
+    permute: bool = False,
 ) -> list[dict]:
     """The experiment's rows as results-store rows (``kind``, ``config``, ``metrics``).
 
@@ -130,6 +133,8 @@ def store_rows(
         The direction of the models' metric.
     calibration_samples : int, optional
         The calibration samples SparseGPT was given.
+    permute : bool, default False
+        Whether the channels were permuted before pruning (``permute=True`` on the rows).
 
     Returns
     -------
@@ -153,6 +158,8 @@ def store_rows(
             config.update(method="sparsegpt", pattern="2:4", layers="all", seed=0)
             if r["config"] in _ADMM:
                 config["update"] = "admm"
+            if permute:
+                config["permute"] = True
             if calibration_samples is not None:
                 config["calibration_samples"] = calibration_samples
         if extra:
@@ -172,6 +179,7 @@ def run(
     db: str | Path | ResultStore | None = None,
     precision: str = "int4",
     admm: bool = False,
+    permute: bool = False,
 ) -> list[dict]:
     """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model (or int8).
 
@@ -191,6 +199,8 @@ def run(
         The weights' precision (see the module's docstring).
     admm : bool, default False
         Also measure SparseGPT followed by the ADMM update, in float and jointly quantized.
+    permute : bool, default False
+        Permute the input channels before every pruning (see the module's docstring).
 
     Returns
     -------
@@ -210,14 +220,20 @@ def run(
         )
     store = db if isinstance(db, ResultStore) or db is None else ResultStore(db)
     try:
-        return _run(models, group_size, progress, store, precision, admm)
+        return _run(models, group_size, progress, store, precision, admm, permute)
     finally:
         if store is not None and store is not db:
             store.close()
 
 
 def _run(
-    models, group_size: int, progress: bool, store: ResultStore | None, precision: str, admm: bool
+    models,
+    group_size: int,
+    progress: bool,
+    store: ResultStore | None,
+    precision: str,
+    admm: bool,
+    permute: bool,
 ) -> list[dict]:
     rows: list[dict] = []
     for name in models:
@@ -233,13 +249,14 @@ def _run(
         g = common_group_size([m.in_features for m in layers], group_size)
 
         def row(config: str, model: torch.nn.Module, seconds: float | None) -> dict:
-            return _row(bundle, name, g, config, model, seconds, precision)  # noqa: B023
+            return _row(bundle, name, g, config, model, seconds, precision, permute)  # noqa: B023
 
         rows.append(row("dense", bundle.model, None))
         # 1. SparseGPT 2:4, then the same model rounded to nearest on the int4 (int8) grid
         plain = copy.deepcopy(bundle.model)
         started = time.perf_counter()
-        result = prune(plain, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress)
+        result = prune(plain, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
+                       permute=permute)  # fmt: skip
         plain_seconds = time.perf_counter() - started
         rows.append(row("2:4", plain, plain_seconds))
         with torch.no_grad():
@@ -253,7 +270,7 @@ def _run(
         joint = copy.deepcopy(bundle.model)
         started = time.perf_counter()
         prune(joint, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
-              quantize=precision, group_size=g)  # fmt: skip
+              quantize=precision, group_size=g, permute=permute)  # fmt: skip
         rows.insert(-1, row(f"2:4 + {precision} joint", joint, time.perf_counter() - started))
         del joint
         if admm:
@@ -264,23 +281,33 @@ def _run(
                 updated = copy.deepcopy(bundle.model)
                 started = time.perf_counter()
                 prune(updated, "sparsegpt", "2:4", calib, bundle.filter_fn, progress=progress,
-                      update="admm", **quantized)  # fmt: skip
+                      update="admm", permute=permute, **quantized)  # fmt: skip
                 rows.insert(-1, row(config, updated, time.perf_counter() - started))
                 del updated
         if store is not None:
             dtype = dtype_name(next(bundle.model.parameters()).dtype)
             mine = [r for r in rows if r["model"] == name]
-            entries = store_rows(mine, dtype, bundle.higher_is_better, settings["calibration"])
+            entries = store_rows(
+                mine, dtype, bundle.higher_is_better, settings["calibration"], permute
+            )
             store.record_many(entries)
     return rows
 
 
 def _row(
-    bundle, name: str, g: int, config: str, model, seconds: float | None, precision: str
+    bundle,
+    name: str,
+    g: int,
+    config: str,
+    model,
+    seconds: float | None,
+    precision: str,
+    permute: bool,
 ) -> dict:
     value = float(bundle.evaluate(model)[bundle.metric])
     return {"model": name, "metric": bundle.metric, "config": config, "value": value,
-            "precision": precision, "group_size": g, "prune_seconds": seconds}  # fmt: skip
+            "precision": precision, "group_size": g, "prune_seconds": seconds,
+            "permute": permute}  # fmt: skip
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -306,9 +333,10 @@ def to_markdown(rows: list[dict]) -> str:
     for name in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == name]
         metric = mine[0]["metric"]
+        permuted = ", channels permuted" if mine[0].get("permute") else ""
         out += [
             f"**{name}** ({metric}, {mine[0].get('precision', 'int4')} group size "
-            f"{mine[0]['group_size']})",
+            f"{mine[0]['group_size']}{permuted})",
             "",
             "| configuration | value | seconds to prune |",
             "|---|---:|---:|",
@@ -323,7 +351,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--precision P] [--admm]``.
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--admm] [--permute]``.
 
     Parameters
     ----------
@@ -342,10 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--db", default=None, help="also record the rows in this results store")
     p.add_argument("--admm", action="store_true", help="also SparseGPT + the ADMM update")
+    p.add_argument("--permute", action="store_true", help="permute channels before pruning")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
-    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision, a.admm)
+    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision, a.admm, a.permute)
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(to_markdown(rows))

@@ -107,3 +107,14 @@ def test_the_admm_rows_say_so_in_the_store_and_on_their_points(tmp_path, capsys)
         "int4 2:4 sparsegpt admm joint",
         "int4 2:4 sparsegpt joint",
     ]
+
+
+def test_permuted_rows_say_so_in_the_table_and_the_store(tmp_path):
+    db = tmp_path / "permuted.db"
+    rows = int4.run(["digits-mlp"], progress=False, db=db, permute=True)
+    assert all(r["permute"] for r in rows)
+    assert "channels permuted" in int4.to_markdown(rows)
+    with ResultStore(db, readonly=True, source="local") as store:
+        stored = store.query(include_reference=False)
+    assert [r.config.get("permute") for r in stored] == [None, True, True, True]
+    assert all("permute" in p.label for p in quantized_points(stored))
