@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from explorer.checkpoint import save_sparse
 from explorer.checks import check_pattern
 from explorer.groupquant import quantize_rtn
 from explorer.lowbit import compress_int4
@@ -230,3 +231,19 @@ def test_permutation_and_admm_compose_with_joint_int4(tiny_transformer, token_ba
         w = tiny_transformer.get_submodule(fqn).weight.detach()
         assert check_pattern(result.masks[fqn], "2:4").valid
         assert torch.equal(compress_int4(w, 16, scales=result.scales[fqn]).decompress(), w)
+
+
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_joint_with_the_admm_update_in_bfloat16(fmt, tmp_path):
+    # a bfloat16 copy of int8 codes near 127 is off the grid by up to a quarter of a step
+    net, x = _layer(5, 32, 128)
+    net = net.to(torch.bfloat16)
+    calib = [x[:256].bfloat16(), x[256:].bfloat16()]
+    kwargs = dict(calibration=calib, quantize=fmt, group_size=32, progress=False, inplace=False)
+    joint = prune(net, "sparsegpt", "2:4", **kwargs)
+    updated = prune(net, "sparsegpt", "2:4", update="admm", **kwargs)
+    w = updated.model[0].weight
+    assert w.dtype == torch.bfloat16 and bool((w[~updated.masks["0"]] == 0).all())
+    assert updated.errors["0"] < joint.errors["0"]
+    save_sparse(updated.model, tmp_path / "q.safetensors", updated, progress=False)
+    assert (tmp_path / "q.safetensors").exists()
