@@ -20,7 +20,9 @@ so trying every config of one problem takes about a minute):
   CUDA) costs seconds, as much as a short share. The parent ends a child only
   :data:`~explorer.gpu.library.child_process.STOP_GRACE_S` after a problem's time (a child
   stuck in a config) or at the batch's end. A problem whose time runs out keeps the best config
-  it tried; one never started keeps the library's default;
+  it tried, in this process only: it is not written to the table, so a later process searches
+  it again, each time with the shares of fewer problems; one never started keeps the
+  library's default;
 * **the likeliest configs first.** Configs that were fastest most often in the tables for the
   same layout and a similar token count (:func:`~explorer.gpu.library.tuning.likely_configs`)
   are tried before the rest (:func:`~explorer.gpu.library.search.config_order`), so a short
@@ -224,7 +226,7 @@ def tune_problems(
                         if rec["job"] != current:
                             bar.update(rec["job"] - current)
                             for j in range(current, rec["job"]):
-                                out[jobs[j][0]] = _settle(jobs[j], results, table)
+                                out[jobs[j][0]] = _settle(jobs[j], results, table, j in stopped)
                         current, tried = rec["job"], None
                     elif "try" in rec:
                         tried = (rec["try"], rec.get("at", rec["try"]))
@@ -237,13 +239,13 @@ def tune_problems(
                 code = proc.wait(timeout=timeout)  # at once: child_lines ends it when silent
             if code == 0:
                 for j in range(current, len(jobs)):
-                    out[jobs[j][0]] = _settle(jobs[j], results, table)
+                    out[jobs[j][0]] = _settle(jobs[j], results, table, j in stopped)
                 bar.update(len(jobs) - current)
                 break
             if time.monotonic() >= min(ends.get(current, math.inf) + STOP_GRACE_S, batch_end):
                 if current in ends:  # its time is spent: it keeps the best config it tried
                     out.cut_short.append(jobs[current][0])
-                    out[jobs[current][0]] = _settle(jobs[current], results, table)
+                    out[jobs[current][0]] = _settle(jobs[current], results, table, True)
                     job, start = current + 1, 0
                     bar.update(1)
                 continue  # (one never started is left to the batch's end)
@@ -259,7 +261,7 @@ def tune_problems(
                 break
             if tried is None:  # died between configs: give up on this problem
                 out.crashes.append((jobs[current][0], -1, _last_line(errors)))
-                out[jobs[current][0]] = _settle(jobs[current], results, table)
+                out[jobs[current][0]] = _settle(jobs[current], results, table, True)
                 job, start = current + 1, 0
                 bar.update(1)
                 continue
@@ -284,7 +286,7 @@ def tune_problems(
             continue
         if results[p]:
             out.cut_short.append(p)
-            out[p] = _settle((p, key), results, table)
+            out[p] = _settle((p, key), results, table, True)
         else:
             out.not_started.append(p)
             out[p] = None
@@ -301,15 +303,19 @@ def _child_command(spec: Path, job: int, start: int, device: int) -> list[str]:
     return [sys.executable, "-m", __name__, str(spec), str(job), str(start), str(device)]
 
 
-def _settle(job, results, table) -> int | None:
-    """The fastest correct config of a finished job, remembered (None if there is none)."""
+def _settle(job, results, table, partial: bool) -> int | None:
+    """The fastest correct config of a finished job, remembered (None if there is none).
+
+    A ``partial`` search (its time ran out, or it gave up after a crash) is remembered for this
+    process only, so that a later one searches it again instead of keeping a partial answer.
+    """
     problem, key = job
     good = [(ms, a) for a, ms, st in results[problem] if st == "ok" and ms is not None]
     if not good:
         return None
     alg = min(good)[1]
     if known_config(key) != alg:
-        remember({key: alg}, table)
+        remember({key: alg}, table, persist=not partial)
     return alg
 
 

@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"tuned {len(found) - len(missed) - len(found.not_started)} problems "
         f"({len(problems) - len(found)} already known), {len(missed)} without a correct config, "
-        f"{len(found.cut_short)} stopped at their time bound, {len(found.not_started)} not "
+        f"{len(found.cut_short)} stopped at their time bound (not written: run tune again to "
+        f"finish them), {len(found.not_started)} not "
         f"reached, {len(found.crashes)} crashed configs skipped, in {found.seconds:.0f} s; "
         f"table: {args.out or table_path()}"
     )

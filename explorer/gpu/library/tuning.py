@@ -374,7 +374,7 @@ def clear(disk: bool = False) -> None:
             table_path().unlink(missing_ok=True)
 
 
-def remember(found: dict[str, int], path: Path | None = None) -> None:
+def remember(found: dict[str, int], path: Path | None = None, persist: bool = True) -> None:
     """Add ``found`` to the table in memory and to the user's file (or ``path``).
 
     The file is replaced whole through a temporary file, so a reader never sees half of it; a
@@ -386,9 +386,14 @@ def remember(found: dict[str, int], path: Path | None = None) -> None:
         ``{key: config id}``, keys from :func:`problem_key`.
     path : Path, optional
         The table file (default: :func:`table_path`).
+    persist : bool, default True
+        False keeps ``found`` for this process only: the best of a search a time bound cut
+        short, which a later process searches again.
     """
     with _LOCK:
         _table().update(found)
+        if not persist:
+            return
         path = path or table_path()
         own = _read(path)
         own.update(found)

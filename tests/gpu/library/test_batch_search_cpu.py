@@ -293,3 +293,22 @@ def test_the_child_reads_the_job_file_the_parent_writes(tmp_path, monkeypatch):
     batch_search.write_jobs(spec, problems, orders, None)
     unbounded = next(batch_search.child_jobs(spec, 0, 0))
     assert unbounded[5] == pytest.approx(time.time() + 15.0, abs=0.5)
+
+
+def test_a_search_cut_short_is_kept_for_this_process_only(search, tmp_path, monkeypatch):
+    run, _ = search
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 0.6)
+    problems = _problems(2)
+    found = run(problems, ids=40, sleep=0.1, ms={0: 2.0, 1: 1.5})
+    assert found.cut_short == problems
+    keys = [tuning.problem_key(p) for p in problems]
+    assert [tuning.known_config(k) for k in keys] == [found[p] for p in problems]
+    table = tmp_path / "table.json"
+    written = json.loads(table.read_text()) if table.exists() else {}
+    assert not set(keys) & set(written)  # partial answers are not written down
+    # a later process (a fresh table) searches them again, and writes a whole search
+    tuning._TABLE = None
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 15.0)
+    again = run(problems[:1], ids=4)  # config 0 the fastest (1 ms)
+    assert again.cut_short == [] and again[problems[0]] == 0
+    assert json.loads(table.read_text()) == {keys[0]: 0}

@@ -123,7 +123,7 @@ def test_the_search_note_says_what_the_bounded_search_did():
     assert seconds == pytest.approx(48.5)
     (note,) = report.notes
     assert "16 shape and token-count problems" in note and "in 48.5 s" in note
-    assert "5 stopped at the 50 s bound" in note and "2 configs crashed" in note
+    assert "5 ran out of their share of the 50 s bound" in note and "2 configs crashed" in note
     report.notes.clear()
     model_swap._search_note(before, before, report)  # nothing searched: nothing said
     assert report.notes == []
