@@ -165,6 +165,25 @@ def _parser() -> _Parser:
         help="how each pruned 2:4 model is timed whole on a GPU: graphs (CUDA graphs, the "
         "GPU's time alone; default), eager, or compile (torch.compile's default mode)",
     )
+    p.add_argument(
+        "--quantize",
+        type=_csv,
+        default=[],
+        help="also prune each sparsegpt cell with its kept weights quantized jointly: int4, "
+        "int8 (weight-only, group-wise scales), e.g. --quantize int4",
+    )
+    p.add_argument(
+        "--group-size",
+        type=_int_at_least(4, "group size"),
+        default=128,
+        help="input columns per scale of the quantized cells (default 128)",
+    )
+    p.add_argument(
+        "--update",
+        choices=["admm"],
+        help="re-optimise each pruned layer's kept weights on calibration data after its mask "
+        "(on the grid where quantized)",
+    )
     p.add_argument("--db", type=Path, help="results database (default: the per-user cache)")
     p.add_argument("--name", help="sweep id, to grow one sweep over several runs")
     p.add_argument(
@@ -359,19 +378,14 @@ def _sweep(args) -> int:
             "--db :memory: keeps results in memory only: they would vanish when the sweep ends; "
             "pass a file such as --db results.db (or leave --db out for the per-user store)"
         )
+    grid = dict(
+        methods=args.methods, patterns=args.patterns, layer_sets=args.layer_sets,
+        dtypes=args.dtypes, tokens=args.tokens, calibration_samples=args.calibration_samples,
+        seed=args.seed, text=args.text, speed_mode=args.speed_mode, quantize=args.quantize,
+        group_size=args.group_size, update=args.update,
+    )  # fmt: skip
     # A grid that is refused is refused before the results database is created.
-    SweepConfig.make(
-        args.model,
-        args.methods,
-        args.patterns,
-        args.layer_sets,
-        args.dtypes,
-        args.tokens,
-        args.calibration_samples,
-        args.seed,
-        args.text,
-        args.speed_mode,
-    )
+    SweepConfig.make(args.model, **grid)
     if args.name is not None and not args.name.strip():
         raise ValueError(f"--name {args.name!r}: expected a non-empty sweep id")
     executor = None
@@ -401,23 +415,8 @@ def _sweep(args) -> int:
         )
     store = ResultStore(args.db)
     try:
-        result = sweep(
-            args.model,
-            methods=args.methods,
-            patterns=args.patterns,
-            layer_sets=args.layer_sets,
-            dtypes=args.dtypes,
-            tokens=args.tokens,
-            db=store,
-            progress=not args.no_progress,
-            executor=executor,
-            name=args.name,
-            calibration_samples=args.calibration_samples,
-            seed=args.seed,
-            retry_failed=args.retry_failed,
-            text=args.text,
-            speed_mode=args.speed_mode,
-        )
+        result = sweep(args.model, db=store, progress=not args.no_progress, executor=executor,
+                       name=args.name, retry_failed=args.retry_failed, **grid)  # fmt: skip
         print(result)
         for row in result.rows(store):
             metric = row.metrics.get("metric")

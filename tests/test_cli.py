@@ -134,6 +134,12 @@ def test_tiny_real_sweep_via_python_dash_m(tmp_path):
         (["sweep", "--workers", "2", "--scheduler", "tcp://x:1"], "not allowed with"),
         (["sweep", "--calibration-samples", "0"], "calibration sample count"),
         (["sweep", "--seed", "-3"], "'-3' is not a valid seed"),
+        (["sweep", "--quantize", "int4"], "hold no sparsegpt; add it to the methods"),
+        (
+            ["sweep", "--methods", "sparsegpt", "--quantize", "int4", "--group-size", "2"],
+            "group size",
+        ),
+        (["sweep", "--update", "lbfgs"], "invalid choice: 'lbfgs'"),
         (["doctor", "digits-mlp", "--capability", "99.9"], "99.9"),
         (["doctor", "digits-mlp", "--capability", "9.0", "--device", "A100"], "not allowed with"),
         (["doctor", "digits-mlp", "--tokens", "0"], "token count"),
@@ -149,6 +155,7 @@ def test_numeric_and_exclusive_options_are_validated(argv, words, capsys, tmp_pa
         argv = [*argv, "--notebook", str(tmp_path / "missing.ipynb")]
     code, _, err = run(argv, capsys)
     assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "results.db").exists()  # refused before the store was created
 
 
 def test_doctor_refuses_an_impossible_capability_from_python():

@@ -37,7 +37,7 @@ MAX_LINES = 500
 LARGE_MODULES = {
     "explorer/checkpoint/load.py": 573,
     "explorer/checkpoint/onnx_check.py": 520,
-    "explorer/cli.py": 668,
+    "explorer/cli.py": 667,
     "explorer/diagnosis.py": 543,
     "explorer/gpu/library/cusparselt.py": 939,
     "explorer/gpu/cuda/decode_int4.py": 547,

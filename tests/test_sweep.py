@@ -75,6 +75,55 @@ def test_bad_grid_names_the_value(kwargs, match):
         SweepConfig.make("digits-mlp", **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"methods": "sparsegpt", "quantize": "int3"}, "quantize='int3' unknown"),
+        ({"methods": "magnitude,wanda", "quantize": "int4"}, "hold no sparsegpt"),
+        ({"methods": "sparsegpt", "quantize": "int4", "group_size": 30}, "multiple of 4"),
+        ({"update": "lbfgs"}, "update='lbfgs' unknown"),
+    ],
+)
+def test_bad_quantize_or_update_names_the_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SweepConfig.make("digits-mlp", **kwargs)
+
+
+def test_quantize_adds_a_cell_per_format_to_each_sparsegpt_cell_and_keeps_old_ids():
+    plain = SweepConfig.make("digits-mlp", methods="magnitude,sparsegpt")
+    cfg = SweepConfig.make(
+        "digits-mlp", methods="magnitude,sparsegpt", quantize="int4,int8", group_size=64,
+        update="admm",
+    )  # fmt: skip
+    prune = [c.config for c in cfg.cells() if c.kind == "prune"]
+    assert [(c["method"], c.get("quant"), c.get("group_size")) for c in prune] == [
+        ("magnitude", None, None),
+        ("sparsegpt", None, None),
+        ("sparsegpt", "int4", 64),
+        ("sparsegpt", "int8-weights", 64),
+    ]
+    assert all(c["update"] == "admm" for c in prune)
+    assert SweepConfig.from_json(cfg.to_json()) == cfg and cfg.sweep_id != plain.sweep_id
+    # a grid without them hashes as before they existed
+    assert SweepConfig.make("digits-mlp").sweep_id == "digits-mlp-03687dc45c"
+
+
+def test_quantized_sweep_cells_become_quantized_points(tmp_path):
+    from explorer.results.quantized_points import quantized_points
+
+    result = sweep("digits-mlp", methods="sparsegpt", quantize="int4", group_size=64,
+                   update="admm", db=tmp_path / "q.db", progress=False)  # fmt: skip
+    assert result.failed == 0
+    rows = result.rows()
+    pruned = {r.config.get("quant"): r for r in rows.where(kind="prune")}
+    assert set(pruned) == {None, "int4"} and pruned["int4"].config["group_size"] == 64
+    assert 0.9 < pruned["int4"].metrics["accuracy"] <= 1.0
+    points = quantized_points(rows)
+    assert [p.label for p in points] == ["int4 2:4 sparsegpt admm joint"]
+    timed = [r for r in rows.where(kind="model-speed") if r.config.get("quant") == "int4"]
+    assert timed and all(r.status == "skipped" and "quantized weights" in r.error for r in timed)
+
+
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(cells, "run_cell", fake_cell)
     db = tmp_path / "r.db"

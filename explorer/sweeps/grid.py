@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from explorer.dtypes import dtype_name
 from explorer.results.model_speed import DEFAULT_SPEED_MODE, check_speed_mode
 from explorer.results.store.canonical import config_key
+from explorer.sweeps.joint_quant import QUANT_OF, joint_formats
 
 __all__ = [
     "CELL_VERSION",
@@ -165,6 +166,17 @@ class SweepConfig:
     text : str or None
         For a checkpoint folder (``model`` is its absolute path): the text file it is
         evaluated and calibrated on (see :func:`explorer.models.from_pretrained`).
+    quantize : tuple of str
+        Weight formats (``"int4"``, ``"int8"``) each SparseGPT cell is also pruned and
+        quantized jointly in (``prune(quantize=...)``): one more prune cell per format, its rows
+        with ``quant`` (``"int4"``, or ``"int8-weights"`` for int8 weight-only), which the
+        trade-off plot draws as quantized points.
+    group_size : int
+        Input columns per quantization scale of those cells (a multiple of 4 dividing the
+        pruned layers' widths).
+    update : str or None
+        A weight update every prune cell runs after its mask (``"admm"``), on the grid where
+        quantized.
 
     Examples
     --------
@@ -185,6 +197,9 @@ class SweepConfig:
     seed: int = 0
     text: str | None = None
     speed_mode: str = DEFAULT_SPEED_MODE
+    quantize: tuple[str, ...] = ()
+    group_size: int = 128
+    update: str | None = None
 
     @classmethod
     def make(
@@ -199,6 +214,9 @@ class SweepConfig:
         seed: int = 0,
         text: object = None,
         speed_mode: str = DEFAULT_SPEED_MODE,
+        quantize: object = (),
+        group_size: int = 128,
+        update: str | None = None,
     ) -> SweepConfig:
         """Validate and normalise the axes (comma-separated strings or lists) into a config.
 
@@ -219,6 +237,12 @@ class SweepConfig:
             The text file of a checkpoint folder; refused for a bundled model.
         speed_mode : str, optional
             The execution mode pruned 2:4 models are timed in.
+        quantize : str or sequence, optional
+            Formats SparseGPT cells are also quantized jointly in (``"int4"``, ``"int8"``).
+        group_size : int, optional
+            Input columns per scale of the quantized cells.
+        update : str, optional
+            The weight update after every mask (``"admm"``).
 
         Returns
         -------
@@ -237,6 +261,15 @@ class SweepConfig:
         method_names = _names(methods, "methods", '["magnitude", "wanda"]')
         check_known(model, method_names)
         model, text = _checkpoint(model, text)
+        from explorer.pruning.methods import UPDATES
+
+        formats = joint_formats(
+            _names(quantize, "quantize", '["int4"]') if quantize else (), method_names, group_size
+        )
+        if update is not None and update not in UPDATES:
+            raise ValueError(
+                f"update={update!r} unknown; choose one of {', '.join(map(repr, UPDATES))} or None"
+            )
         return cls(
             model=model,
             methods=method_names,
@@ -250,6 +283,9 @@ class SweepConfig:
             seed=seed,
             text=text,
             speed_mode=speed_mode,
+            quantize=formats,
+            group_size=group_size,
+            update=update,
         )
 
     @property
@@ -265,6 +301,9 @@ class SweepConfig:
             del spec["text"]
         if spec["speed_mode"] == DEFAULT_SPEED_MODE:
             del spec["speed_mode"]
+        for field, default in (("quantize", ()), ("group_size", 128), ("update", None)):
+            if spec[field] == default:  # (fields added later hash as before when unused)
+                del spec[field]
         label = self.model.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
         return f"{label}-{config_key(spec, 10)}"
 
@@ -303,21 +342,28 @@ class SweepConfig:
         if self.text is not None:
             base["load"] = {"text": self.text}
         out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
+        update = {} if self.update is None else {"update": self.update}
         for method, pattern, layers, dtype in itertools.product(
             self.methods, self.patterns, self.layer_sets, self.dtypes
         ):
+            quantized = [
+                {"quant": QUANT_OF[f], "group_size": self.group_size} for f in self.quantize
+            ]
             for tokens in (self.tokens or (1024,)) if layers == "fast" else (None,):
-                out.append(
-                    prune_cell(
-                        {**base, "dtype": dtype},
-                        method,
-                        pattern,
-                        layers,
-                        self.calibration_samples,
-                        self.seed,
-                        **({} if tokens is None else {"tokens": tokens}),
+                for steps in [{}, *(quantized if method == "sparsegpt" else [])]:
+                    out.append(
+                        prune_cell(
+                            {**base, "dtype": dtype},
+                            method,
+                            pattern,
+                            layers,
+                            self.calibration_samples,
+                            self.seed,
+                            **({} if tokens is None else {"tokens": tokens}),
+                            **update,
+                            **steps,
+                        )
                     )
-                )
         measured = [model_speed_cell(c, self.speed_mode, self.tokens) for c in out]
         timed = [p for p in self.patterns if p in SPEED_PATTERNS]
         for pattern, layers, dtype, tokens in itertools.product(

@@ -51,6 +51,12 @@ def no_speed_reason(config: dict) -> str | None:
         return (
             "the dense baseline: nothing pruned, no sparse kernel to time (speed-ups are over it)"
         )
+    if config.get("quant"):
+        return (
+            f"quantized weights ({config['quant']}): the sweep times models with 16-bit "
+            "weights; a quantized model's speed comes from benchmarks/quantized_models.py rows, "
+            "which the trade-off plot takes for its points"
+        )
     if config.get("pattern") not in SPEED_PATTERNS:
         return (
             f"no sparse kernel for pattern {config.get('pattern')!r}: only 2:4 runs on sparse "

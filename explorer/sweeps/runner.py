@@ -150,6 +150,9 @@ def sweep(
     lease_timeout: float = 120.0,
     text: str | Path | None = None,
     speed_mode: str = DEFAULT_SPEED_MODE,
+    quantize: Iterable[str] | str = (),
+    group_size: int = 128,
+    update: str | None = None,
 ) -> SweepResult:
     """Run a resumable grid of pruning and speed measurements, committing each cell at once.
 
@@ -200,6 +203,14 @@ def sweep(
     speed_mode : {"graphs", "eager", "compile"}
         How each pruned 2:4 model is timed whole: CUDA graphs (the default, the GPU's time
         alone), eager calls, or ``torch.compile``'s default mode.
+    quantize : str or iterable of str, optional
+        ``"int4"``, ``"int8"``: each SparseGPT cell is also pruned with its kept weights
+        quantized jointly in that format (weight-only, group-wise), one more cell per format,
+        whose rows the trade-off plot draws as quantized points.
+    group_size : int, default 128
+        Input columns per scale of the quantized cells.
+    update : {None, "admm"}
+        The weight update every prune cell runs after its mask (on the grid when quantized).
 
     Returns
     -------
@@ -226,6 +237,9 @@ def sweep(
         seed,
         text,
         speed_mode,
+        quantize,
+        group_size,
+        update,
     )
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise ValueError(f"name={name!r}: expected a non-empty string or None")

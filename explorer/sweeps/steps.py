@@ -85,7 +85,8 @@ def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
     ----------
     config : dict
         The cell's configuration (``model``, ``method``, ``pattern``, ``layers``, ``seed``, and
-        the optional steps).
+        the optional steps: ``permute``, ``update``, and ``quant`` with ``group_size`` for
+        SparseGPT quantizing jointly).
     cancel : threading.Event or object with ``is_set()``, optional
         Passed to :func:`explorer.pruning.prune`.
 
@@ -106,6 +107,14 @@ def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
     bundle = bundle_for(config)
     model = copy.deepcopy(bundle.model)
     info = METHODS.get(config["method"])
+    quantized = {}
+    if config.get("quant"):  # joint 2:4 + int4 (int8) in SparseGPT's loop
+        from explorer.sweeps.joint_quant import QUANTIZE_FORMAT
+
+        quantized = {
+            "quantize": QUANTIZE_FORMAT[config["quant"]],
+            "group_size": config["group_size"],
+        }
     calibration = None
     if (info is not None and info.needs_calibration) or config.get("update"):
         calibration = bundle.calibration(config["calibration_samples"], config["seed"])
@@ -127,6 +136,7 @@ def pruned_copy(config: dict, cancel: Any = None) -> tuple[Any, nn.Module, Any]:
         cancel=cancel,
         permute=bool(config.get("permute")),
         update=config.get("update"),
+        **quantized,
     )
     return bundle, model, result
 

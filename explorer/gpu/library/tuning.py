@@ -17,6 +17,7 @@ import json
 import math
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,8 +197,6 @@ def _read(path: Path) -> dict[str, int]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, AttributeError, TypeError) as exc:
-        import warnings
-
         warnings.warn(f"ignoring the unreadable tuning table {path}: {exc}", stacklevel=3)
         return {}
 
@@ -387,8 +386,7 @@ def remember(found: dict[str, int], path: Path | None = None, persist: bool = Tr
     path : Path, optional
         The table file (default: :func:`table_path`).
     persist : bool, default True
-        False keeps ``found`` for this process only: the best of a search a time bound cut
-        short, which a later process searches again.
+        False: for this process only (a search cut short, which a later process searches again).
     """
     with _LOCK:
         _table().update(found)
@@ -403,8 +401,6 @@ def remember(found: dict[str, int], path: Path | None = None, persist: bool = Tr
             tmp.write_text(json.dumps(own, indent=0, sort_keys=True))
             tmp.replace(path)
         except OSError as exc:  # a read-only cache: the table still lives for this process
-            import warnings
-
             warnings.warn(f"tuned algorithms not saved to {path}: {exc}", stacklevel=3)
 
 
@@ -414,9 +410,8 @@ _SEARCHES = [0, 0.0, 0, 0]  # searches run in this process, seconds, cut short, 
 class SearchStats(NamedTuple):
     """What the algorithm searches of this process have done so far (:func:`search_stats`).
 
-    ``searches`` counts problems (a shape, token count and layout no table knew), ``seconds``
-    their time, ``cut_short`` those a time bound stopped before every config was tried (they
-    keep the best one tried, or the default), ``crashes`` the configs that killed a search child.
+    ``searches`` counts problems (shape, tokens and layout) no table knew, ``seconds`` their
+    time, ``cut_short`` those a time bound stopped early, ``crashes`` configs that killed a child.
     """
 
     searches: int

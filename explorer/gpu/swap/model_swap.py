@@ -352,9 +352,8 @@ def _search_note(now, before, report: SparsifyReport) -> float:
     searches, seconds, cut, crashes = (a - b for a, b in zip(now, before, strict=True))
     if searches:
         bounded = (
-            f"; {cut} ran out of their share of the {MODEL_SEARCH_BUDGET_S:.0f} s bound and "
-            "keep the best config tried, or the default, until a later process searches them "
-            "again"
+            f"; {cut} ran out of their share of the {MODEL_SEARCH_BUDGET_S:.0f} s bound and keep "
+            "the best config tried, or the default, until a later process searches them again"
             if cut
             else ""
         )

@@ -1,0 +1,68 @@
+"""A sweep's jointly quantized prune cells: the formats asked for, checked, and their ``quant``.
+
+``sweep(quantize="int4")`` adds, beside each SparseGPT prune cell, one pruned with its kept
+weights quantized inside SparseGPT's loop (``prune(quantize=...)``). Its rows carry ``quant``
+(``"int4"``, or ``"int8-weights"`` for int8 weight-only, the names of
+:data:`explorer.results.quantized_points.QUANT_PRECISION`) and ``group_size``, so the
+trade-off plot draws them as quantized points.
+"""
+
+from __future__ import annotations
+
+__all__ = ["QUANTIZE_FORMAT", "QUANT_OF", "joint_formats"]
+
+#: The ``quant`` of a jointly quantized prune cell's rows, by ``prune(quantize=...)`` format.
+QUANT_OF = {"int4": "int4", "int8": "int8-weights"}
+#: The ``prune(quantize=...)`` format of each such ``quant``.
+QUANTIZE_FORMAT = {quant: fmt for fmt, quant in QUANT_OF.items()}
+
+
+def joint_formats(formats: tuple[str, ...], methods: tuple[str, ...], group_size: object) -> tuple:
+    """Check a sweep's joint quantization formats against its methods and group size.
+
+    Parameters
+    ----------
+    formats : tuple of str
+        The formats asked for (``"int4"``, ``"int8"``); empty for none.
+    methods : tuple of str
+        The sweep's pruning methods: one must be ``"sparsegpt"``.
+    group_size : object
+        Input columns per scale: a multiple of 4.
+
+    Returns
+    -------
+    tuple of str
+        The formats, each once.
+
+    Raises
+    ------
+    ValueError
+        Naming the value: an unknown format, no SparseGPT among the methods, a bad group size.
+
+    Examples
+    --------
+    >>> joint_formats(("int4", "int4"), ("sparsegpt",), 64)
+    ('int4',)
+    >>> joint_formats(("int4",), ("wanda",), 64)
+    Traceback (most recent call last):
+    ...
+    ValueError: quantize='int4' quantizes inside SparseGPT's column loop, and the sweep's methods wanda hold no sparsegpt; add it to the methods
+    """
+    if not formats:
+        return ()
+    unknown = [f for f in formats if f not in QUANT_OF]
+    if unknown:
+        raise ValueError(
+            f"quantize={unknown[0]!r} unknown; expected any of {', '.join(QUANT_OF)} "
+            "(int8 is weight-only here)"
+        )
+    if "sparsegpt" not in methods:
+        raise ValueError(
+            f"quantize={','.join(formats)!r} quantizes inside SparseGPT's column loop, and "
+            f"the sweep's methods {', '.join(methods)} hold no sparsegpt; add it to the methods"
+        )
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 4:
+        raise ValueError(f"group_size={group_size!r}: expected a multiple of 4, e.g. 64 or 128")
+    if group_size % 4:
+        raise ValueError(f"group_size={group_size}: expected a multiple of 4, e.g. 64 or 128")
+    return tuple(dict.fromkeys(formats))
