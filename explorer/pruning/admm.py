@@ -289,10 +289,9 @@ def admm_update_on_grid(
     plain = h / norm[:, None] / norm[None, :]  # undamped: the calibration error, scaled
     target = w0 * norm
     step = full * norm  # the grid's step in the scaled coordinates
-    lo, hi = -quant.qmax * step, quant.qmax * step
 
     def project(v: torch.Tensor) -> torch.Tensor:
-        return torch.minimum(torch.maximum(torch.round(v / step) * step, lo), hi) * keep
+        return round_to_grid(v, step, quant.qmax).mul_(step) * keep
 
     def loss(v: torch.Tensor) -> float:
         d = v - target
@@ -318,8 +317,7 @@ def admm_update_on_grid(
             found = loss(z)
             if found < best_loss:
                 best, best_loss = z, found
-    codes = torch.round(best / step)
-    new = codes.mul_(full).masked_fill_(~keep, 0.0).add_(0.0)
+    new = round_to_grid(best, step, quant.qmax).mul_(full).masked_fill_(~keep, 0.0)
     new[:, dead] = first[:, dead]
     if reconstruction_loss(w0, new, h) < reconstruction_loss(w0, first, h):
         return new.to(dense.dtype)

@@ -183,7 +183,7 @@ def tune_problems(
     orders = [
         {"first": list(likely_configs(device, p.dtype, p.layout, p.n)), "last": []} for p, _ in jobs
     ]
-    stopped: set[int] = set()  # jobs the child stopped itself, their time spent
+    cut: set[int] = set()  # jobs whose time ran out: they keep the best config they tried
     # the batch's end on the wall clock, which the child reads too
     wall_end = time.time() + budget_s if budget_s is not None else None
     bar = tqdm(total=len(jobs), disable=not progress, desc="tune", unit="problem")
@@ -226,12 +226,12 @@ def tune_problems(
                         if rec["job"] != current:
                             bar.update(rec["job"] - current)
                             for j in range(current, rec["job"]):
-                                out[jobs[j][0]] = _settle(jobs[j], results, table, j in stopped)
+                                out[jobs[j][0]] = _settle(jobs[j], results, table, j in cut)
                         current, tried = rec["job"], None
                     elif "try" in rec:
                         tried = (rec["try"], rec.get("at", rec["try"]))
                     elif "stopped" in rec:  # the child spent this problem's time and goes on
-                        stopped.add(current)
+                        cut.add(current)
                         tried = None
                     elif "alg" in rec:
                         results[jobs[current][0]].append((rec["alg"], rec["ms"], rec["status"]))
@@ -239,12 +239,12 @@ def tune_problems(
                 code = proc.wait(timeout=timeout)  # at once: child_lines ends it when silent
             if code == 0:
                 for j in range(current, len(jobs)):
-                    out[jobs[j][0]] = _settle(jobs[j], results, table, j in stopped)
+                    out[jobs[j][0]] = _settle(jobs[j], results, table, j in cut)
                 bar.update(len(jobs) - current)
                 break
             if time.monotonic() >= min(ends.get(current, math.inf) + STOP_GRACE_S, batch_end):
                 if current in ends:  # its time is spent: it keeps the best config it tried
-                    out.cut_short.append(jobs[current][0])
+                    cut.add(current)
                     out[jobs[current][0]] = _settle(jobs[current], results, table, True)
                     job, start = current + 1, 0
                     bar.update(1)
@@ -278,20 +278,16 @@ def tune_problems(
                     orders[j]["last"] = list(bad)
             job, start = current, at + 1
     bar.close()
-    for j in stopped:  # those the child stopped itself keep the best config they tried
-        if jobs[j][0] not in out.cut_short:
-            out.cut_short.append(jobs[j][0])
-    for p, key in jobs:  # those the batch's budget stopped
+    for j, (p, key) in enumerate(jobs):  # those the batch's budget stopped
         if p in out:
             continue
         if results[p]:
-            out.cut_short.append(p)
+            cut.add(j)
             out[p] = _settle((p, key), results, table, True)
         else:
             out.not_started.append(p)
             out[p] = None
-    position = {p: j for j, (p, _) in enumerate(jobs)}
-    out.cut_short.sort(key=position.__getitem__)
+    out.cut_short = [jobs[j][0] for j in sorted(cut)]
     out.seconds = time.monotonic() - began
     return out
 

@@ -209,17 +209,16 @@ def test_a_child_that_does_not_stop_is_ended_after_the_grace(search, monkeypatch
 def test_the_batch_budget_bounds_the_whole_search(search):
     run, tried = search
     problems = _problems(4)
-    began = time.monotonic()
     found = run(problems, sleep=0.2, budget_s=2.0)
-    took = time.monotonic() - began
-    assert took < 2.0 + 4.0  # (the budget, and slack for a loaded machine)
+    # 2 s hold about 10 configs of 0.2 s, far from the 32 an unbounded search tries
+    assert 1 <= len(tried()) < 4 * 8
     assert set(found) == set(problems)
     assert found.cut_short  # each share is too short for eight configs
     assert tried.starts() == [0]  # one child for the whole batch: no restart per problem
     stopped = set(found.cut_short) | set(found.not_started)
     assert all(found[p] is None for p in found.not_started)
     assert stopped and stopped <= set(problems)
-    assert found.seconds == pytest.approx(took, abs=1.0)
+    assert found.seconds >= 0.2 * len(tried())  # every config tried slept 0.2 s of it
 
 
 def test_a_larger_product_gets_a_larger_share_of_a_bounded_batch(search):
@@ -262,15 +261,14 @@ def test_config_order_tries_every_id_once(count, first, last, expected):
 
 def test_a_problem_resumed_after_a_crash_keeps_its_stop_time(search, monkeypatch):
     run, tried = search
-    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 1.0)
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 2.0)
     problems = _problems(2)
-    began = time.monotonic()
-    found = run(problems, ids=40, sleep=0.1, crash={0: [7]})
+    found = run(problems, ids=60, sleep=0.1, crash={0: [7]})
     assert tried.starts()[:2] == [0, 0]  # restarted once, inside the first problem
     first = [a for j, a in tried() if j == 0]
-    # 1 s of configs in all for the first problem (about 10), not 1 s more after the restart
-    assert 7 < len(first) <= 13 and 7 not in found.values()
-    assert found.cut_short == problems and time.monotonic() - began < 6.0
+    # 2 s of configs in all for the first problem (about 20), not 2 s more after the restart
+    assert 7 < len(first) <= 24 and 7 not in found.values()
+    assert found.cut_short == problems and [a for j, a in tried() if j == 1]  # the next one ran
 
 
 def test_the_child_reads_the_job_file_the_parent_writes(tmp_path, monkeypatch):
