@@ -20,9 +20,12 @@ so trying every config of one problem takes about a minute):
   CUDA) costs seconds, as much as a short share. The parent ends a child only
   :data:`~explorer.gpu.library.child_process.STOP_GRACE_S` after a problem's time (a child
   stuck in a config) or at the batch's end. A problem whose time runs out keeps the best config
-  it tried, in this process only: it is not written to the table, so a later process searches
-  it again, each time with the shares of fewer problems; one never started keeps the
-  library's default;
+  it tried. Where that time was a share of the batch's bound, shorter than
+  :data:`~explorer.gpu.library.child_process.SEARCH_BUDGET_S`, the config is kept in this
+  process only: it is not written to the table, so a later process searches it again, each
+  time with the shares of fewer problems. Where it was the whole per-problem budget, no later
+  search would get more, and the config is written. One never started keeps the library's
+  default;
 * **the likeliest configs first.** Configs that were fastest most often in the tables for the
   same layout and a similar token count (:func:`~explorer.gpu.library.tuning.likely_configs`)
   are tried before the rest (:func:`~explorer.gpu.library.search.config_order`), so a short
@@ -184,6 +187,9 @@ def tune_problems(
         {"first": list(likely_configs(device, p.dtype, p.layout, p.n)), "last": []} for p, _ in jobs
     ]
     cut: set[int] = set()  # jobs whose time ran out: they keep the best config they tried
+    # jobs given less than a whole SEARCH_BUDGET_S (a share of the batch's bound): cut short,
+    # their best config is kept for this process only, as a later one may have more time
+    shared: set[int] = set()
     # the batch's end on the wall clock, which the child reads too
     wall_end = time.time() + budget_s if budget_s is not None else None
     bar = tqdm(total=len(jobs), disable=not progress, desc="tune", unit="problem")
@@ -197,6 +203,8 @@ def tune_problems(
                 now = time.monotonic()
                 end = None if math.isinf(batch_end) else batch_end
                 ends[j] = search_stop(now, end, work[j:], child_process.SEARCH_BUDGET_S)
+                if ends[j] - now < child_process.SEARCH_BUDGET_S:
+                    shared.add(j)
             return ends[j]
 
         while job < len(jobs) and time.monotonic() < batch_end:
@@ -226,7 +234,9 @@ def tune_problems(
                         if rec["job"] != current:
                             bar.update(rec["job"] - current)
                             for j in range(current, rec["job"]):
-                                out[jobs[j][0]] = _settle(jobs[j], results, table, j in cut)
+                                out[jobs[j][0]] = _settle(
+                                    jobs[j], results, table, j in cut & shared
+                                )
                         current, tried = rec["job"], None
                     elif "try" in rec:
                         tried = (rec["try"], rec.get("at", rec["try"]))
@@ -239,13 +249,14 @@ def tune_problems(
                 code = proc.wait(timeout=timeout)  # at once: child_lines ends it when silent
             if code == 0:
                 for j in range(current, len(jobs)):
-                    out[jobs[j][0]] = _settle(jobs[j], results, table, j in cut)
+                    out[jobs[j][0]] = _settle(jobs[j], results, table, j in cut & shared)
                 bar.update(len(jobs) - current)
                 break
             if time.monotonic() >= min(ends.get(current, math.inf) + STOP_GRACE_S, batch_end):
                 if current in ends:  # its time is spent: it keeps the best config it tried
                     cut.add(current)
-                    out[jobs[current][0]] = _settle(jobs[current], results, table, True)
+                    partial = current in shared
+                    out[jobs[current][0]] = _settle(jobs[current], results, table, partial)
                     job, start = current + 1, 0
                     bar.update(1)
                 continue  # (one never started is left to the batch's end)

@@ -293,11 +293,13 @@ def test_the_child_reads_the_job_file_the_parent_writes(tmp_path, monkeypatch):
     assert unbounded[5] == pytest.approx(time.time() + 15.0, abs=0.5)
 
 
-def test_a_search_cut_short_is_kept_for_this_process_only(search, tmp_path, monkeypatch):
+def test_a_search_cut_to_its_share_of_a_bound_is_kept_for_this_process_only(
+    search, tmp_path, monkeypatch
+):
     run, _ = search
-    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 0.6)
     problems = _problems(2)
-    found = run(problems, ids=40, sleep=0.1, ms={0: 2.0, 1: 1.5})
+    # a 1.5 s bound for two problems: each gets a share well under SEARCH_BUDGET_S
+    found = run(problems, ids=40, sleep=0.1, ms={0: 2.0, 1: 1.5}, budget_s=1.5)
     assert found.cut_short == problems
     keys = [tuning.problem_key(p) for p in problems]
     assert [tuning.known_config(k) for k in keys] == [found[p] for p in problems]
@@ -306,7 +308,18 @@ def test_a_search_cut_short_is_kept_for_this_process_only(search, tmp_path, monk
     assert not set(keys) & set(written)  # partial answers are not written down
     # a later process (a fresh table) searches them again, and writes a whole search
     tuning._TABLE = None
-    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 15.0)
     again = run(problems[:1], ids=4)  # config 0 the fastest (1 ms)
     assert again.cut_short == [] and again[problems[0]] == 0
     assert json.loads(table.read_text()) == {keys[0]: 0}
+
+
+def test_a_search_cut_at_the_per_problem_budget_is_written(search, tmp_path, monkeypatch):
+    # no bound on the batch: SEARCH_BUDGET_S is all any process would give the problem, so
+    # the best config it found is the search's answer and is written to the table
+    run, tried = search
+    monkeypatch.setattr(child_process, "SEARCH_BUDGET_S", 0.6)
+    problem = _problems(1)[0]
+    found = run([problem], ids=40, sleep=0.1, ms={0: 2.0, 1: 1.5})
+    assert found.cut_short == [problem] and len(tried()) < 40
+    key = tuning.problem_key(problem)
+    assert json.loads((tmp_path / "table.json").read_text()) == {key: found[problem]}
