@@ -304,6 +304,11 @@ def _no_speed(config) -> str | None:
         return f"no sparse kernel runs {config.pattern}: only 2:4 runs on sparse tensor cores"
     if config.dtype not in TIMED_DTYPES:
         return f"a model is timed in {' or '.join(TIMED_DTYPES)}, not {config.dtype}"
+    if config.quantize:
+        return (
+            f"the page times 16-bit 2:4 models; 2:4 on {config.quantize} weights is timed by "
+            "benchmarks/quantized_models.py on a GPU"
+        )
     return None
 
 

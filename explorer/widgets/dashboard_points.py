@@ -38,7 +38,7 @@ from explorer.results.model_speed import (
 from explorer.results.quantized_points import QuantizedPoint, quantized_points
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
 from explorer.results.store import StoreError
-from explorer.results.tradeoff import TradeoffPoint, choose_speed
+from explorer.results.tradeoff import SpeedChoice, TradeoffPoint, choose_speed
 from explorer.widgets.dashboard_status import summary
 from explorer.widgets.method_picker import MethodConfig
 
@@ -147,6 +147,15 @@ class Points:
         -------
         SpeedChoice
         """
+        if config.quantize:
+            return SpeedChoice(
+                None,
+                "none",
+                details={
+                    "why": f"2:4 on {config.quantize} weights is timed by the GPU benchmark "
+                    "(benchmarks/quantized_models.py), not estimated from 16-bit layer speeds"
+                },
+            )
         rows = self.state.layer_picker.rows
         estimate = estimate_speedup(
             {r.name: r.shape for r in rows},
@@ -355,6 +364,8 @@ class Points:
         run = state.runs.get(point.label)
         if config.method != "dense":
             self.method_picker.config = replace(config)
+        if config.permute:  # its masks are of the reordered weights, not of the dense ones
+            run = None
         if run is not None:
             with torch.no_grad():
                 for name, mask in run.masks.items():
@@ -364,9 +375,17 @@ class Points:
         state.layer_picker.refresh()
         self.events.emit("model")
         self.layer_view.select(state.selected)
+        if config.permute:
+            say(
+                "ok",
+                f"loaded the settings of {point.label}; the model stays dense: that run reordered "
+                "input channels, so its masks do not fit the dense weights. Press Run to prune "
+                "it again",
+            )
+            return
         note = (
             " (masks applied to the dense weights; run it again for the method's weight updates)"
-            if _updates_weights(config.method)
+            if _updates_weights(config.method) or config.update or config.quantize
             else ""
         )
         say("ok", f"loaded {point.label}{note}")

@@ -138,11 +138,11 @@ class Pruning:
             state.current = None
             bundle = state.bundle
             calibration = None
-            if config.calibration and min_calibration(config.method):
+            if config.calibration and (min_calibration(config.method) or config.update):
                 events.report(0.15, f"calibration: {config.calibration} samples")
                 calibration = bundle.calibration(config.calibration)
             self._check_cancel()
-            events.report(0.25, f"pruning with {config.method} {config.pattern}")
+            events.report(0.25, f"pruning: {config.label}")
             result = prune(
                 bundle.model,
                 config.method,
@@ -152,6 +152,7 @@ class Pruning:
                 inplace=True,
                 progress=False,
                 cancel=state.cancel,
+                **config.prune_options(),
             )
             self._check_cancel()
             events.report(0.8, "evaluating the pruned model")

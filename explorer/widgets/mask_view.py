@@ -561,7 +561,7 @@ class _PanelRow:
 
     def view(self):
         """The heatmaps in a row (ipywidgets ``HBox``)."""
-        from explorer.widgets.views import comparison_box
+        from explorer.widgets.comparison_view import comparison_box
 
         return comparison_box(self)
 

@@ -76,6 +76,17 @@ class MethodConfig:
         Dtype the speedup is estimated for.
     tokens : int
         Token count the speedup is estimated for.
+    permute : bool
+        Reorder input channels first so the N:M mask keeps more (``prune(permute=True)``).
+    update : {None, "admm"}
+        Re-optimise the kept weights on the calibration data after the mask is chosen
+        (``prune(update="admm")``); needs calibration samples.
+    quantize : {None, "int4", "int8"}
+        SparseGPT only: quantize the kept weights group-wise inside its column loop
+        (``prune(quantize=...)``). Such a run's speed is not estimated from layer shapes: 2:4 on
+        quantized weights is timed by the GPU benchmark, whose rows the plot draws apart.
+    group_size : int
+        Input columns per quantization scale (with ``quantize``).
 
     Examples
     --------
@@ -90,6 +101,12 @@ class MethodConfig:
     Traceback (most recent call last):
     ...
     ValueError: pattern '4:2': N:M needs 1 <= N < M (keep N of every M weights), got N=4, M=2; e.g. "2:4" or "4:8"
+    >>> MethodConfig("sparsegpt", permute=True, update="admm", quantize="int4", group_size=64).label
+    'sparsegpt 2:4 all float16 permuted +ADMM int4 G64'
+    >>> MethodConfig("magnitude", calibration=0, update="admm")
+    Traceback (most recent call last):
+    ...
+    ValueError: update='admm' re-optimises the kept weights on calibration data, but calibration is 0 samples; use at least 1, e.g. calibration=32, or update=None
     """
 
     method: str = "magnitude"
@@ -98,6 +115,10 @@ class MethodConfig:
     layers: tuple[str, ...] | None = None
     dtype: str = "float16"
     tokens: int = 1024
+    permute: bool = False
+    update: str | None = None
+    quantize: str | None = None
+    group_size: int = 128
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method:
@@ -129,6 +150,33 @@ class MethodConfig:
                 'e.g. "2:4"'
             )
         object.__setattr__(self, "pattern", Pattern.parse(self.pattern).name)
+        self._check_steps()
+
+    def _check_steps(self) -> None:
+        """Check ``permute``, ``update``, ``quantize`` and ``group_size`` as ``prune`` will."""
+        from explorer.pruning import UPDATES
+        from explorer.pruning.methods import check_quantize
+
+        if not isinstance(self.permute, bool):
+            raise TypeError(f"permute must be True or False, got {self.permute!r}")
+        pattern = Pattern.parse(self.pattern)
+        if self.permute and pattern.kind != "nm":
+            raise ValueError(
+                f"permute=True reorders channels for N:M patterns; {pattern.name!r} does not "
+                "depend on the channel order. Use permute=False"
+            )
+        if self.update is not None and self.update not in UPDATES:
+            raise ValueError(
+                f"unknown weight update {self.update!r}; choose one of "
+                f"{', '.join(map(repr, UPDATES))} or None"
+            )
+        if self.update is not None and self.calibration < 1:
+            raise ValueError(
+                f"update={self.update!r} re-optimises the kept weights on calibration data, but "
+                f"calibration is {self.calibration} samples; use at least 1, e.g. "
+                "calibration=32, or update=None"
+            )
+        check_quantize(self.quantize, self.group_size, self.method, pattern, {})
 
     @property
     def layer_set(self) -> str:
@@ -141,8 +189,28 @@ class MethodConfig:
 
     @property
     def label(self) -> str:
-        """One-line label: method, pattern, layer set, dtype."""
-        return f"{self.method} {self.pattern} {self.layer_set} {self.dtype}"
+        """One-line label: method, pattern, layer set, dtype, then the steps added to them."""
+        steps = [
+            *(["permuted"] if self.permute else []),
+            *([f"+{self.update.upper()}"] if self.update else []),
+            *([f"{self.quantize} G{self.group_size}"] if self.quantize else []),
+        ]
+        return " ".join([self.method, self.pattern, self.layer_set, self.dtype, *steps])
+
+    def prune_options(self) -> dict:
+        """The keyword arguments of :func:`explorer.pruning.prune` this configuration adds.
+
+        Examples
+        --------
+        >>> MethodConfig("sparsegpt", update="admm").prune_options()
+        {'permute': False, 'update': 'admm', 'quantize': None, 'group_size': 128}
+        """
+        return {
+            "permute": self.permute,
+            "update": self.update,
+            "quantize": self.quantize,
+            "group_size": self.group_size,
+        }
 
     def to_json(self) -> str:
         """JSON text that :meth:`from_json` reads back."""

@@ -13,10 +13,10 @@ from explorer._html import escape
 from explorer.errors import require
 from explorer.widgets._plotly import figure_widget
 from explorer.widgets.method_picker import min_calibration
+from explorer.widgets.step_controls import StepControls
 
 __all__ = [
     "DashboardView",
-    "comparison_box",
     "load_ipywidgets",
     "mask_figure",
     "on_main_thread",
@@ -111,23 +111,6 @@ def mask_figure(viewer, height: int = 420, on_click=None, width: int | None = No
     viewer.on_change(on_main_thread(redraw))
     fig.data[0].on_click(clicked)
     return fig
-
-
-def comparison_box(comparison, height: int = 360):
-    """Three heatmaps in a row; a click in any zooms all three.
-
-    Parameters
-    ----------
-    comparison : MaskComparison
-        The comparison.
-    height : int, optional
-        The figures' height in pixels.
-    """
-    w = load_ipywidgets()
-    figs = [mask_figure(p, height, on_click=comparison.click) for p in comparison.panels]
-    for fig in figs:
-        fig.layout.width = 380
-    return w.HBox(figs)
 
 
 def _tradeoff_data(go, plot) -> list:
@@ -282,6 +265,7 @@ class DashboardView:
             step=1,
             description="calibration",
         ).add_class("explorer-calibration")
+        self.steps = StepControls(w, cfg)
         self.layers = w.Dropdown(
             options=[
                 ("all prunable", "all"),
@@ -336,6 +320,7 @@ class DashboardView:
                 self.method,
                 self.pattern_choice,
                 self.calibration,
+                self.steps.box,
                 self.layers,
                 self.layer_glob,
                 self.dtype,
@@ -373,6 +358,7 @@ class DashboardView:
             self.calibration,
             self.dtype,
             self.tokens,
+            *self.steps.controls,
         ):
             control.observe(self._on_config, names="value")
         self.run.on_click(self._on_run)
@@ -473,6 +459,7 @@ class DashboardView:
                 calibration=int(self.calibration.value),
                 dtype=self.dtype.value,
                 tokens=int(self.tokens.value),
+                **self.steps.values(),
             )
         except (ValueError, TypeError) as exc:
             self.dash.say("error", f"invalid setting: {exc}")

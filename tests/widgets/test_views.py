@@ -13,7 +13,8 @@ pytest.importorskip("anywidget", reason="plotly's FigureWidget needs anywidget")
 from explorer.results.tradeoff import TradeoffPoint
 from explorer.widgets import MaskComparison, MaskViewer, TradeoffPlot
 from explorer.widgets._plotly import binary_rows, record_messages
-from explorer.widgets.views import comparison_box, mask_figure, tradeoff_figure
+from explorer.widgets.comparison_view import comparison_box
+from explorer.widgets.views import mask_figure, tradeoff_figure
 
 
 def test_binary_rows_only_touches_2d_numeric_arrays():
