@@ -52,7 +52,12 @@ import torch
 
 from explorer.gpu.library import child_process
 from explorer.gpu.library import cusparselt as C
-from explorer.gpu.library.child_process import STOP_GRACE_S, child_lines, search_stop
+from explorer.gpu.library.child_process import (
+    STOP_GRACE_S,
+    child_lines,
+    search_share,
+    search_stop,
+)
 from explorer.gpu.library.tuning import (
     Problem,
     known_config,
@@ -200,10 +205,11 @@ def tune_problems(
 
         def end_of(j: int) -> float:
             if j not in ends:  # a problem's time counts from its first line, restarts included
-                now = time.monotonic()
+                now, cap = time.monotonic(), child_process.SEARCH_BUDGET_S
                 end = None if math.isinf(batch_end) else batch_end
-                ends[j] = search_stop(now, end, work[j:], child_process.SEARCH_BUDGET_S)
-                if ends[j] - now < child_process.SEARCH_BUDGET_S:
+                ends[j] = search_stop(now, end, work[j:], cap)
+                # compared as shares, not as ends minus now: that difference rounds either way
+                if search_share(batch_end - now, work[j:]) < cap:
                     shared.add(j)
             return ends[j]
 
