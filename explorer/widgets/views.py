@@ -12,6 +12,7 @@ import threading
 from explorer._html import escape
 from explorer.errors import require
 from explorer.widgets._plotly import figure_widget
+from explorer.widgets.control_sync import show_config
 from explorer.widgets.method_picker import min_calibration
 from explorer.widgets.step_controls import StepControls
 
@@ -235,6 +236,7 @@ class DashboardView:
         w = load_ipywidgets()
         self.dash = dash
         self._lock = threading.Lock()
+        self.syncing = False  # True while the controls are set from the picker (control_sync)
         self.title = w.HTML("<h2 style='margin:4px 0'>sparsity-explorer</h2>")
         self.model = w.Dropdown(options=list(dash.models), description="model")
         self.status = w.HTML(dash.status.html()).add_class("explorer-status")
@@ -409,6 +411,8 @@ class DashboardView:
             self._sync_measure()
         elif event == "model":
             self._sync_model()
+            show_config(self, dash.method_picker.config)
+            self._sync_calibration()
         elif event == "layer":
             self.pattern.value = dash.pattern_panel.html()
             self.table.value = dash.layer_picker.html()
@@ -451,6 +455,8 @@ class DashboardView:
 
     def _on_config(self, change) -> bool:
         """Hand the controls' values to the method picker; False (and an error shown) if refused."""
+        if self.syncing:
+            return True
         self._sync_calibration()
         try:
             self.dash.method_picker.set(

@@ -112,3 +112,25 @@ def test_steps_round_trip_and_old_configurations_still_load():
         "quantize": None,
         "group_size": 128,
     }
+
+
+def test_a_loaded_point_sets_the_controls_and_prune_runs_what_they_show(dash):
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("plotly")
+    from explorer.widgets.views import DashboardView
+
+    config = MethodConfig("sparsegpt", "2:4", calibration=48, update="admm", tokens=512)
+    dash.run(config, wait=True)
+    assert dash.status.level == "ok", dash.status.text
+    view = DashboardView(dash)
+    view.method.value = "magnitude"  # the page now shows something else
+    view.steps.update.value = None
+    index = next(i for i, p in enumerate(dash.tradeoff.points) if p.label == config.label)
+    dash.tradeoff.click(index)
+    assert dash.method_picker.config == config
+    shown = (view.method.value, view.calibration.value, view.tokens.value, view.steps.values())
+    assert shown == ("sparsegpt", 48, 512, config.prune_options())
+    view.run.click()  # Prune reads the controls: the loaded configuration runs again
+    dash.job.join()
+    assert dash.status.level == "ok", dash.status.text
+    assert dash.current.config == config
