@@ -55,6 +55,7 @@ def show_config(view, config) -> None:
     try:
         show_value(view.method, config.method)
         view.calibration.min = 0  # the method's lower end is set again below
+        view.calibration.max = max(view.calibration.max, config.calibration)  # never clamped
         view.calibration.value = config.calibration
         show_value(view.pattern_choice, config.pattern)
         show_value(view.dtype, config.dtype)

@@ -134,3 +134,17 @@ def test_a_loaded_point_sets_the_controls_and_prune_runs_what_they_show(dash):
     dash.job.join()
     assert dash.status.level == "ok", dash.status.text
     assert dash.current.config == config
+
+
+def test_the_controls_show_any_valid_configuration_unclamped(dash):
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("plotly")
+    from explorer.widgets.control_sync import show_config
+    from explorer.widgets.views import DashboardView
+
+    view = DashboardView(dash)
+    wide = MethodConfig("wanda", "4:8", calibration=300, tokens=256, quantize=None, permute=True)
+    show_config(view, wide)
+    shown = (view.method.value, view.pattern_choice.value, view.calibration.value)
+    assert shown == ("wanda", "4:8", 300) and view.tokens.value == 256
+    assert view.steps.permute.value is True and not view.syncing
