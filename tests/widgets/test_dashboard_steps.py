@@ -62,6 +62,21 @@ def test_a_quantized_run_lands_on_the_grid_and_claims_no_16_bit_speed(dash):
         assert (weight != 0).reshape(-1, 4).sum(-1).le(2).all()
 
 
+def test_saving_a_quantized_run_stores_its_int4_codes(dash, tmp_path):
+    from explorer.checkpoint import read_int4_weights
+
+    pytest.importorskip("safetensors")
+    config = MethodConfig("sparsegpt", "2:4", calibration=64, quantize="int4", group_size=32)
+    dash.run(config, wait=True)
+    assert dash.status.level == "ok", dash.status.text
+    dash.save(tmp_path / "run.safetensors", wait=True)
+    assert dash.status.level == "ok", dash.status.text
+    stored = read_int4_weights(tmp_path / "run.safetensors")
+    assert sorted(stored) == ["0", "2"] and {w.group_size for w in stored.values()} == {32}
+    for name, weight in stored.items():  # the very values the run left in the model
+        assert torch.equal(weight.decompress(), dash.model.get_submodule(name).weight.float())
+
+
 def test_a_permuted_runs_point_loads_its_settings_and_leaves_the_model_dense(dash):
     config = MethodConfig("wanda", "2:4", calibration=64, permute=True)
     dash.run(config, wait=True)
