@@ -28,6 +28,7 @@ import torch
 from explorer.bench import environment
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.dtypes import parse_dtype
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
 
 def captured(model, ids):
@@ -57,17 +58,6 @@ class Compiled:
     def replay(self):
         with torch.no_grad():
             return self.fn(input_ids=self.ids, use_cache=self.use_cache)
-
-
-def replay_ms(graph, iters: int = 20) -> float:
-    """Milliseconds per replay of ``graph``, ``iters`` back to back, by CUDA events."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def host_us(graph, iters: int = 20) -> float:
@@ -134,26 +124,19 @@ def main() -> None:
         graphs = {name: Compiled(m, ids, args.use_cache) for name, m in variants.items()}
     else:
         graphs = {name: captured(model, ids) for name, model in variants.items()}
-    times: dict[str, list[float]] = {name: [] for name in graphs}
-    for r in range(args.rounds + 1):
-        order = list(graphs)[r % len(graphs) :] + list(graphs)[: r % len(graphs)]
-        for name in order:
-            ms = replay_ms(graphs[name])
-            if r:  # the first round warms up
-                times[name].append(ms)
-    dense_ms = statistics.median(times["dense"])
+    # side by side: every variant in turn each round, 20 replays between CUDA events
+    fns = {name: graph.replay for name, graph in graphs.items()}
+    times = interleaved_runs(fns, rounds=args.rounds, iters=20, warmup=1)
     result = {"env": environment(), "model": args.model, "batch": args.batch, "rows": {}}
     for name, t in times.items():
-        ratios = [d / s for d, s in zip(times["dense"], t, strict=True)]
-        result["rows"][name] = {
+        row = result["rows"][name] = {
             "ms": statistics.median(t),
-            "speedup": statistics.median(ratios),
+            "speedup": paired_ratio(times["dense"], t),
             "host_us": statistics.median(host_us(graphs[name]) for _ in range(5)),
             "kernels_us": kernels(graphs[name]),
         }
-        row = result["rows"][name]
         print(
-            f"{name}: {row['ms']:.4f} ms, {dense_ms / row['ms']:.3f}x, "
+            f"{name}: {row['ms']:.4f} ms, {row['speedup']:.3f}x, "
             f"host {row['host_us']:.1f} us a call"
         )
     for name, row in result["rows"].items():

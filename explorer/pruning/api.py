@@ -17,7 +17,13 @@ from ..groupquant import Quantization
 from ..patterns import Pattern
 from .admm import admm_update, admm_update_on_grid
 from .calibration import InputStats, as_batches, model_device, selected_linears
-from .methods import UPDATES, check_quantize, check_selection, method_info, quantized_sparsegpt
+from .methods import (
+    check_quantize,
+    check_selection,
+    check_steps,
+    method_info,
+    quantized_sparsegpt,
+)
 from .permute import permute_channels, undo_permutation
 from .result import PruneResult
 from .sequential import run_sequential
@@ -84,14 +90,7 @@ def _with_update(
 
 
 def _check_update(update: Any, batches: Any, method: str) -> None:
-    if update is None:
-        return
-    if update not in UPDATES:
-        raise ValueError(
-            f"unknown weight update {update!r}; choose one of {', '.join(map(repr, UPDATES))} "
-            "or None"
-        )
-    if batches is None:
+    if update is not None and batches is None:
         raise ValueError(
             f"update={update!r} re-optimises the kept weights on calibration data: pass "
             f"calibration= (the same batches {method!r} would use), or update=None"
@@ -210,12 +209,8 @@ def prune(
             f"batches (e.g. calibration=[x[:64], x[64:128]], or tokenized dicts for a language "
             f"model); magnitude, random and weightnorm work without it"
         )
+    check_steps(permute, update, pattern)
     _check_update(update, batches, method)
-    if permute and pattern.kind != "nm":
-        raise ValueError(
-            f"permute=True reorders channels for N:M patterns; {pattern.name!r} does not depend "
-            "on the channel order. Use permute=False"
-        )
     target = model if inplace else copy.deepcopy(model)
     chosen, names = selected_linears(target, filter_fn)
     check_selection(target, chosen, names, pattern)

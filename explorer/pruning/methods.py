@@ -42,6 +42,7 @@ __all__ = [
     "MethodInfo",
     "check_quantize",
     "check_selection",
+    "check_steps",
     "method_info",
     "quantized_sparsegpt",
 ]
@@ -232,6 +233,43 @@ def quantized_sparsegpt(
         return mask
 
     return step
+
+
+def check_steps(permute: Any, update: Any, pattern: Pattern) -> None:
+    """Validate ``prune(permute=, update=)`` against the pattern (calibration is checked apart).
+
+    Parameters
+    ----------
+    permute : Any
+        The ``permute=`` argument of ``prune``.
+    update : Any
+        The ``update=`` argument (None for no update).
+    pattern : Pattern
+        The sparsity pattern.
+
+    Raises
+    ------
+    ValueError
+        ``permute`` for a pattern other than N:M, or an update not in :data:`UPDATES`.
+
+    Examples
+    --------
+    >>> check_steps(True, "admm", Pattern.parse("2:4"))
+    >>> check_steps(False, "sgd", Pattern.parse("2:4"))
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown weight update 'sgd'; choose one of 'admm' or None
+    """
+    if update is not None and update not in UPDATES:
+        raise ValueError(
+            f"unknown weight update {update!r}; choose one of {', '.join(map(repr, UPDATES))} "
+            "or None"
+        )
+    if permute and pattern.kind != "nm":
+        raise ValueError(
+            f"permute=True reorders channels for N:M patterns; {pattern.name!r} does not depend "
+            "on the channel order. Use permute=False"
+        )
 
 
 def check_quantize(

@@ -154,22 +154,12 @@ class MethodConfig:
 
     def _check_steps(self) -> None:
         """Check ``permute``, ``update``, ``quantize`` and ``group_size`` as ``prune`` will."""
-        from explorer.pruning import UPDATES
-        from explorer.pruning.methods import check_quantize
+        from explorer.pruning.methods import check_quantize, check_steps
 
         if not isinstance(self.permute, bool):
             raise TypeError(f"permute must be True or False, got {self.permute!r}")
         pattern = Pattern.parse(self.pattern)
-        if self.permute and pattern.kind != "nm":
-            raise ValueError(
-                f"permute=True reorders channels for N:M patterns; {pattern.name!r} does not "
-                "depend on the channel order. Use permute=False"
-            )
-        if self.update is not None and self.update not in UPDATES:
-            raise ValueError(
-                f"unknown weight update {self.update!r}; choose one of "
-                f"{', '.join(map(repr, UPDATES))} or None"
-            )
+        check_steps(self.permute, self.update, pattern)
         if self.update is not None and self.calibration < 1:
             raise ValueError(
                 f"update={self.update!r} re-optimises the kept weights on calibration data, but "

@@ -144,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"tuned {len(found) - len(missed) - len(found.not_started)} problems "
         f"({len(problems) - len(found)} already known), {len(missed)} without a correct config, "
-        f"{len(found.cut_short)} stopped at their time bound (not written: run tune again to "
-        f"finish them), {len(found.not_started)} not "
+        f"{len(found.cut_short)} stopped at their time bound (each keeps the best config it "
+        "tried, written where it had a problem's whole search budget; one cut shorter by "
+        f"--budget is not written: run tune again to finish it), {len(found.not_started)} not "
         f"reached, {len(found.crashes)} crashed configs skipped, in {found.seconds:.0f} s; "
         f"table: {args.out or table_path()}"
     )

@@ -353,7 +353,7 @@ def _search_note(now, before, report: SparsifyReport) -> float:
     if searches:
         bounded = (
             f"; {cut} ran out of their share of the {MODEL_SEARCH_BUDGET_S:.0f} s bound and keep "
-            "the best config tried, or the default, until a later process searches them again"
+            "the best config tried, or the default (a short share: until a later search)"
             if cut
             else ""
         )
