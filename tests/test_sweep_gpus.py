@@ -126,23 +126,25 @@ def test_gpu_cells_run_only_on_the_worker_with_a_gpu(tmp_path):
     assert all(r.status == "skipped" and "no CUDA GPU" in r.error for r in speed)
 
 
-def _dies_on_dense(folder):
-    # The dense cell kills its worker process once the other cells are done (it leaves the
-    # worker's thread meanwhile, so a cell queued behind it on that worker runs): only the
+def _dies_on_dense(folder, others):
+    # The dense cell kills its worker process once all ``others`` cells are done (it leaves
+    # the worker's thread meanwhile, so a cell queued behind it on that worker runs): only the
     # dense cell is running on the worker that dies, and the test does not depend on timing.
+    # Waiting for fewer than all of them let a cell still running on that worker die with it.
     def measure(config):
         import time
+        import uuid
         from pathlib import Path
 
         from distributed import secede
 
         if config["cell"] != "dense":
             rows = run_cell(config)
-            (Path(folder) / f"{config['cell']}.done").touch()
+            (Path(folder) / f"{uuid.uuid4().hex}.done").touch()  # one file per cell
             return rows
         secede()
         deadline = time.monotonic() + 60
-        while len(list(Path(folder).glob("*.done"))) < 2 and time.monotonic() < deadline:
+        while len(list(Path(folder).glob("*.done"))) < others and time.monotonic() < deadline:
             time.sleep(0.05)
         os._exit(1)  # the worker process dies mid-cell
 
@@ -160,15 +162,15 @@ def test_one_pinned_worker_per_gpu_and_a_dead_worker_leaves_a_failed_row(tmp_pat
         assert all(w["nthreads"] == 1 for w in info)
         seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
         assert sorted(seen.values()) == ["0", "1"]
-        config = SweepConfig.make("digits-mlp", patterns="2:4")
+        cells = SweepConfig.make("digits-mlp", patterns="2:4").cells()
         result = run_grid(
             "dies",
-            config.cells(),
+            cells,
             {},
             tmp_path / "r.db",
             False,
             executor=client,
-            measure=_dies_on_dense(str(tmp_path)),
+            measure=_dies_on_dense(str(tmp_path), others=len(cells) - 1),
         )
     finally:
         close_gpu_cluster(client)
@@ -177,3 +179,4 @@ def test_one_pinned_worker_per_gpu_and_a_dead_worker_leaves_a_failed_row(tmp_pat
     (dense,) = rows.where(kind="dense")
     assert dense.status == "failed" and "the Dask worker running this cell died" in dense.error
     assert rows.where(kind="prune")[0].status == "ok"
+    assert all(r.status != "failed" for r in rows if r.kind != "dense")
