@@ -1,7 +1,7 @@
 """What a 2:4 sparse tensor-core matmul needs: the one home of the capability and shape rules.
 
 The doctor (:mod:`explorer.diagnosis`), ``sparsify``
-(:func:`explorer.gpu.swap.model_swap.eligibility`), the cuSPARSELt binding
+(:func:`explorer.gpu.swap.eligibility.eligibility`), the cuSPARSELt binding
 (:mod:`explorer.gpu.library.cusparselt`) and the ONNX check (:mod:`explorer.checkpoint.onnx_check`)
 all ask this module; none writes a multiple or a capability of its own. The rules:
 

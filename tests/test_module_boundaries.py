@@ -41,9 +41,7 @@ LARGE_MODULES = {
     "explorer/diagnosis.py": 543,
     "explorer/gpu/library/cusparselt.py": 939,
     "explorer/gpu/cuda/decode_int4.py": 547,
-    "explorer/gpu/modules/int4_linear.py": 497,
     "explorer/gpu/cuda/kernels.py": 875,
-    "explorer/gpu/swap/model_swap.py": 755,
     "explorer/gpu/library/tuning.py": 588,
     "explorer/results/markdown/bench.py": 557,
     "explorer/results/speedup.py": 511,
@@ -384,6 +382,16 @@ def test_no_module_grows_past_its_ceiling():
 
 def test_every_large_module_listed_exists():
     assert [rel for rel in LARGE_MODULES if not (ROOT / rel).is_file()] == []
+
+
+def test_a_module_split_below_the_limit_leaves_the_list():
+    # a ceiling is for a module still too long; one brought under the limit goes back to it
+    short = [
+        rel
+        for rel in LARGE_MODULES
+        if (ROOT / rel).is_file() and len((ROOT / rel).read_text().splitlines()) <= MAX_LINES
+    ]
+    assert short == [], "listed but no longer over MAX_LINES (remove them):\n" + "\n".join(short)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def fake_cuda_linear(out_features, in_features):
 
 def test_sparsify_and_cusparselt_read_the_rules(monkeypatch):
     from explorer.gpu.library import cusparselt
-    from explorer.gpu.swap.model_swap import eligibility
+    from explorer.gpu.swap.eligibility import eligibility
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")

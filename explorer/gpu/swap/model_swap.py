@@ -15,10 +15,7 @@ the measured times.
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import nn
@@ -28,72 +25,32 @@ from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library.batch_search import MODEL_SEARCH_BUDGET_S
 from explorer.gpu.library.tuning import deferred_search, search_counts, search_stats
 from explorer.gpu.modules.sparse_options import SparseOptions
-from explorer.gpu.routes.dispatch import DENSE, check_mode, clock_for, clocks_for, shown_clock
+from explorer.gpu.routes.dispatch import DENSE, check_mode, clocks_for, shown_clock
+from explorer.gpu.swap.block_fusion import (
+    SwapUnit,
+    fuse_activations,
+    fuse_gated_mlps,
+    fuse_qkv_triples,
+    part_name,
+    set_module,
+)
+from explorer.gpu.swap.eligibility import eligibility, layer_dtype
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 from explorer.gpu.swap.unused_weights import free_unused_weights
-from explorer.sparse_rules import why_not_24
+from explorer.gpu.swap.whole_model import (
+    check_whole_model,
+    compare_examples,
+    example_list,
+    time_examples,
+)
 
-__all__ = ["eligibility", "set_mode", "sparsify"]
+__all__ = ["set_mode", "sparsify"]
 
 #: ``sparsify``'s low-bit weight-only dtypes and the codes of each (:mod:`explorer.gpu.swap.int4_swap`).
 _LOW_BIT = {"int4": "int4", "int8-weights": "int8"}
 
 #: Token counts ``sparsify`` measures by default: a prefill (4 x 1024) and a decode step.
 DEFAULT_TOKENS = (4096, 16)
-
-
-@dataclass
-class _Unit:
-    """One swapped module: its new module, how to put the old one back, the layers it runs."""
-
-    fqn: str
-    new: nn.Module
-    restore: dict  # place -> original module
-    layers: dict  # fqn -> the nn.Linear it replaced
-    undo: Callable[[], None] | None = None
-
-
-def eligibility(linear: nn.Linear, dtype: torch.dtype) -> str | None:
-    """Why ``linear`` cannot run 2:4 sparse in ``dtype`` (None when it can).
-
-    The device and the dtype first, then the capability and alignment rules of
-    :func:`explorer.sparse_rules.why_not_24` (the doctor's), then the weight's 2:4 pattern.
-
-    Parameters
-    ----------
-    linear : torch.nn.Linear
-        The layer.
-    dtype : torch.dtype
-        The dtype it would run in.
-
-    Returns
-    -------
-    str or None
-        The reason, or None.
-
-    Examples
-    --------
-    >>> eligibility(nn.Linear(64, 10), torch.float16)
-    'on cpu: cuSPARSELt needs the model on a CUDA GPU (model.cuda())'
-    """
-    w = linear.weight
-    if w.device.type != "cuda":
-        return f"on {w.device}: cuSPARSELt needs the model on a CUDA GPU (model.cuda())"
-    if dtype not in C.CUSPARSELT_DTYPES:
-        return f"dtype {dtype} has no sparse kernel (use float16, bfloat16, int8 or float8_e4m3fn)"
-    # capability, then alignment: the rules of explorer.sparse_rules, as the doctor reads them
-    why = why_not_24(
-        linear.out_features,
-        linear.in_features,
-        dtype,
-        capability=torch.cuda.get_device_capability(w.device),
-        device_name=torch.cuda.get_device_name(w.device),
-    )
-    if why is not None:
-        return why
-    if not C.is_24(w.detach()):
-        return "weight is not 2:4 along in_features (prune it first, or pass prune=True)"
-    return None
 
 
 def _doctor_reasons(model, dtype, tokens) -> Callable[[str], str]:
@@ -271,7 +228,7 @@ def sparsify(
     _refuse_compiled(model)
     counts = _token_counts(tokens)
     measure = measure and bool(counts) and backend == "cusparselt"
-    examples = _examples(example_inputs)
+    examples = example_list(example_inputs)
     if not inplace:
         model = copy.deepcopy(model)
     report = SparsifyReport(backend=backend, dtype=dtype_name(dtype or "auto"), mode=mode)
@@ -283,23 +240,23 @@ def sparsify(
     if tune and measure and not tune_tokens:
         # shapes the tables know are not searched again; at most a few counts per shape
         tune_tokens = search_counts(counts)
-    dense_runs = _time_examples(model, examples, mode) if examples else []
+    dense_runs = time_examples(model, examples, mode) if examples else []
     options = SparseOptions(
         tune_tokens=tune_tokens, keep_dense=measure, decode=decode and backend == "cusparselt"
     )
     searched_before = search_stats()
-    units: list[_Unit] = []
+    units: list[SwapUnit] = []
     # one child process searches every layer's unknown shapes, within one time budget
     with deferred_search(budget_s=MODEL_SEARCH_BUDGET_S):
         if fuse_qkv and backend == "cusparselt":
-            units += _fuse_qkv(model, targets, dtype, report, options)
+            units += fuse_qkv_triples(model, targets, dtype, report, options)
         if fuse_mlp:
-            units += _fuse_gated_mlps(model, targets, dtype, report, options, backend)
+            units += fuse_gated_mlps(model, targets, dtype, report, options, backend)
         done = {f for u in units for f in u.layers}
         for fqn, mod in targets:
             if fqn in done:
                 continue
-            dt = _layer_dtype(mod, dtype)
+            dt = layer_dtype(mod, dtype)
             why = eligibility(mod, dt)
             if why is None:
                 try:
@@ -313,22 +270,22 @@ def sparsify(
                 report.skipped.append((fqn, f"{why}{' | doctor: ' + extra if extra else ''}"))
                 continue
             for place in places[id(mod)]:
-                _set_module(model, place, new)
-            units.append(_Unit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
+                set_module(model, place, new)
+            units.append(SwapUnit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
     report.search_s = _search_note(search_stats(), searched_before, report)
     if activation_fusion:
-        _fuse_activations(model)
+        fuse_activations(model)
     set_mode(model, mode)
     if measure:
         units = _measure(model, units, counts, report, mode)
         if mode in ("auto", "eager") and units:
-            _check_whole_model(model, units, counts, examples, report)
+            check_whole_model(model, units, counts, examples, report)
         free_unused_weights(model, units, mode, report)
     for unit in units:
         for fqn, mod in unit.layers.items():
             report.swapped.append((fqn, (mod.out_features, mod.in_features)))
     if dense_runs:
-        _compare_examples(model, examples, dense_runs, mode, report)
+        compare_examples(model, examples, dense_runs, mode, report)
     shared = [fqn for fqn, mod in targets if len(places[id(mod)]) > 1]
     for fqn in shared:
         report.notes.append(
@@ -427,114 +384,6 @@ def set_mode(model: nn.Module, mode: str) -> None:
             mod.set_mode(mode)
 
 
-def _check_whole_model(model, units, counts, examples, report) -> None:
-    """Time the whole model eagerly against its dense self at each token count it has inputs for.
-
-    Where the sparse routes do not pay, the model runs dense in eager mode (see
-    :mod:`explorer.gpu.swap.eager_check`).
-    """
-    from explorer.gpu.modules.sparse_linear import SparseLinear
-    from explorer.gpu.swap.eager_check import check_eager, synthetic_inputs
-    from explorer.gpu.swap.model_timing import input_tokens
-
-    given = {input_tokens(inputs): inputs for inputs in examples}
-    device = _unit_device(units)
-    inputs = {}
-    for t in counts:
-        found = given.get(t, synthetic_inputs(model, t, device))
-        if found is not None:
-            inputs[t] = found
-    if not inputs:
-        report.notes.append(
-            "no whole-model eager check: pass example_inputs (one per token count) to check "
-            "that the model as a whole is not slower in eager mode"
-        )
-        return
-    originals = {place: mod for unit in units for place, mod in unit.restore.items()}
-    layers = [m for unit in units for m in unit.new.modules() if isinstance(m, SparseLinear)]
-    report.eager_checks = check_eager(model, originals, inputs, layers)
-    for check in report.eager_checks:
-        if check.error is not None:
-            report.notes.append(
-                f"no whole-model eager check at {check.tokens} tokens ({check.error}): the "
-                "layers keep their own routes there; pass example_inputs for that count"
-            )
-        elif not check.kept:
-            report.notes.append(
-                f"eager at {check.tokens} tokens: the layers' sparse routes made the whole model "
-                f"{check.dense_ms / check.sparse_ms:.2f}x of dense, so every layer runs dense "
-                f"there in eager mode ({check.speedup:.2f}x), and a model compiled in "
-                "torch.compile's default mode traces them dense there; CUDA graphs keep their "
-                "own routes"
-            )
-
-
-def _unit_device(units) -> torch.device:
-    from explorer.gpu.modules.sparse_linear import SparseLinear
-
-    for unit in units:
-        for mod in unit.new.modules():
-            if isinstance(mod, SparseLinear):
-                return mod.compressed.device
-    return torch.device("cuda")
-
-
-def _examples(example_inputs) -> list:
-    if example_inputs is None:
-        return []
-    if isinstance(example_inputs, list):
-        return list(example_inputs)
-    return [example_inputs]
-
-
-def _time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], float | None]]:
-    """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model.
-
-    The model is timed as it is now.
-    """
-    from explorer.gpu.swap.model_timing import gpu_busy, input_tokens
-
-    runs = []
-    for inputs in examples:
-        tokens = input_tokens(inputs)
-        ms = _timed_or_eager(model, inputs, mode)
-        busy = gpu_busy(model, inputs)
-        runs.append((tokens, ms, busy))
-    return runs
-
-
-def _timed_or_eager(model, inputs, mode) -> tuple[str, float]:
-    from explorer.gpu.swap.model_timing import time_forward
-
-    if clock_for(mode) == "gpu":
-        try:
-            return "graphs", time_forward(model, inputs, "graphs")
-        except RuntimeError:
-            torch.cuda.synchronize()
-    return "eager", time_forward(model, inputs, "eager")
-
-
-def _compare_examples(model, examples, dense_runs, mode, report) -> None:
-    from explorer.gpu.swap.model_timing import ModelSpeed
-
-    for inputs, (tokens, (how, dense_ms), busy) in zip(examples, dense_runs, strict=True):
-        how_now, sparse_ms = _timed_or_eager(model, inputs, how)
-        est = report.layer_estimate(C.decision_tokens(tokens, torch.float16))
-        speed = ModelSpeed(
-            tokens,
-            how_now,
-            dense_ms,
-            sparse_ms,
-            busy,
-            est[0] / est[1] if est else None,
-        )
-        report.model_speeds.append(speed)
-        if how_now != ("graphs" if clock_for(mode) == "gpu" else "eager"):
-            report.notes.append(
-                f"the model could not be captured in a CUDA graph at {tokens} tokens: timed eager"
-            )
-
-
 def _token_counts(tokens) -> tuple[int, ...]:
     items = (tokens,) if isinstance(tokens, int) else tuple(tokens or ())
     bad = [t for t in items if isinstance(t, bool) or not isinstance(t, int) or t < 1]
@@ -599,7 +448,7 @@ def _measure(model, units, counts, report, mode) -> list:
                 new(torch.randn(t, first.in_features, device=dev, dtype=act))
             wins, start = False, len(report.timings)
             for i, layer in enumerate(layers):
-                name = fqn if len(layers) == 1 else f"{fqn}.{_part_name(new, layer, i)}"
+                name = fqn if len(layers) == 1 else f"{fqn}.{part_name(new, layer, i)}"
                 measured = layer.measured()
                 for n in sorted({C.decision_tokens(t, layer.dtype) for t in counts}, reverse=True):
                     found = measured.get(n)
@@ -625,7 +474,7 @@ def _measure(model, units, counts, report, mode) -> list:
                 wins = wins or not measured or first.dtype == torch.float8_e4m3fn
             if not wins:
                 for place, mod in unit.restore.items():
-                    _set_module(model, place, mod)
+                    set_module(model, place, mod)
                 if unit.undo is not None:
                     unit.undo()
                 times = "; ".join(
@@ -642,114 +491,3 @@ def _measure(model, units, counts, report, mode) -> list:
                 continue
             kept.append(unit)
     return kept
-
-
-def _part_name(unit, layer, index) -> str:
-    for name, mod in unit.named_modules():
-        if mod is layer and name:
-            return name
-    return str(index)
-
-
-def _layer_dtype(mod: nn.Linear, dtype: torch.dtype | None) -> torch.dtype:
-    w = mod.weight
-    return dtype or (w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.float16)
-
-
-def _block_dtype(parts, dtype) -> torch.dtype | None:
-    """The one dtype a fused block runs in, or None if its layers cannot all run sparse."""
-    dts = {_layer_dtype(p, dtype) for p in parts}
-    if len(dts) != 1:
-        return None
-    dt = dts.pop()
-    if any(eligibility(p, dt) for p in parts):
-        return None  # the layers go through the per-layer path, which says why
-    return dt
-
-
-def _fuse_qkv(model, targets, dtype, report, options: SparseOptions) -> list:
-    """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
-    from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
-
-    wanted = dict(targets)
-    units = []
-    for fqn, mod in list(model.named_modules()):
-        names = find_qkv(mod)
-        if names is None:
-            continue
-        fqns = [f"{fqn}.{n}" if fqn else n for n in names]
-        if not all(f in wanted for f in fqns):
-            continue
-        parts = [wanted[f] for f in fqns]
-        dt = _block_dtype(parts, dtype)
-        if dt is None:
-            continue
-        try:
-            new = SparseQKV.from_modules(*parts, options, dtype=dt)
-        except (ValueError, TypeError, RuntimeError) as exc:
-            report.notes.append(f"{fqn}: q/k/v not fused ({exc}); layer by layer instead")
-            continue
-        mod.add_module("sparse_qkv", new)
-        for name, part in zip(names, new.parts(), strict=True):
-            setattr(mod, name, part)
-        report.fused.append(f"{fqn}.sparse_qkv")
-        layers = dict(zip(fqns, parts, strict=True))
-        units.append(_Unit(f"{fqn}.qkv", new, layers, layers, partial(delattr, mod, "sparse_qkv")))
-    return units
-
-
-def _fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backend: str) -> list:
-    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
-    from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
-
-    wanted = dict(targets)
-    units = []
-    for fqn, mod in list(model.named_modules()):
-        if not fqn or not is_gated_mlp(mod):
-            continue  # the root module cannot be swapped in place: its layers go one by one
-        names = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
-        if not all(n in wanted for n in names):
-            continue
-        parts = [wanted[n] for n in names]
-        dt = _block_dtype(parts, dtype)
-        if dt is None:
-            continue
-        try:
-            new = SparseGatedMLP.from_modules(*parts, options, dtype=dt, backend=backend)
-        except (ValueError, TypeError, RuntimeError) as exc:
-            report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
-            continue
-        _set_module(model, fqn, new)
-        report.fused.append(fqn)
-        units.append(_Unit(fqn, new, {fqn: mod}, dict(zip(names, parts, strict=True))))
-    return units
-
-
-def _set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
-    parent_name, _, child = fqn.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
-
-
-def _fuse_activations(model: nn.Module) -> None:
-    """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it."""
-    from explorer.gpu.modules.sparse_linear import SparseLinear
-
-    for mod in model.modules():
-        if not isinstance(mod, nn.Sequential):
-            continue
-        names = list(mod._modules)
-        for a, b in itertools.pairwise(names):
-            lin, act = mod._modules[a], mod._modules[b]
-            if not isinstance(lin, SparseLinear) or lin.activation != "none":
-                continue
-            if lin.backend != "cusparselt" or lin.dtype.itemsize != 2:
-                continue
-            if isinstance(act, nn.ReLU):
-                kind = "relu"
-            elif isinstance(act, nn.GELU) and act.approximate == "tanh":
-                kind = "gelu"
-            else:
-                continue
-            lin.set_activation(kind)
-            mod._modules[b] = nn.Identity()

@@ -31,7 +31,7 @@ def test_other_float8_formats_are_still_refused():
 
 
 def test_fp8_below_capability_8_9_names_the_device_and_the_fix(monkeypatch):
-    from explorer.gpu.swap.model_swap import eligibility
+    from explorer.gpu.swap.eligibility import eligibility
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")

@@ -1,0 +1,178 @@
+"""How ``sparsify`` puts the explorer's modules in a model's place, and takes them out again.
+
+A q/k/v triple of a self-attention module becomes one
+:class:`~explorer.gpu.modules.fused_qkv.SparseQKV` product (:func:`fuse_qkv_triples`), a SwiGLU
+block one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP` (:func:`fuse_gated_mlps`), and
+a ReLU or tanh-GELU that follows a ``SparseLinear`` in an ``nn.Sequential`` is folded into its
+kernel (:func:`fuse_activations`). Each swap is a :class:`SwapUnit`, which knows how to put the original
+modules back when measuring shows the swap does not pay.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from torch import nn
+
+from explorer.gpu.modules.sparse_options import SparseOptions
+from explorer.gpu.swap.eligibility import block_dtype
+
+__all__ = [
+    "SwapUnit",
+    "fuse_activations",
+    "fuse_gated_mlps",
+    "fuse_qkv_triples",
+    "part_name",
+    "set_module",
+]
+
+
+@dataclass
+class SwapUnit:
+    """One swapped module: its new module, how to put the old one back, the layers it runs."""
+
+    fqn: str
+    new: nn.Module
+    restore: dict  # place -> original module
+    layers: dict  # fqn -> the nn.Linear it replaced
+    undo: Callable[[], None] | None = None
+
+
+def part_name(unit: nn.Module, layer: nn.Module, index: int) -> str:
+    """The name of ``layer`` inside the fused module ``unit`` (its ``index`` if it has none).
+
+    Parameters
+    ----------
+    unit : torch.nn.Module
+        A fused block.
+    layer : torch.nn.Module
+        One of its layers.
+    index : int
+        The layer's position, the name used when ``unit`` does not name it.
+
+    Returns
+    -------
+    str
+        For example ``"gate_up"``.
+
+    Examples
+    --------
+    >>> block = nn.Sequential(nn.Linear(2, 2))
+    >>> part_name(block, block[0], 0), part_name(block, nn.Linear(2, 2), 3)
+    ('0', '3')
+    """
+    for name, mod in unit.named_modules():
+        if mod is layer and name:
+            return name
+    return str(index)
+
+
+def fuse_qkv_triples(model, targets, dtype, report, options: SparseOptions) -> list:
+    """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
+    from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
+
+    wanted = dict(targets)
+    units = []
+    for fqn, mod in list(model.named_modules()):
+        names = find_qkv(mod)
+        if names is None:
+            continue
+        fqns = [f"{fqn}.{n}" if fqn else n for n in names]
+        if not all(f in wanted for f in fqns):
+            continue
+        parts = [wanted[f] for f in fqns]
+        dt = block_dtype(parts, dtype)
+        if dt is None:
+            continue
+        try:
+            new = SparseQKV.from_modules(*parts, options, dtype=dt)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.notes.append(f"{fqn}: q/k/v not fused ({exc}); layer by layer instead")
+            continue
+        mod.add_module("sparse_qkv", new)
+        for name, part in zip(names, new.parts(), strict=True):
+            setattr(mod, name, part)
+        report.fused.append(f"{fqn}.sparse_qkv")
+        layers = dict(zip(fqns, parts, strict=True))
+        units.append(
+            SwapUnit(f"{fqn}.qkv", new, layers, layers, partial(delattr, mod, "sparse_qkv"))
+        )
+    return units
+
+
+def fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backend: str) -> list:
+    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
+
+    wanted = dict(targets)
+    units = []
+    for fqn, mod in list(model.named_modules()):
+        if not fqn or not is_gated_mlp(mod):
+            continue  # the root module cannot be swapped in place: its layers go one by one
+        names = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
+        if not all(n in wanted for n in names):
+            continue
+        parts = [wanted[n] for n in names]
+        dt = block_dtype(parts, dtype)
+        if dt is None:
+            continue
+        try:
+            new = SparseGatedMLP.from_modules(*parts, options, dtype=dt, backend=backend)
+        except (ValueError, TypeError, RuntimeError) as exc:
+            report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
+            continue
+        set_module(model, fqn, new)
+        report.fused.append(fqn)
+        units.append(SwapUnit(fqn, new, {fqn: mod}, dict(zip(names, parts, strict=True))))
+    return units
+
+
+def set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
+    """Put ``new`` at the place ``fqn`` of ``model`` (a dotted name, as ``named_modules`` gives).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    fqn : str
+        Where, for example ``"model.layers.0.mlp"``.
+    new : torch.nn.Module
+        What goes there.
+
+    Examples
+    --------
+    >>> model = nn.Sequential(nn.Sequential(nn.Linear(2, 2)))
+    >>> set_module(model, "0.0", nn.Identity())
+    >>> type(model[0][0]).__name__
+    'Identity'
+    """
+    parent_name, _, child = fqn.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def fuse_activations(model: nn.Module) -> None:
+    """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it."""
+    from explorer.gpu.modules.sparse_linear import SparseLinear
+
+    for mod in model.modules():
+        if not isinstance(mod, nn.Sequential):
+            continue
+        names = list(mod._modules)
+        for a, b in itertools.pairwise(names):
+            lin, act = mod._modules[a], mod._modules[b]
+            if not isinstance(lin, SparseLinear) or lin.activation != "none":
+                continue
+            if lin.backend != "cusparselt" or lin.dtype.itemsize != 2:
+                continue
+            if isinstance(act, nn.ReLU):
+                kind = "relu"
+            elif isinstance(act, nn.GELU) and act.approximate == "tanh":
+                kind = "gelu"
+            else:
+                continue
+            lin.set_activation(kind)
+            mod._modules[b] = nn.Identity()
