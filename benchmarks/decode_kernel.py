@@ -1,8 +1,13 @@
 """Check, then time, the 2:4 decode kernel on the GPU (one call of the device machine).
 
-Usage: python benchmarks/decode_kernel.py [--out DIR] [--quick]
-Prints the largest errors of the checks, a sweep of warps per block against the default, and
-the per-layer decode table (dense, cuSPARSELt, decode 16-bit and int8); writes JSON to --out.
+Usage: python benchmarks/decode_kernel.py [--out DIR] [--quick] [--skip-sweep]
+       [--sweep-only --shapes 28672x4096,6144x4096 --tokens 1,8,16]
+Prints the largest errors of the checks, a sweep of warps per block against the default (each
+shape and token count beside dense ``F.linear`` timed the same way), and the per-layer decode
+table (dense, cuSPARSELt, decode 16-bit and int8); writes JSON to --out. ``--sweep-only`` runs
+the checks and the warps sweep alone, for the shapes and token counts given (by default
+LLaMA-3-8B's four layer shapes at 1 and 16 tokens): the way to see whether
+:func:`~explorer.gpu.cuda.decode.default_warps` suits another GPU or a model's fused shapes.
 """
 
 from __future__ import annotations
@@ -18,19 +23,19 @@ from explorer.bench.decode import DECODE_SHAPES, bench_decode, check_decode
 from explorer.results.markdown.bench import format_decode
 
 
-def _problems(tokens, dtype, seed):
-    """(n, k, t, weight, x) for each 8B shape and token count."""
+def _problems(tokens, dtype, seed, shapes=DECODE_SHAPES):
+    """(n, k, t, weight, x) for each shape (by default the 8B ones) and token count."""
     from explorer.bench.decode import _weight
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    for n, k in DECODE_SHAPES:
+    for n, k in shapes:
         w = _weight(n, k, dtype, gen)
         for t in tokens:
             yield n, k, t, w, torch.randn(t, k, device="cuda", generator=gen).to(dtype)
 
 
-def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
-    """Per-layer time of each warp count, to check :func:`default_warps` picks well."""
+def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> list[dict]:
+    """Per-layer time of each warp count beside dense, to check :func:`default_warps` picks well."""
     from explorer.bench.decode import _rotating_ms
     from explorer.gpu.cuda.decode import (
         _MAX_WARPS,
@@ -43,7 +48,13 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for n, k, t, w, x in _problems(tokens, dtype, 5):
+    for n, k, t, w, x in _problems(tokens, dtype, 5, shapes):
+
+        def dense_call(w=w, x=x):
+            copy = w.clone()
+            return lambda: torch.nn.functional.linear(x, copy)
+
+        dense_us = _rotating_ms(dense_call, w.numel() * w.element_size(), l2) * 1e3
         times = {}
         for warps in (1, 2, 4, 8, 16, 32):
             if warps > _MAX_WARPS[_tiles(t)]:
@@ -56,11 +67,12 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
             times[warps] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
         best = min(times, key=times.get)
         dflt = default_warps(n, k, t, _sms(0))
-        rows.append(dict(n=n, k=k, t=t, times_us=times, best=best, default=dflt))
+        rows.append(dict(n=n, k=k, t=t, dense_us=dense_us, times_us=times, best=best, default=dflt))
         print(
-            f"warps {n}x{k}@{t}: "
+            f"warps {n}x{k}@{t}: dense {dense_us:.1f} | "
             + " ".join(f"{w}:{v:.1f}" for w, v in times.items())
-            + f" | best {best}, default {dflt} ({times[dflt] / times[best]:.2f}x best)",
+            + f" | best {best} ({dense_us / times[best]:.2f}x dense), default {dflt} "
+            f"({dense_us / times[dflt]:.2f}x dense, {times[dflt] / times[best]:.2f}x best)",
             flush=True,
         )
     return rows
@@ -109,7 +121,15 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--sweep-only", action="store_true", help="checks and the warps sweep only")
+    ap.add_argument("--shapes", default="", help="out x in shapes for the sweep, e.g. 28672x4096")
+    ap.add_argument("--tokens", default="1,16", help="token counts for the sweep")
     a = ap.parse_args()
+    shapes = (
+        tuple(tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s)
+        or DECODE_SHAPES
+    )
+    sweep_tokens = tuple(int(t) for t in a.tokens.split(",") if t)
     out = Path(a.out)
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     checks = check_decode()
@@ -125,7 +145,10 @@ def main() -> int:
     ]
     for r in bad[:10]:
         print("BAD", r, flush=True)
-    sweep = [] if a.skip_sweep else sweep_warps()
+    sweep = [] if a.skip_sweep else sweep_warps(sweep_tokens, shapes=shapes)
+    if a.sweep_only:
+        (out / "decode_warps.json").write_text(json.dumps(dict(checks=checks, sweep=sweep)))
+        return 1 if bad else 0
     unroll = [] if a.skip_sweep else sweep_unroll()
     dts = (torch.bfloat16,) if a.quick else (torch.bfloat16, torch.float16)
     rows = bench_decode(dtypes=dts, log=sys.stdout)
