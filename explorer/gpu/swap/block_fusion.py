@@ -71,7 +71,28 @@ def part_name(unit: nn.Module, layer: nn.Module, index: int) -> str:
 
 
 def fuse_qkv_triples(model, targets, dtype, report, options: SparseOptions) -> list:
-    """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each."""
+    """Swap eligible self-attention q/k/v triples for one ``SparseQKV`` each.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model being sparsified; its attention modules gain a ``sparse_qkv`` child and their
+        q/k/v places hold its parts.
+    targets : list of (str, torch.nn.Linear)
+        The Linear layers ``sparsify`` may swap, by name; a triple is fused only when all three
+        are among them.
+    dtype : torch.dtype or None
+        The dtype asked of ``sparsify`` (None: each layer's own 16-bit dtype).
+    report : SparsifyReport
+        Gains the fused blocks' names, and a note for each triple that could not be fused.
+    options : SparseOptions
+        The build options of the sparse layers.
+
+    Returns
+    -------
+    list of SwapUnit
+        One unit per fused triple, each able to put the three Linear layers back.
+    """
     from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
 
     wanted = dict(targets)
@@ -104,7 +125,29 @@ def fuse_qkv_triples(model, targets, dtype, report, options: SparseOptions) -> l
 
 
 def fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backend: str) -> list:
-    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``."""
+    """Swap eligible SwiGLU blocks for ``SparseGatedMLP``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model being sparsified; each fused MLP's place holds its ``SparseGatedMLP``.
+    targets : list of (str, torch.nn.Linear)
+        The Linear layers ``sparsify`` may swap, by name; a block is fused only when its gate,
+        up and down projections are all among them.
+    dtype : torch.dtype or None
+        The dtype asked of ``sparsify`` (None: each layer's own 16-bit dtype).
+    report : SparsifyReport
+        Gains the fused blocks' names, and a note for each block that could not be fused.
+    options : SparseOptions
+        The build options of the sparse layers.
+    backend : str
+        The sparse backend of the fused block (``"cusparselt"`` or ``"torch"``).
+
+    Returns
+    -------
+    list of SwapUnit
+        One unit per fused MLP, each able to put the original block back.
+    """
     from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
 
     wanted = dict(targets)
@@ -155,7 +198,13 @@ def set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
 
 
 def fuse_activations(model: nn.Module) -> None:
-    """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it."""
+    """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The sparsified model; a folded activation's place holds ``nn.Identity``.
+    """
     from explorer.gpu.modules.sparse_linear import SparseLinear
 
     for mod in model.modules():

@@ -85,7 +85,21 @@ def layer_dtype(mod: nn.Linear, dtype: torch.dtype | None) -> torch.dtype:
 
 
 def block_dtype(parts, dtype) -> torch.dtype | None:
-    """The one dtype a fused block runs in, or None if its layers cannot all run sparse."""
+    """The one dtype a fused block runs in, or None if its layers cannot all run sparse.
+
+    Parameters
+    ----------
+    parts : sequence of torch.nn.Linear
+        The block's layers (q, k and v; or gate, up and down).
+    dtype : torch.dtype or None
+        The dtype asked of ``sparsify`` (None: each layer's own 16-bit dtype).
+
+    Returns
+    -------
+    torch.dtype or None
+        The dtype every part runs in, or None when the parts would run in different dtypes
+        or one of them is not eligible (:func:`eligibility`).
+    """
     dts = {layer_dtype(p, dtype) for p in parts}
     if len(dts) != 1:
         return None

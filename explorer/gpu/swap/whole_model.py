@@ -30,6 +30,20 @@ def check_whole_model(model, units, counts, examples, report) -> None:
 
     Where the sparse routes do not pay, the model runs dense in eager mode (see
     :mod:`explorer.gpu.swap.eager_check`).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model after the swap.
+    units : list of SwapUnit
+        The swapped units kept sparse; their original modules are the dense side of the check.
+    counts : tuple of int
+        The token counts the model was sparsified for.
+    examples : list
+        The user's example inputs; a token count without one gets synthetic inputs where the
+        model's kind allows.
+    report : SparsifyReport
+        Gains the eager checks and a note for each count that could not be checked.
     """
     from explorer.gpu.modules.sparse_linear import SparseLinear
     from explorer.gpu.swap.eager_check import check_eager, synthetic_inputs
@@ -117,6 +131,21 @@ def time_examples(model, examples, mode) -> list[tuple[int, tuple[str, float], f
     """``(tokens, (how timed, ms), GPU-busy share)`` of each example through the model.
 
     The model is timed as it is now.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, dense (before the swap) or sparsified.
+    examples : list
+        Its inputs, one per token count.
+    mode : str
+        The mode the model is timed in (:func:`timed_or_eager`).
+
+    Returns
+    -------
+    list of tuple
+        For each example: its token count, ``(how it was timed, ms)`` and the share of the
+        wall time the GPU was busy (None where that could not be measured).
     """
     from explorer.gpu.swap.model_timing import gpu_busy, input_tokens
 
