@@ -26,6 +26,7 @@ from .methods import (
 )
 from .permute import permute_channels, undo_permutation
 from .result import PruneResult
+from .scale_refit import refit_scales
 from .sequential import run_sequential
 
 __all__ = ["prune"]
@@ -69,7 +70,9 @@ def _with_update(
     """Choose the mask (``layer_fn``, or the precomputed one), then run the ADMM update.
 
     With ``quant``, ``layer_fn`` quantized the layer and put its scales in ``scales``: the
-    update keeps the weights on that grid (:func:`admm_update_on_grid`).
+    update keeps the weights on that grid (:func:`admm_update_on_grid`), then refits the
+    scales to the final codes (:func:`~explorer.pruning.scale_refit.refit_scales`), which
+    replaces the layer's entry in ``scales``.
     """
 
     def update(fqn: str, mod: nn.Linear, stats: InputStats) -> torch.Tensor:
@@ -82,6 +85,8 @@ def _with_update(
             new = admm_update_on_grid(
                 dense, mask, stats.hessian, quant, scales[fqn], start=mod.weight
             )
+            # then the scales that fit the final codes best (row by row, never worse)
+            new, scales[fqn] = refit_scales(dense, new, stats.hessian, quant, scales[fqn])
         mod.weight.data.copy_(new)
         clock["update"] += time.perf_counter() - started
         return mask
@@ -161,8 +166,10 @@ def prune(
     quantize : {None, "int4", "int8"}
         SparseGPT only: quantize the kept weights inside the column loop as well, group-wise
         symmetric (:mod:`explorer.groupquant`), with the rounding error fed back through the
-        inverse Hessian (joint pruning and quantization). Each weight then holds the
-        dequantized values (zeros in place); ``result.scales`` holds the scales.
+        inverse Hessian (joint pruning and quantization). The columns go through the loop
+        heaviest inputs first, in whole scale and N:M groups
+        (:func:`~explorer.pruning.sparsegpt.importance_order`, GPTQ's act-order). Each weight
+        then holds the dequantized values (zeros in place); ``result.scales`` holds the scales.
     group_size : int
         Input columns per quantization scale (a multiple of 4 dividing every selected layer's
         ``in_features``); used with ``quantize``.

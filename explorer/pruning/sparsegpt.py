@@ -22,7 +22,7 @@ from ..masks import make_mask
 from ..patterns import Pattern
 from .calibration import check_finite_inputs
 
-__all__ = ["CLIP_FACTORS", "sparsegpt_prune", "sparsegpt_quantize_prune"]
+__all__ = ["CLIP_FACTORS", "importance_order", "sparsegpt_prune", "sparsegpt_quantize_prune"]
 
 
 def _inverse_cholesky(h: torch.Tensor, percdamp: float) -> torch.Tensor:
@@ -106,6 +106,7 @@ def sparsegpt_quantize_prune(
     quant: Quantization,
     blocksize: int = 128,
     percdamp: float = 0.01,
+    act_order: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Prune and quantize jointly: SparseGPT with GPTQ-style error feedback of the rounding.
 
@@ -117,12 +118,20 @@ def sparsegpt_quantize_prune(
     weights, taking as "kept" the entries the ``w^2 / d^2`` score would keep at that moment
     (N:M patterns; all weights otherwise). Later entries beyond ``qmax * scale`` are clipped.
 
+    With ``act_order`` the columns go through the loop in :func:`importance_order`: the
+    quantization groups whose inputs carry the most energy first, and within each group its N:M
+    groups likewise, as GPTQ's act-order does column by column. The groups stay whole, so the
+    layer keeps its 2:4 groups and its contiguous scale groups (it compresses as without); the
+    results come back in the layer's own column order.
+
     Parameters
     ----------
     weight, hessian, pattern, blocksize, percdamp
         As :func:`sparsegpt_prune`.
     quant : Quantization
         The integer format and group size (which must divide ``in_features``).
+    act_order : bool, default True
+        Order the columns by :func:`importance_order`; False keeps the left-to-right order.
 
     Returns
     -------
@@ -144,8 +153,60 @@ def sparsegpt_quantize_prune(
     (torch.Size([3, 2]), True)
     """
     quant.check_width(weight.shape[1], "the layer")
-    new, mask, scales = _fasterprune(weight, hessian, pattern, blocksize, percdamp, quant)
-    return new, mask, scales
+    if not act_order:
+        return _fasterprune(weight, hessian, pattern, blocksize, percdamp, quant)
+    order = importance_order(torch.diagonal(hessian), pattern, quant)
+    h = hessian[order][:, order]
+    new, mask, scales = _fasterprune(
+        weight[:, order.to(weight.device)], h, pattern, blocksize, percdamp, quant
+    )
+    back = torch.argsort(order).to(new.device)
+    first_columns = order[:: quant.group_size] // quant.group_size  # each loop group's own
+    return new[:, back], mask[:, back], scales[:, torch.argsort(first_columns).to(scales.device)]
+
+
+def importance_order(diagonal: torch.Tensor, pattern: Pattern, quant: Quantization) -> torch.Tensor:
+    """The joint loop's column order: GPTQ's act-order, in whole scale and N:M groups.
+
+    GPTQ quantizes the columns whose inputs carry the most energy (the largest diagonal entries
+    of ``H = X^T X``) first, while the most later columns remain to absorb their error. Here the
+    quantization groups go in decreasing order of their summed diagonal, and within each group
+    its N:M groups (single columns for other patterns) likewise. Groups stay whole and
+    contiguous, so the mask keeps its N:M groups and each scale its own ``group_size`` columns.
+    Ties keep their order: a diagonal that already falls from left to right gives the identity.
+
+    Parameters
+    ----------
+    diagonal : torch.Tensor
+        The Hessian's diagonal, ``(in_features,)``.
+    pattern : Pattern
+        The sparsity pattern (its ``m`` columns move together for N:M).
+    quant : Quantization
+        The format and group size (a multiple of ``m``, dividing ``in_features``).
+
+    Returns
+    -------
+    torch.Tensor
+        int64 column indexes, a permutation of ``range(in_features)``, on ``diagonal``'s device.
+
+    Examples
+    --------
+    >>> from explorer.groupquant import Quantization
+    >>> d = torch.tensor([1.0, 1, 1, 1, 3, 3, 0, 0] + [2.0] * 8)  # two groups of 8 columns
+    >>> importance_order(d, Pattern.parse("2:4"), Quantization("int4", 8)).tolist()
+    [8, 9, 10, 11, 12, 13, 14, 15, 4, 5, 6, 7, 0, 1, 2, 3]
+    >>> importance_order(d.sort(descending=True).values, Pattern.parse("2:4"),
+    ...                  Quantization("int4", 8)).tolist() == list(range(16))
+    True
+    """
+    d = diagonal.detach().double()
+    size = quant.group_size
+    unit = pattern.m if pattern.kind == "nm" else 1
+    groups = torch.argsort(d.view(-1, size).sum(dim=1), descending=True, stable=True)
+    units = d.view(-1, size // unit, unit).sum(dim=2)[groups]  # (groups, units per group)
+    inside = torch.argsort(units, descending=True, stable=True)
+    starts = groups[:, None] * size + inside * unit  # each unit's first column, in loop order
+    return (starts[:, :, None] + torch.arange(unit, device=d.device)).reshape(-1)
 
 
 #: Shrink factors of a group's absmax scale tried by the joint loop's clip search (1 first).

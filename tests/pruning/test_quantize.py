@@ -208,9 +208,12 @@ def test_joint_with_the_admm_update(fmt):
     updated = prune(net, "sparsegpt", "2:4", update="admm", **kwargs)
     assert updated.update == "admm" and updated.update_seconds > 0
     assert updated.quantize == fmt and updated.group_size == 32
-    # the joint step's mask and scales, kept by the update; the weights still on that grid
+    # the joint step's mask, kept by the update; the scales refit to the final codes, the
+    # weights on their grid
     assert torch.equal(updated.masks["0"], joint.masks["0"])
-    assert torch.equal(updated.scales["0"], joint.scales["0"])
+    scales = updated.scales["0"]
+    assert scales.shape == joint.scales["0"].shape and scales.dtype == torch.float32
+    assert bool(torch.isfinite(scales).all() and (scales > 0).all())
     w = updated.model[0].weight.detach()
     full = updated.scales["0"].repeat_interleave(32, dim=1)
     codes = torch.round(w / full)
@@ -247,3 +250,65 @@ def test_joint_with_the_admm_update_in_bfloat16(fmt, tmp_path):
     assert updated.errors["0"] < joint.errors["0"]
     save_sparse(updated.model, tmp_path / "q.safetensors", updated, progress=False)
     assert (tmp_path / "q.safetensors").exists()
+
+
+@pytest.mark.parametrize(("pattern", "group"), [("2:4", 32), ("2:4", 8), ("unstructured:0.5", 16)])
+def test_the_importance_order_moves_whole_scale_and_nm_groups(pattern, group):
+    from explorer.groupquant import Quantization
+    from explorer.patterns import Pattern
+    from explorer.pruning.sparsegpt import importance_order
+
+    parsed = Pattern.parse(pattern)
+    diagonal = torch.rand(128, generator=torch.Generator().manual_seed(3))
+    order = importance_order(diagonal, parsed, Quantization("int4", group))
+    assert sorted(order.tolist()) == list(range(128))
+    # every stretch of `group` columns in the loop is one whole scale group, heaviest first
+    blocks = order.view(-1, group)
+    assert bool((blocks // group == blocks[:, :1] // group).all())
+    sums = diagonal[blocks].sum(dim=1)
+    assert bool((sums[:-1] >= sums[1:]).all())
+    # and within it, whole aligned N:M groups (single columns otherwise), heaviest first
+    unit = parsed.m if parsed.kind == "nm" else 1
+    units = order.view(-1, unit)
+    assert bool((units[:, 0] % unit == 0).all())
+    assert torch.equal(units - units[:, :1], torch.arange(unit).expand_as(units))
+    inside = diagonal[units].sum(dim=1).view(-1, group // unit)
+    assert bool((inside[:, :-1] >= inside[:, 1:]).all())
+
+
+def test_a_falling_diagonal_leaves_the_joint_loop_as_it_was():
+    from explorer.patterns import Pattern
+    from explorer.pruning import sparsegpt
+
+    net, x = _layer(seed=4, cols=128)
+    # inputs scaled so that every column carries less energy than the one before
+    x = x * torch.linspace(3.0, 0.5, 128)
+    order = torch.argsort(torch.diagonal(x.T @ x), descending=True, stable=True)
+    x = x[:, order]
+    h, w = x.T @ x, net[0].weight.detach()
+    pattern, quant = Pattern.parse("2:4"), sparsegpt.Quantization("int4", 32)
+    assert torch.equal(sparsegpt.importance_order(torch.diagonal(h), pattern, quant),
+                       torch.arange(128))  # fmt: skip
+    ordered = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant)
+    as_given = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant, act_order=False)
+    for a, b in zip(ordered, as_given, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_importance_order_lowers_the_error_where_input_energy_grows_along_the_row():
+    from explorer.patterns import Pattern
+    from explorer.pruning import sparsegpt
+
+    net, x = _layer(seed=5, cols=256)
+    # the heaviest inputs last: left to right, their errors have no column left to absorb them
+    x = x * torch.linspace(0.2, 4.0, 256) ** 2
+    h, w = x.T @ x, net[0].weight.detach()
+    pattern, quant = Pattern.parse("2:4"), sparsegpt.Quantization("int4", 32)
+    new, mask, scales = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant)
+    plain = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant, act_order=False)[0]
+    assert _recon(x, w, new) < 0.95 * _recon(x, w, plain)
+    # back in the layer's own column order: 2:4 groups, zeros in place, codes on their scales
+    assert bool(check_pattern(mask, "2:4").valid) and bool((new[~mask] == 0).all())
+    full = scales.repeat_interleave(32, dim=1)
+    codes = torch.round(new / full)
+    assert int(codes.abs().max()) <= 7 and torch.equal(codes * full, new)
