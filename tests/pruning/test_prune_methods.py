@@ -148,6 +148,27 @@ def test_sparsegpt_lazy_blocks_match_one_block():
     torch.testing.assert_close(lazy_w, full_w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("pattern", ["2:4", "4:8"])
+def test_sparsegpt_in_importance_order_is_opt_in_and_pays_where_input_energy_grows(pattern):
+    g = torch.Generator().manual_seed(11)
+    mix = torch.eye(128) + torch.randn(128, 128, generator=g) / 128**0.5
+    # the heaviest inputs last: left to right, their errors have no column left to absorb them
+    x = (torch.randn(512, 128, generator=g) @ mix) * torch.linspace(0.2, 4.0, 128) ** 2
+    h, w, p = x.T @ x, torch.randn(16, 128, generator=g), Pattern.parse(pattern)
+    default, ordered = sparsegpt_prune(w, h, p), sparsegpt_prune(w, h, p, act_order=True)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(default, sparsegpt_prune(w, h, p, act_order=False), strict=True)
+    )
+
+    def error(new):
+        return float(torch.linalg.norm(x @ (w - new).T))
+
+    assert error(ordered[0]) < 0.95 * error(default[0])
+    new, mask = ordered
+    assert check_pattern(mask, pattern).valid and bool((new[~mask] == 0).all())
+
+
 def test_sparsegpt_dead_inputs():
     x = torch.randn(100, 16)
     x[:, 3] = 0.0

@@ -254,13 +254,12 @@ def test_joint_with_the_admm_update_in_bfloat16(fmt, tmp_path):
 
 @pytest.mark.parametrize(("pattern", "group"), [("2:4", 32), ("2:4", 8), ("unstructured:0.5", 16)])
 def test_the_importance_order_moves_whole_scale_and_nm_groups(pattern, group):
-    from explorer.groupquant import Quantization
     from explorer.patterns import Pattern
     from explorer.pruning.sparsegpt import importance_order
 
     parsed = Pattern.parse(pattern)
     diagonal = torch.rand(128, generator=torch.Generator().manual_seed(3))
-    order = importance_order(diagonal, parsed, Quantization("int4", group))
+    order = importance_order(diagonal, parsed, group)
     assert sorted(order.tolist()) == list(range(128))
     # every stretch of `group` columns in the loop is one whole scale group, heaviest first
     blocks = order.view(-1, group)
@@ -287,7 +286,7 @@ def test_a_falling_diagonal_leaves_the_joint_loop_as_it_was():
     x = x[:, order]
     h, w = x.T @ x, net[0].weight.detach()
     pattern, quant = Pattern.parse("2:4"), sparsegpt.Quantization("int4", 32)
-    assert torch.equal(sparsegpt.importance_order(torch.diagonal(h), pattern, quant),
+    assert torch.equal(sparsegpt.importance_order(torch.diagonal(h), pattern, 32),
                        torch.arange(128))  # fmt: skip
     ordered = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant)
     as_given = sparsegpt.sparsegpt_quantize_prune(w, h, pattern, quant, act_order=False)
