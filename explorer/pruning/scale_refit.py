@@ -125,8 +125,6 @@ def refit_scales(
     new = solved.float()
     usable = (info == 0) & torch.isfinite(new).all(-1) & (new > 0).all(-1)
     new = torch.where(usable[:, None], new, old)
-    refit = codes * new.repeat_interleave(size, dim=1)
-    before = _row_losses(w0, codes * full, h)
-    better = _row_losses(w0, refit, h) < before
-    new = torch.where(better[:, None], new, old)
-    return (codes * new.repeat_interleave(size, dim=1)).to(dense.dtype), new
+    refit, current = codes * new.repeat_interleave(size, dim=1), codes * full
+    better = (_row_losses(w0, refit, h) < _row_losses(w0, current, h))[:, None]
+    return torch.where(better, refit, current).to(dense.dtype), torch.where(better, new, old)

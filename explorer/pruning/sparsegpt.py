@@ -104,7 +104,7 @@ def sparsegpt_prune(
     """
     if not act_order:
         return _fasterprune(weight, hessian, pattern, blocksize, percdamp, None)[:2]
-    new, mask, _, _ = _in_order(weight, hessian, pattern, blocksize, percdamp, None)
+    new, mask, _ = _in_order(weight, hessian, pattern, blocksize, percdamp, None)
     return new, mask
 
 
@@ -164,25 +164,24 @@ def sparsegpt_quantize_prune(
     quant.check_width(weight.shape[1], "the layer")
     if not act_order:
         return _fasterprune(weight, hessian, pattern, blocksize, percdamp, quant)
-    new, mask, scales, order = _in_order(weight, hessian, pattern, blocksize, percdamp, quant)
-    first_columns = order[:: quant.group_size] // quant.group_size  # each loop group's own
-    return new, mask, scales[:, torch.argsort(first_columns).to(scales.device)]
+    return _in_order(weight, hessian, pattern, blocksize, percdamp, quant)
 
 
 def _in_order(weight, hessian, pattern, blocksize, percdamp, quant):
     """:func:`_fasterprune` on the columns in :func:`importance_order`, put back in place.
 
-    Returns the weight and mask in the layer's own column order, the scales in loop order, and
-    the order.
+    Weight, mask and scales (None without ``quant``) come back in the layer's own order.
     """
     size = weight.shape[1] if quant is None else quant.group_size
     order = importance_order(torch.diagonal(hessian), pattern, size)
-    h = hessian[order][:, order]
+    h = hessian[order[:, None], order]
     new, mask, scales = _fasterprune(
         weight[:, order.to(weight.device)], h, pattern, blocksize, percdamp, quant
     )
     back = torch.argsort(order).to(new.device)
-    return new[:, back], mask[:, back], scales, order
+    if scales is not None:  # the loop's k-th group is the layer's group order[k * size] // size
+        scales = scales[:, torch.argsort(order[::size] // size).to(scales.device)]
+    return new[:, back], mask[:, back], scales
 
 
 def importance_order(diagonal: torch.Tensor, pattern: Pattern, group_size: int) -> torch.Tensor:
@@ -223,12 +222,11 @@ def importance_order(diagonal: torch.Tensor, pattern: Pattern, group_size: int) 
     True
     """
     d = diagonal.detach().double()
-    size = group_size
     unit = pattern.m if pattern.kind == "nm" else 1
-    groups = torch.argsort(d.view(-1, size).sum(dim=1), descending=True, stable=True)
-    units = d.view(-1, size // unit, unit).sum(dim=2)[groups]  # (groups, units per group)
+    groups = torch.argsort(d.view(-1, group_size).sum(dim=1), descending=True, stable=True)
+    units = d.view(-1, group_size // unit, unit).sum(dim=2)[groups]  # (groups, units per group)
     inside = torch.argsort(units, descending=True, stable=True)
-    starts = groups[:, None] * size + inside * unit  # each unit's first column, in loop order
+    starts = groups[:, None] * group_size + inside * unit  # each unit's first column, loop order
     return (starts[:, :, None] + torch.arange(unit, device=d.device)).reshape(-1)
 
 
