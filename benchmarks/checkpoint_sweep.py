@@ -12,6 +12,14 @@ mode (``torch.compile`` with CUDA graphs for ``graphs``, which also fuses the no
 is printed beside it. Prints the report's table and writes the HTML report. Run on a GPU::
 
     python benchmarks/checkpoint_sweep.py --out /tmp/ckpt --tokens 4096,16 --mode graphs
+
+``--quantize int4`` (or ``int8``) adds the sweep's jointly quantized SparseGPT cells, which the
+sweep times at their precision (bf16 dense, dense at the precision, 2:4 at it:
+:func:`explorer.bench.quantized_model_speed.measure_quantized_speed`), and prints their points as
+the trade-off plot draws them; ``--skip-bench`` leaves out the benchmark's side::
+
+    python benchmarks/checkpoint_sweep.py --out /tmp/ck4 --tokens 16,1 --methods sparsegpt \
+        --quantize int4 --group-size 64 --skip-bench --layers 2
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from explorer.bench.models import MODEL_SPECS, ModelSpec, bench_whole_model
 from explorer.models.tiny import sample_text, save_tiny_llama
 from explorer.results.html import write_report
 from explorer.results.model_speed import measured_speed
+from explorer.results.quantized_points import quantized_points
 from explorer.results.store import ResultStore
 from explorer.sweeps import sweep
 
@@ -49,6 +58,24 @@ def bench_shape(tokens: int) -> tuple[int, int]:
     return -(-tokens // SEQ_LEN), SEQ_LEN
 
 
+def print_quantized(rows) -> None:
+    """The quantized points of the sweep, as the trade-off plot draws them, and their times."""
+    lines = ["| point | score | tokens, mode | over bf16 dense | over same precision dense |"]
+    lines.append("|---|---|---|---|---|")
+    for point in quantized_points(rows):
+        if point.speedup is None:
+            lines.append(f"| {point.label} | {point.score:.4g} | {point.details.get('why')} | | |")
+            continue
+        lines.append(
+            f"| {point.label} | {point.score:.4g} | {point.tokens}, {point.mode} | "
+            f"{point.speedup:.3f}x | {point.speedup_same:.3f}x |"
+        )
+    print("\n".join(lines), flush=True)
+    for row in rows.where(kind="bench-models"):
+        c, m = row.config, row.metrics
+        print(f"{c['label']} {c['precision']} {c['pattern']} {c['mode']}: {m}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="a new folder for every file")
@@ -56,11 +83,18 @@ def main() -> None:
     p.add_argument("--mode", default="graphs", choices=sorted(BENCH_KEY))
     p.add_argument("--methods", default="magnitude,wanda,sparsegpt")
     p.add_argument("--calibration-samples", type=int, default=16)
+    p.add_argument("--quantize", default="", help="joint formats of the SparseGPT cells: int4,int8")
+    p.add_argument("--group-size", type=int, default=128)
+    p.add_argument("--layers", type=int, default=SIZES["num_hidden_layers"], help="decoder layers")
+    p.add_argument("--skip-bench", action="store_true", help="no benchmark run beside the sweep")
     args = p.parse_args()
     tokens = tuple(int(t) for t in args.tokens.split(","))
     args.out.mkdir(parents=True, exist_ok=False)
     began = time.perf_counter()
-    folder = save_tiny_llama(args.out / "llama-8x2048", **SIZES)
+    if args.layers < 1:
+        p.error(f"--layers {args.layers}: expected a positive number of layers")
+    SIZES["num_hidden_layers"] = args.layers
+    folder = save_tiny_llama(args.out / f"llama-{args.layers}x2048", **SIZES)
     corpus = args.out / "corpus.txt"
     corpus.write_text(sample_text(4000), encoding="utf-8")
     print(f"checkpoint written in {time.perf_counter() - began:.0f} s: {folder}", flush=True)
@@ -77,6 +111,8 @@ def main() -> None:
         progress=False,
         calibration_samples=args.calibration_samples,
         speed_mode=args.mode,
+        quantize=args.quantize or (),
+        group_size=args.group_size,
     )
     print(f"sweep took {time.perf_counter() - began:.0f} s: {result!r}", flush=True)
     with ResultStore(db) as store:
@@ -84,6 +120,12 @@ def main() -> None:
     for row in rows.where(status="failed"):
         print(f"FAILED {row.kind} {row.config}: {row.error}", flush=True)
 
+    if args.quantize:
+        print_quantized(rows)
+    if args.skip_bench:
+        report = write_report(db, args.out / "report.html", include_reference=False)
+        print(f"report: {report}", flush=True)
+        return
     # The benchmark's harness on the same architecture, at the shapes the sweep timed.
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     runs = tuple(bench_shape(n) for n in tokens)

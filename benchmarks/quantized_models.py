@@ -65,9 +65,9 @@ from explorer.bench import environment
 from explorer.bench.generate import interleaved_generate
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.gpu import set_mode, sparsify
-from explorer.gpu.modules.fp8_dense import Fp8DenseLinear
-from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+from explorer.gpu.swap import precision_dense
+from explorer.gpu.swap.precision_dense import DENSE_PRECISIONS
 from explorer.results.quantized_speed import (
     benchmark_keys,
     benchmark_provenance,
@@ -87,14 +87,9 @@ UNSTACKED = {"fuse_qkv": False, "fuse_mlp": False}
 #: ``--generate``: batch sizes, prompt length and new tokens per sequence.
 GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
 
-#: The dense baseline of each precision: a pruned Linear converted to it (bf16: kept as it is,
-#: in a copy of the model, so that variant is an A/A control).
-DENSE_AT = {
-    "int4": lambda lin: Int4Linear.from_linear(lin, decode=False),
-    "int8-weights": lambda lin: Int4Linear.from_linear(lin, decode=False, fmt="int8"),
-    "float8_e4m3fn": Fp8DenseLinear,
-    "bfloat16": lambda lin: lin,
-}
+#: The precisions timed: bf16 (the dense variant is an unchanged copy, an A/A control) and the
+#: lower ones with a dense baseline (:mod:`explorer.gpu.swap.precision_dense`).
+DTYPES = ("bfloat16", *DENSE_PRECISIONS)
 
 
 def sparsify_options(dtype: str) -> dict:
@@ -133,12 +128,12 @@ def parse_batches(text: str) -> tuple[int, ...]:
 
 def dense_at(model: nn.Module, dtype: str) -> nn.Module:
     """A copy of ``model`` with every pruned Linear run dense at ``dtype`` (no 2:4 route)."""
-    model = copy.deepcopy(model)
-    for name, mod in list(model.named_modules()):
-        if isinstance(mod, nn.Linear) and type(mod) is nn.Linear and _pruned(mod, name):
-            parent, _, leaf = name.rpartition(".")
-            setattr(model.get_submodule(parent), leaf, DENSE_AT[dtype](mod))
-    return model
+    if dtype == "bfloat16":
+        return copy.deepcopy(model)
+    dense, summary = precision_dense.dense_at(model, dtype, _pruned)
+    for fqn, why in summary.kept:
+        print(f"{fqn}: kept bf16 in the {dtype} dense model ({why})")
+    return dense
 
 
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -219,7 +214,7 @@ def import_json(path: Path, db: str, commit: str | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="llama-8b", choices=sorted(MODEL_SPECS))
-    p.add_argument("--dtype", default="int4", choices=sorted(DENSE_AT))
+    p.add_argument("--dtype", default="int4", choices=sorted(DTYPES))
     p.add_argument(
         "--runs", help="batch x seq, comma-separated (default: fp8 4x1024,1x4096, else 16x1,1x1)"
     )

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 import torch
 
 from explorer.bench import model_speed as bench_model_speed
 from explorer.bench import model_timer
+from explorer.bench import quantized_model_speed as bench_quantized_speed
 from explorer.cli import main
 from explorer.results.model_speed import measured_speed
+from explorer.results.quantized_points import quantized_points
 from explorer.results.store import ResultStore
 from explorer.sweeps import SweepConfig, cells, sweep
 
@@ -78,13 +81,30 @@ class FakeTimer:
     def place_inputs(self, inputs, dtype):
         return inputs
 
-    def sparsify(self, model, mode, tokens, filter_fn):
+    #: the precision and scales each ``sparsify`` was given (quantized cells)
+    quantized: ClassVar[list] = []
+
+    def sparsify(self, model, mode, tokens, filter_fn, dtype=None, scales=None):
         from explorer.gpu.swap.sparsify_report import SparsifyReport
 
+        if dtype is not None:
+            FakeTimer.quantized.append((dtype, sorted(scales or {})))
         model.sparse = True
         return SparsifyReport(mode=mode)
 
+    def dense_at(self, model, precision, filter_fn, scales=None):
+        """The precision dense copy runs 2.5 ms a forward."""
+        import copy
+
+        from explorer.gpu.swap.precision_dense import PrecisionDense
+
+        out = copy.deepcopy(model)
+        out.low_dense = True
+        return out, PrecisionDense(precision)
+
     def forward_ms(self, model, inputs, mode):
+        if getattr(model, "low_dense", False):
+            return mode, 2.5
         return mode, 2.0 if getattr(model, "sparse", False) else 3.0
 
     def gpu_busy(self, model, inputs):
@@ -98,6 +118,8 @@ class FakeTimer:
 def fake_gpu(monkeypatch):
     monkeypatch.setattr(model_timer, "CudaModelTimer", FakeTimer)
     monkeypatch.setattr(bench_model_speed, "CudaModelTimer", FakeTimer)
+    monkeypatch.setattr(bench_quantized_speed, "CudaModelTimer", FakeTimer)
+    FakeTimer.quantized = []
 
 
 def test_a_sweep_on_a_gpu_links_each_timing_to_its_prune_row(tiny, tmp_path, fake_gpu):
@@ -114,6 +136,41 @@ def test_a_sweep_on_a_gpu_links_each_timing_to_its_prune_row(tiny, tmp_path, fak
         assert row.metrics["speedup"] == pytest.approx(1.5) and "torch" in row.provenance
     speed = measured_speed(rows, of_cell=prune.cell_key, tokens=64)
     assert speed.label == "measured, graphs, 64 tokens" and speed.speedup == pytest.approx(1.5)
+
+
+def test_a_jointly_quantized_cell_is_timed_at_its_precision_and_drawn_there(
+    tiny, tmp_path, fake_gpu
+):
+    result = _sweep(
+        tiny, tmp_path / "r.db", methods="sparsegpt", patterns="2:4", quantize="int4", group_size=64
+    )
+    assert result.failed == 0, result
+    rows = result.rows()
+    (joint,) = rows.where(kind="prune", quant="int4")
+    quantized = rows.where(kind="bench-models")
+    assert sorted((r.config["pattern"], r.config["tokens"]) for r in quantized) == [
+        ("2:4", 16),
+        ("2:4", 64),
+        ("dense", 16),
+        ("dense", 64),
+    ]
+    for row in quantized:
+        c = row.config
+        assert c["of_cell"] == joint.cell_key and c["precision"] == "int4"
+        assert c["model"] == joint.config["model"] and c["group_size"] == 64
+    # the scales the joint pruning recorded reach sparsify, one set per layer pruned
+    ((dtype, layers),) = set((d, tuple(n)) for d, n in FakeTimer.quantized)
+    assert dtype == "int4" and len(layers) == 14  # 2 blocks x (q, k, v, o, gate, up, down)
+    # the unquantized prune cell is timed as before: dense 3 ms against sparse 2 ms
+    plain = [r for r in rows.where(kind="model-speed", status="ok") if r.config["of"] == "prune"]
+    assert {r.config["of_cell"] for r in plain} == {
+        r.cell_key for r in rows.where(kind="prune", quant=None)
+    }
+    # the joint cell's point on the trade-off plot: over bf16 3/2, over int4 dense 2.5/2
+    points = [p for p in quantized_points(rows, tokens=64) if p.pattern == "2:4"]
+    (point,) = points
+    assert point.speedup == pytest.approx(1.5) and point.speedup_same == pytest.approx(1.25)
+    assert point.score == joint.metrics[joint.metrics["metric"]]
 
 
 def test_resume_after_an_interrupted_model_speed_cell_records_each_row_once(

@@ -172,6 +172,8 @@ class CudaModelTimer:
         mode: str,
         tokens: tuple[int, ...],
         filter_fn: Callable[[nn.Module, str], bool] | None,
+        dtype: str | None = None,
+        scales: Mapping[str, torch.Tensor] | None = None,
     ):
         """:func:`explorer.sparsify` of ``model`` in place, its routes chosen for ``mode``.
 
@@ -185,6 +187,12 @@ class CudaModelTimer:
             The token counts the routes are chosen at.
         filter_fn : callable or None
             Which layers to swap; None for every eligible one.
+        dtype : str, optional
+            A lower precision for the sparse layers (``"int4"``, ``"int8-weights"``,
+            ``"float8_e4m3fn"``); None keeps the model's 16-bit dtype.
+        scales : mapping of str to torch.Tensor, optional
+            With ``dtype`` ``"int4"`` or ``"int8-weights"``: the scales a joint
+            prune-and-quantize recorded.
 
         Returns
         -------
@@ -192,8 +200,42 @@ class CudaModelTimer:
         """
         from explorer.gpu import sparsify
 
+        low = {} if dtype is None else {"dtype": dtype}
+        if scales:
+            low["int4_scales"] = scales
         with torch.no_grad():
-            return sparsify(model, filter_fn=filter_fn, tokens=tokens, mode=mode)
+            return sparsify(model, filter_fn=filter_fn, tokens=tokens, mode=mode, **low)
+
+    def dense_at(
+        self,
+        model: nn.Module,
+        precision: str,
+        filter_fn: Callable[[nn.Module, str], bool] | None,
+        scales: Mapping[str, torch.Tensor] | None = None,
+    ):
+        """A copy of ``model`` run dense at ``precision``, and what was converted.
+
+        :func:`explorer.gpu.swap.precision_dense.dense_at` does the work.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model, on the GPU.
+        precision : str
+            ``"int4"``, ``"int8-weights"`` or ``"float8_e4m3fn"``.
+        filter_fn : callable or None
+            Which layers to convert; None for every ``nn.Linear``.
+        scales : mapping of str to torch.Tensor, optional
+            Scales a joint prune-and-quantize recorded (int4 and int8 codes).
+
+        Returns
+        -------
+        tuple of (torch.nn.Module, PrecisionDense)
+        """
+        from explorer.gpu.swap.precision_dense import dense_at
+
+        with torch.no_grad():
+            return dense_at(model, precision, filter_fn, scales)
 
     def forward_ms(self, model: nn.Module, inputs, mode: str) -> tuple[str, float]:
         """``(mode timed, median ms)`` of one forward.

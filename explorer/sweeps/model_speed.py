@@ -8,8 +8,12 @@ the same copy the prune cell did (:func:`explorer.sweeps.steps.pruned_copy`) and
 sparsified copy of it against the dense one at the sweep's token counts, in its mode
 (:func:`explorer.bench.model_speed.measure_model_speed`): one ``model-speed`` row per token
 count (:mod:`explorer.results.model_speed`), each naming the cell whose accuracy row it
-belongs to (``of_cell``). Every other model-speed cell records why it has no speed: no CUDA
-GPU, no sparse kernel for its pattern, or the dense baseline.
+belongs to (``of_cell``). A jointly quantized prune cell (``quant``: int4 or int8 weight-only)
+is timed at its precision instead (:func:`explorer.bench.quantized_model_speed.measure_quantized_speed`):
+bf16 dense, dense at the precision and ``sparsify(dtype=...)``, as the quantized ``bench-models``
+rows of that model the trade-off plot draws its quantized points with. Every other model-speed
+cell records why it has no speed: no CUDA GPU, no sparse kernel for its pattern, or the dense
+baseline.
 """
 
 from __future__ import annotations
@@ -46,28 +50,38 @@ def no_speed_reason(config: dict) -> str | None:
     True
     """
     from explorer.bench.model_speed import TIMED_DTYPES
+    from explorer.bench.quantized_model_speed import QUANT_TIMED
 
     if config.get("of") == "dense":
         return (
             "the dense baseline: nothing pruned, no sparse kernel to time (speed-ups are over it)"
         )
-    if config.get("quant"):
+    quant = config.get("quant")
+    if quant and _precision(quant) not in QUANT_TIMED:
         return (
-            f"quantized weights ({config['quant']}): the sweep times models with 16-bit "
-            "weights; a quantized model's speed comes from benchmarks/quantized_models.py rows, "
-            "which the trade-off plot takes for its points"
+            f"quantized weights ({quant}): no whole-model timing at that precision; models are "
+            f"timed quantized in {', '.join(QUANT_TIMED)}"
         )
     if config.get("pattern") not in SPEED_PATTERNS:
         return (
             f"no sparse kernel for pattern {config.get('pattern')!r}: only 2:4 runs on sparse "
             "tensor cores"
         )
+    if quant:
+        return None  # timed in bfloat16 activations, whatever the accuracy's dtype
     if config.get("dtype") not in TIMED_DTYPES:
         return (
             f"no whole-model timing in {config.get('dtype')}: models are timed in "
             f"{' or '.join(TIMED_DTYPES)} (add float16 to the sweep's dtypes)"
         )
     return None
+
+
+def _precision(quant: str) -> str | None:
+    """The precision a cell's ``quant`` is timed in (None: none)."""
+    from explorer.results.quantized_points import QUANT_PRECISION
+
+    return QUANT_PRECISION.get(quant)
 
 
 def needs_gpu(config: dict) -> bool:
@@ -124,6 +138,8 @@ def time_model_cell(config: dict, cancel: Any = None) -> list[dict]:
     reason = no_speed_reason(config) or CudaModelTimer().unavailable()
     if reason is not None:
         return ModelSpeedResult(mode, config.get("dtype", ""), tokens, reason=reason).rows(config)
+    if config.get("quant"):
+        return _time_quantized(config, cancel, mode, tokens)
     # 2. The pruned model the prune cell measured, at the cell's dtype.
     bundle, model, _ = pruned_copy(config, cancel)
     round_weights(model, config["dtype"])
@@ -139,8 +155,34 @@ def time_model_cell(config: dict, cancel: Any = None) -> list[dict]:
             filter_fn=layer_filter(config.get("layers", "all"), bundle.filter_fn),
         )
     except Exception as exc:  # a failed timing is a result: recorded with its reason
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        message = f"{type(exc).__name__}: {exc}".strip()[:1000]
-        return [model_speed_row(config, n, mode, reason=message, status="failed") for n in tokens]
+        return _failed(config, tokens, mode, exc)
     return result.rows(config)
+
+
+def _failed(config: dict, tokens: tuple[int, ...], mode: str, exc: Exception) -> list[dict]:
+    """A failed timing as rows: ``failed`` with the error, one per token count."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        torch.cuda.empty_cache()
+    message = f"{type(exc).__name__}: {exc}".strip()[:1000]
+    return [model_speed_row(config, n, mode, reason=message, status="failed") for n in tokens]
+
+
+def _time_quantized(config: dict, cancel: Any, mode: str, tokens: tuple[int, ...]) -> list[dict]:
+    """A jointly quantized prune cell's model, timed at its precision (three copies, one run)."""
+    from explorer.bench.quantized_model_speed import measure_quantized_speed
+
+    bundle, model, result = pruned_copy(config, cancel)
+    try:
+        example = bundle.calibration(1, config.get("seed", 0))[0]
+        timed = measure_quantized_speed(
+            model,
+            example,
+            _precision(config["quant"]),
+            tokens,
+            mode,
+            filter_fn=layer_filter(config.get("layers", "all"), bundle.filter_fn),
+            scales=getattr(result, "scales", None) or None,
+        )
+    except Exception as exc:  # a failed timing is a result: recorded with its reason
+        return _failed(config, tokens, mode, exc)
+    return timed.rows(config)
