@@ -210,3 +210,29 @@ def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
         x.copy_(torch.randn_like(x))
         graph.replay()
         assert relerr(out, single(x)) < INT8_MODEL_TOL
+
+
+def test_group_64_scales_run_int4_dense_not_16_bit_where_no_2_4_kernel_reads_them():
+    """The 2:4 + int4 kernel needs groups of 128; a joint prune at G = 64 still runs int4."""
+    from explorer.gpu import sparsify
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.swap.precision_dense import dense_at
+
+    model = _model()
+    scales = {}
+    for fqn, mod in model.named_modules():
+        if isinstance(mod, nn.Linear):
+            o, i = mod.weight.shape
+            w = mod.weight.float().abs().reshape(o, i // 64, 64)
+            scales[fqn] = w.amax(-1).clamp_min(1e-8) / 7
+    dense, summary = dense_at(model, "int4", scales=scales)
+    assert len(summary.converted) == 14
+    report = sparsify(model, dtype="int4", tokens=(16, 1), int4_scales=scales)
+    assert not report.skipped and not report.swapped  # no layer runs 2:4, none stays 16-bit
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    assert len(layers) == 14 and all(m.group_size == 64 for m in layers)
+    assert all(m.decode_refusal is not None for m in layers)
+    assert sum("int4 dense (torch's kernel)" in n for n in report.notes) == 14
+    x = torch.randn(3, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(model(x), dense(x))  # the same codes on the same kernel
