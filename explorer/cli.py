@@ -169,8 +169,9 @@ def _parser() -> _Parser:
         "--quantize",
         type=_csv,
         default=[],
-        help="also prune each sparsegpt cell with its kept weights quantized jointly: int4, "
-        "int8 (weight-only, group-wise scales), e.g. --quantize int4",
+        help="also prune each sparsegpt cell with its kept weights quantized jointly, and "
+        "quantize the dense model by the same loop (GPTQ): int4, int8 (weight-only, group-wise "
+        "scales), e.g. --quantize int4",
     )
     p.add_argument(
         "--group-size",

@@ -104,6 +104,13 @@ def test_quantize_adds_a_cell_per_format_to_each_sparsegpt_cell_and_keeps_old_id
         ("sparsegpt", "int8-weights", 64),
     ]
     assert all(c["update"] == "admm" for c in prune)
+    dense = [c.config for c in cfg.cells() if c.kind == "dense"]
+    assert [(c.get("quant"), c.get("group_size")) for c in dense] == [
+        (None, None),
+        ("int4", 64),
+        ("int8-weights", 64),
+    ]
+    assert not [c for c in plain.cells() if c.kind == "dense" and c.config.get("quant")]
     assert SweepConfig.from_json(cfg.to_json()) == cfg and cfg.sweep_id != plain.sweep_id
     # a grid without them hashes as before they existed
     assert SweepConfig.make("digits-mlp").sweep_id == "digits-mlp-03687dc45c"
@@ -119,12 +126,21 @@ def test_quantized_sweep_cells_become_quantized_points(tmp_path):
     pruned = {r.config.get("quant"): r for r in rows.where(kind="prune")}
     assert set(pruned) == {None, "int4"} and pruned["int4"].config["group_size"] == 64
     assert 0.9 < pruned["int4"].metrics["accuracy"] <= 1.0
+    # beside the dense baseline, int4 dense: the same loop with nothing pruned (GPTQ)
+    (gptq,) = rows.where(kind="dense", quant="int4")
+    assert gptq.metrics["density"] == 1.0 and 0.9 < gptq.metrics["accuracy"] <= 1.0
+    assert gptq.config["group_size"] == 64 and "update" not in gptq.config
     points = quantized_points(rows)
-    assert [p.label for p in points] == ["int4 2:4 sparsegpt admm joint"]
+    assert [p.label for p in points] == ["int4 dense", "int4 2:4 sparsegpt admm joint"]
+    assert "nothing pruned (GPTQ), group size 64" in points[0].details["accuracy"]
     # its model is timed at int4 on a GPU (tests/gpu); here the rows say why it is not
     timed = [r for r in rows.where(kind="model-speed") if r.config.get("quant") == "int4"]
+    joint = [r for r in timed if r.config["of"] == "prune"]
     if not torch.cuda.is_available():
-        assert timed and all(r.status == "skipped" and "no CUDA GPU" in r.error for r in timed)
+        assert joint and all(r.status == "skipped" and "no CUDA GPU" in r.error for r in joint)
+    # int4 dense is timed beside the 2:4 cell (its dense rows), never alone
+    assert all("timed beside the sweep's 2:4 cells" in r.error for r in timed if r not in joint)
+    assert len(timed) > len(joint)
 
 
 def test_failed_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):

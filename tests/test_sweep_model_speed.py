@@ -167,10 +167,14 @@ def test_a_jointly_quantized_cell_is_timed_at_its_precision_and_drawn_there(
         r.cell_key for r in rows.where(kind="prune", quant=None)
     }
     # the joint cell's point on the trade-off plot: over bf16 3/2, over int4 dense 2.5/2
-    points = [p for p in quantized_points(rows, tokens=64) if p.pattern == "2:4"]
-    (point,) = points
+    points = {p.pattern: p for p in quantized_points(rows, tokens=64)}
+    point = points["2:4"]
     assert point.speedup == pytest.approx(1.5) and point.speedup_same == pytest.approx(1.25)
     assert point.score == joint.metrics[joint.metrics["metric"]]
+    # int4 dense (GPTQ, nothing pruned) at the dense rows' speed: bf16 3 ms over int4 2.5 ms
+    (gptq,) = rows.where(kind="dense", quant="int4")
+    assert points["dense"].speedup == pytest.approx(1.2) and points["dense"].speedup_same == 1.0
+    assert points["dense"].score == gptq.metrics[gptq.metrics["metric"]]
 
 
 def test_resume_after_an_interrupted_model_speed_cell_records_each_row_once(

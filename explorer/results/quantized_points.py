@@ -56,6 +56,13 @@ _EVALUATED = {
     "int8-weights": "int8 weights (weight-only) quantized inside SparseGPT's column loop (joint)",
     "int8-weights-rtn": "int8 weights (weight-only) rounded to nearest",
 }
+#: How a dense row of a jointly quantized ``quant`` was evaluated: the loop with nothing pruned.
+_EVALUATED_DENSE = {
+    "int4": "int4 weights quantized by SparseGPT's loop with nothing pruned (GPTQ)",
+    "int8-weights": (
+        "int8 weights (weight-only) quantized by SparseGPT's loop with nothing pruned (GPTQ)"
+    ),
+}
 #: What a ``quant`` value adds to a point's label.
 _LABEL_SUFFIX = {
     "int8-gpu": " (GPU kernel)",
@@ -266,7 +273,8 @@ def quantized_points(
             continue
         precision = QUANT_PRECISION[quant]
         pattern = "dense" if row.kind == "dense" else str(c.get("pattern"))
-        evaluated = _EVALUATED[quant] + (
+        how = _EVALUATED_DENSE.get(quant) if row.kind == "dense" else None
+        evaluated = (how or _EVALUATED[quant]) + (
             f", group size {c['group_size']}" if c.get("group_size") else ""
         )
         common = {

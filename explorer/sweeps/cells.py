@@ -5,7 +5,9 @@ dicts, picklable), so it can run in this process, in a process pool or on a dask
 the driver writes to the store. It never raises for a failed measurement: the failure becomes a
 row with ``status="failed"`` and the reason.
 
-A dense cell evaluates the bundled model, a prune cell prunes a copy of it and evaluates that
+A dense cell evaluates the bundled model (a quantized one first quantizes it with nothing
+pruned: :func:`~explorer.sweeps.joint_quant.quantized_dense_config`), a prune cell prunes a
+copy of it and evaluates that
 (then, where its configuration asks, in int8 and after fine-tuning: :mod:`explorer.sweeps.steps`),
 a speed cell times its layer shapes (:mod:`explorer.sweeps.speed`), and a model-speed cell
 times a pruned model whole, dense against sparse (:mod:`explorer.sweeps.model_speed`).
@@ -20,6 +22,7 @@ import torch
 
 from explorer.errors import PruningCancelled
 from explorer.results.store.provenance import provenance
+from explorer.sweeps.joint_quant import quantized_dense_config
 from explorer.sweeps.loading import (
     bundle_for,
     round_weights,
@@ -38,7 +41,9 @@ from explorer.sweeps.steps import (
 __all__ = ["failed_rows", "run_cell"]
 
 
-def _dense(config: dict) -> list[dict]:
+def _dense(config: dict, cancel: Any = None) -> list[dict]:
+    if config.get("quant"):
+        return _quantized_dense(config, cancel)
     bundle = bundle_for(config)
     model = copy.deepcopy(bundle.model)
     round_weights(model, config["dtype"])
@@ -48,6 +53,14 @@ def _dense(config: dict) -> list[dict]:
         *int8_rows("dense", config, bundle, model, metrics),
         *fp8_rows("dense", config, bundle, model, metrics),
     ]
+
+
+def _quantized_dense(config: dict, cancel: Any = None) -> list[dict]:
+    # GPTQ: SparseGPT's loop quantizing every prunable layer, nothing pruned
+    bundle, model, result = pruned_copy(quantized_dense_config(config), cancel)
+    round_weights(model, config["dtype"])
+    metrics = {**evaluate(bundle, model), **prune_metrics(result)}
+    return [{"kind": "dense", "config": config, "metrics": metrics}]
 
 
 def _prune(config: dict, cancel: Any = None) -> list[dict]:
@@ -64,7 +77,7 @@ def _prune(config: dict, cancel: Any = None) -> list[dict]:
 
 _RUNNERS = {"dense": _dense, "prune": _prune, "speed": speed_cell, "model-speed": time_model_cell}
 _KINDS = {"dense": "dense", "prune": "prune", "speed": "layer-speed", "model-speed": "model-speed"}
-_CANCELLABLE = ("prune", "model-speed")
+_CANCELLABLE = ("dense", "prune", "model-speed")
 
 
 def failed_rows(config: dict, exc: BaseException) -> list[dict]:

@@ -168,9 +168,10 @@ class SweepConfig:
         evaluated and calibrated on (see :func:`explorer.models.from_pretrained`).
     quantize : tuple of str
         Weight formats (``"int4"``, ``"int8"``) each SparseGPT cell is also pruned and
-        quantized jointly in (``prune(quantize=...)``): one more prune cell per format, its rows
-        with ``quant`` (``"int4"``, or ``"int8-weights"`` for int8 weight-only), which the
-        trade-off plot draws as quantized points.
+        quantized jointly in (``prune(quantize=...)``): one more prune cell per format, and one
+        more dense cell quantized by the same loop with nothing pruned (GPTQ), their rows with
+        ``quant`` (``"int4"``, or ``"int8-weights"`` for int8 weight-only), which the trade-off
+        plot draws as quantized points.
     group_size : int
         Input columns per quantization scale of those cells (a multiple of 4 dividing the
         pruned layers' widths).
@@ -238,7 +239,8 @@ class SweepConfig:
         speed_mode : str, optional
             The execution mode pruned 2:4 models are timed in.
         quantize : str or sequence, optional
-            Formats SparseGPT cells are also quantized jointly in (``"int4"``, ``"int8"``).
+            Formats SparseGPT cells are also quantized jointly in (``"int4"``, ``"int8"``), and
+            the dense model with nothing pruned.
         group_size : int, optional
             Input columns per scale of the quantized cells.
         update : str, optional
@@ -330,7 +332,9 @@ class SweepConfig:
     def cells(self) -> list[Cell]:
         """The grid's cells: dense baselines, pruned models, then speed measurements.
 
-        One dense cell per dtype; one prune cell per method x pattern x layer set x dtype (for
+        One dense cell per dtype (and per quantization format, quantized with nothing pruned:
+        :func:`~explorer.sweeps.joint_quant.quantized_dense_config`); one prune cell per method x
+        pattern x layer set x dtype (for
         layer set ``"fast"``, which depends on it, x token count too); one
         speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
         (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
@@ -342,6 +346,22 @@ class SweepConfig:
         if self.text is not None:
             base["load"] = {"text": self.text}
         out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
+        # the quantized dense points: GPTQ (SparseGPT's loop, nothing pruned), per format
+        out += [
+            Cell(
+                {
+                    "cell": "dense",
+                    **base,
+                    "dtype": d,
+                    "quant": QUANT_OF[f],
+                    "group_size": self.group_size,
+                    "calibration_samples": self.calibration_samples,
+                    "seed": self.seed,
+                }
+            )
+            for d in self.dtypes
+            for f in self.quantize
+        ]
         update = {} if self.update is None else {"update": self.update}
         for method, pattern, layers, dtype in itertools.product(
             self.methods, self.patterns, self.layer_sets, self.dtypes

@@ -1,7 +1,8 @@
 """A sweep's jointly quantized prune cells: the formats asked for, checked, and their ``quant``.
 
 ``sweep(quantize="int4")`` adds, beside each SparseGPT prune cell, one pruned with its kept
-weights quantized inside SparseGPT's loop (``prune(quantize=...)``). Its rows carry ``quant``
+weights quantized inside SparseGPT's loop (``prune(quantize=...)``), and beside the dense
+baseline one quantized by the same loop with nothing pruned (GPTQ: :func:`quantized_dense_config`). Its rows carry ``quant``
 (``"int4"``, or ``"int8-weights"`` for int8 weight-only, the names of
 :data:`explorer.results.quantized_points.QUANT_PRECISION`) and ``group_size``, so the
 trade-off plot draws them as quantized points.
@@ -9,12 +10,48 @@ trade-off plot draws them as quantized points.
 
 from __future__ import annotations
 
-__all__ = ["QUANTIZE_FORMAT", "QUANT_OF", "joint_formats"]
+__all__ = [
+    "DENSE_PATTERN",
+    "QUANTIZE_FORMAT",
+    "QUANT_OF",
+    "joint_formats",
+    "quantized_dense_config",
+]
 
 #: The ``quant`` of a jointly quantized prune cell's rows, by ``prune(quantize=...)`` format.
 QUANT_OF = {"int4": "int4", "int8": "int8-weights"}
 #: The ``prune(quantize=...)`` format of each such ``quant``.
 QUANTIZE_FORMAT = {quant: fmt for fmt, quant in QUANT_OF.items()}
+#: The pattern a quantized dense cell "prunes" with: nothing, so SparseGPT's loop is GPTQ's.
+DENSE_PATTERN = "unstructured:0"
+
+
+def quantized_dense_config(config: dict) -> dict:
+    """The pruning configuration of a quantized dense cell: GPTQ, as SparseGPT with nothing pruned.
+
+    A sweep with ``quantize`` has, beside its dense baseline, one dense cell per format whose
+    weights are quantized with the joint loop's error feedback and nothing pruned (every
+    prunable layer, the joint cells' group size, calibration samples and seed), so the plot's
+    "int4 dense" point is the same method as its "int4 2:4" points, without the mask.
+
+    Parameters
+    ----------
+    config : dict
+        The quantized dense cell's configuration (``quant``, ``group_size``, ``seed``,
+        ``calibration_samples``).
+
+    Returns
+    -------
+    dict
+        What :func:`explorer.sweeps.steps.pruned_copy` takes.
+
+    Examples
+    --------
+    >>> cfg = quantized_dense_config({"cell": "dense", "model": "m", "quant": "int4"})
+    >>> cfg["method"], cfg["pattern"], cfg["layers"]
+    ('sparsegpt', 'unstructured:0', 'all')
+    """
+    return {**config, "method": "sparsegpt", "pattern": DENSE_PATTERN, "layers": "all"}
 
 
 def joint_formats(formats: tuple[str, ...], methods: tuple[str, ...], group_size: object) -> tuple:

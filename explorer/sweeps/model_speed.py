@@ -52,6 +52,11 @@ def no_speed_reason(config: dict) -> str | None:
     from explorer.bench.model_speed import TIMED_DTYPES
     from explorer.bench.quantized_model_speed import QUANT_TIMED
 
+    if config.get("of") == "dense" and config.get("quant"):
+        return (
+            f"{config['quant']} dense: nothing pruned, no sparse kernel to time; its speed is "
+            "timed beside the sweep's 2:4 cells of that precision (their dense rows)"
+        )
     if config.get("of") == "dense":
         return (
             "the dense baseline: nothing pruned, no sparse kernel to time (speed-ups are over it)"

@@ -206,7 +206,9 @@ def sweep(
     quantize : str or iterable of str, optional
         ``"int4"``, ``"int8"``: each SparseGPT cell is also pruned with its kept weights
         quantized jointly in that format (weight-only, group-wise), one more cell per format,
-        whose rows the trade-off plot draws as quantized points.
+        and the dense model is quantized by the same loop with nothing pruned (GPTQ), whose rows
+        the trade-off plot draws as quantized points; on a GPU the joint cells' models are timed
+        at that precision (bf16 dense, dense at it, 2:4 at it).
     group_size : int, default 128
         Input columns per scale of the quantized cells.
     update : {None, "admm"}
