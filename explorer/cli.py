@@ -169,9 +169,8 @@ def _parser() -> _Parser:
         "--quantize",
         type=_csv,
         default=[],
-        help="also prune each sparsegpt cell with its kept weights quantized jointly, and "
-        "quantize the dense model by the same loop (GPTQ): int4, int8 (weight-only, group-wise "
-        "scales), e.g. --quantize int4",
+        help="also quantize each sparsegpt cell's kept weights jointly, and the dense model "
+        "(GPTQ): int4, int8 (weight-only, group-wise scales), e.g. --quantize int4",
     )
     p.add_argument(
         "--group-size",

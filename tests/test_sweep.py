@@ -131,7 +131,7 @@ def test_quantized_sweep_cells_become_quantized_points(tmp_path):
     assert gptq.metrics["density"] == 1.0 and 0.9 < gptq.metrics["accuracy"] <= 1.0
     assert gptq.config["group_size"] == 64 and "update" not in gptq.config
     points = quantized_points(rows)
-    assert [p.label for p in points] == ["int4 dense", "int4 2:4 sparsegpt admm joint"]
+    assert [p.label for p in points] == ["int4 dense GPTQ", "int4 2:4 sparsegpt admm joint"]
     assert "nothing pruned (GPTQ), group size 64" in points[0].details["accuracy"]
     # its model is timed at int4 on a GPU (tests/gpu); here the rows say why it is not
     timed = [r for r in rows.where(kind="model-speed") if r.config.get("quant") == "int4"]

@@ -15,6 +15,12 @@ With ``precision="int8"`` the same two with group-wise symmetric int8 weights (c
 [-127, 127]): weight-only, the activations stay in the model's float dtype, which is what the
 explorer's int8 decode kernel computes, not the int8 x int8 product of ``sparsify(dtype=int8)``.
 
+With ``dense_quant=True`` (``--dense``) two dense ones too, nothing pruned: ``int4 dense GPTQ``
+(SparseGPT's loop quantizing with error feedback and pruning nothing, pattern
+``unstructured:0``: GPTQ with its act-order in whole groups) and ``int4 dense RTN`` (every
+weight rounded to nearest on its group's grid), the baselines the int4 2:4 rows are weighed
+against on the trade-off plot.
+
 With ``admm=True`` (``--admm``) two more, each SparseGPT followed by the ADMM weight update
 (``prune(update="admm")``): ``2:4 + ADMM`` in float, and ``2:4 + int4 joint + ADMM``, whose
 update keeps the joint step's mask, scales and grid
@@ -69,7 +75,13 @@ _QUANT = {
     "2:4 + int8 joint": "int8-weights",
     "2:4 + int8 joint + ADMM": "int8-weights",
     "2:4 then int8 RTN": "int8-weights-rtn",
+    "int4 dense GPTQ": "int4",
+    "int4 dense RTN": "int4-rtn",
+    "int8 dense GPTQ": "int8-weights",
+    "int8 dense RTN": "int8-weights-rtn",
 }
+#: The configurations that prune nothing (``dense`` rows in the results store).
+_DENSE = ("dense", "int4 dense GPTQ", "int4 dense RTN", "int8 dense GPTQ", "int8 dense RTN")
 #: The configurations whose pruning ended with the ADMM weight update (``--admm``).
 _ADMM = ("2:4 + ADMM", "2:4 + int4 joint + ADMM", "2:4 + int8 joint + ADMM")
 
@@ -117,7 +129,8 @@ def store_rows(
 ) -> list[dict]:
     """The experiment's rows as results-store rows (``kind``, ``config``, ``metrics``).
 
-    ``dense`` is a ``dense`` row; the 2:4 configurations are ``prune`` rows of SparseGPT
+    ``dense`` is a ``dense`` row, and so are the quantized dense ones (with ``quant``: ``"int4"``
+    by GPTQ, ``"int4-rtn"`` rounded); the 2:4 configurations are ``prune`` rows of SparseGPT
     on the bundle's layers (``layers="all"``), the quantized ones with ``quant`` (``"int4"``:
     joint, ``"int4-rtn"``: rounded after pruning; ``"int8-weights"`` and
     ``"int8-weights-rtn"`` likewise for int8) and their ``group_size``, those with the ADMM
@@ -151,7 +164,7 @@ def store_rows(
     """
     out = []
     for r in rows:
-        kind = "dense" if r["config"] == "dense" else "prune"
+        kind = "dense" if r["config"] in _DENSE else "prune"
         extra = {"quant": _QUANT[r["config"]]} if r["config"] in _QUANT else {}
         config = {"model": r["model"], "dtype": dtype, "experiment": "int4", **extra}
         if kind == "prune":
@@ -180,6 +193,7 @@ def run(
     precision: str = "int4",
     admm: bool = False,
     permute: bool = False,
+    dense_quant: bool = False,
 ) -> list[dict]:
     """Measure dense, 2:4, 2:4 + int4 joint and 2:4 then int4 RTN for each model (or int8).
 
@@ -201,6 +215,8 @@ def run(
         Also measure SparseGPT followed by the ADMM update, in float and jointly quantized.
     permute : bool, default False
         Permute the input channels before every pruning (see the module's docstring).
+    dense_quant : bool, default False
+        Also the dense model quantized with nothing pruned, by GPTQ and rounded to nearest.
 
     Returns
     -------
@@ -220,7 +236,7 @@ def run(
         )
     store = db if isinstance(db, ResultStore) or db is None else ResultStore(db)
     try:
-        return _run(models, group_size, progress, store, precision, admm, permute)
+        return _run(models, group_size, progress, store, precision, admm, permute, dense_quant)
     finally:
         if store is not None and store is not db:
             store.close()
@@ -234,6 +250,7 @@ def _run(
     precision: str,
     admm: bool,
     permute: bool,
+    dense_quant: bool = False,
 ) -> list[dict]:
     rows: list[dict] = []
     for name in models:
@@ -252,6 +269,8 @@ def _run(
             return _row(bundle, name, g, config, model, seconds, precision, permute)  # noqa: B023
 
         rows.append(row("dense", bundle.model, None))
+        if dense_quant:
+            rows += _dense_quantized(bundle, calib, g, precision, progress, row)
         # 1. SparseGPT 2:4, then the same model rounded to nearest on the int4 (int8) grid
         plain = copy.deepcopy(bundle.model)
         started = time.perf_counter()
@@ -292,6 +311,26 @@ def _run(
             )
             store.record_many(entries)
     return rows
+
+
+def _dense_quantized(bundle, calib, g: int, precision: str, progress: bool, row) -> list[dict]:
+    """The dense model quantized, nothing pruned: GPTQ (SparseGPT's loop), then rounded."""
+    gptq = copy.deepcopy(bundle.model)
+    started = time.perf_counter()
+    prune(gptq, "sparsegpt", "unstructured:0", calib, bundle.filter_fn, progress=progress,
+          quantize=precision, group_size=g)  # fmt: skip
+    out = [row(f"{precision} dense GPTQ", gptq, time.perf_counter() - started)]
+    del gptq
+    rounded = copy.deepcopy(bundle.model)
+    with torch.no_grad():
+        for fqn, mod in rounded.named_modules():
+            if isinstance(mod, torch.nn.Linear) and (
+                bundle.filter_fn is None or bundle.filter_fn(mod, fqn)
+            ):
+                keep = torch.ones_like(mod.weight, dtype=torch.bool)
+                mod.weight.copy_(quantize_rtn(mod.weight, keep, precision, g)[0])
+    out.append(row(f"{precision} dense RTN", rounded, None))
+    return out
 
 
 def _row(
@@ -351,7 +390,7 @@ def to_markdown(rows: list[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--admm] [--permute]``.
+    """Command line: ``python -m explorer.experiments.int4 [--models ...] [--admm] [--dense]``.
 
     Parameters
     ----------
@@ -371,10 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--db", default=None, help="also record the rows in this results store")
     p.add_argument("--admm", action="store_true", help="also SparseGPT + the ADMM update")
     p.add_argument("--permute", action="store_true", help="permute channels before pruning")
+    p.add_argument("--dense", action="store_true", help="also int4 dense: GPTQ and rounded")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
-    rows = run(models, a.group_size, not a.no_progress, a.db, a.precision, a.admm, a.permute)
+    rows = run(
+        models, a.group_size, not a.no_progress, a.db, a.precision, a.admm, a.permute, a.dense
+    )
     if a.json is not None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(to_markdown(rows))

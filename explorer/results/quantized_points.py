@@ -72,6 +72,15 @@ _LABEL_SUFFIX = {
     "int8-weights-rtn": " RTN",
 }
 
+#: What a ``quant`` value adds to a dense point's label (int4 dense by GPTQ or rounded).
+_DENSE_SUFFIX = {
+    "int8-gpu": " (GPU kernel)",
+    "int4": " GPTQ",
+    "int4-rtn": " RTN",
+    "int8-weights": " GPTQ",
+    "int8-weights-rtn": " RTN",
+}
+
 #: The colour of each quantized precision's markers, in both views.
 PRECISION_COLOURS = {
     "int8": "#1a7f37",
@@ -144,7 +153,7 @@ class QuantizedPoint(TradeoffPoint):
 def _label(kind: str, config: dict, quant: str) -> str:
     short = PRECISIONS[QUANT_PRECISION[quant]]
     if kind == "dense":
-        return f"{short} dense" + (_LABEL_SUFFIX["int8-gpu"] if quant == "int8-gpu" else "")
+        return f"{short} dense" + _DENSE_SUFFIX.get(quant, "")
     words = [short, str(config.get("pattern")), str(config.get("method"))]
     words += ["permute"] * bool(config.get("permute")) + [str(config.get("update") or "")]
     return " ".join(w for w in words if w) + _LABEL_SUFFIX.get(quant, "")

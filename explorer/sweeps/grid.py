@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from explorer.dtypes import dtype_name
 from explorer.results.model_speed import DEFAULT_SPEED_MODE, check_speed_mode
 from explorer.results.store.canonical import config_key
-from explorer.sweeps.joint_quant import QUANT_OF, joint_formats
+from explorer.sweeps.joint_quant import QUANT_OF, gptq_cells, joint_formats
 
 __all__ = [
     "CELL_VERSION",
@@ -167,11 +167,10 @@ class SweepConfig:
         For a checkpoint folder (``model`` is its absolute path): the text file it is
         evaluated and calibrated on (see :func:`explorer.models.from_pretrained`).
     quantize : tuple of str
-        Weight formats (``"int4"``, ``"int8"``) each SparseGPT cell is also pruned and
-        quantized jointly in (``prune(quantize=...)``): one more prune cell per format, and one
-        more dense cell quantized by the same loop with nothing pruned (GPTQ), their rows with
-        ``quant`` (``"int4"``, or ``"int8-weights"`` for int8 weight-only), which the trade-off
-        plot draws as quantized points.
+        Weight formats (``"int4"``, ``"int8"``) each SparseGPT cell is also pruned and quantized
+        jointly in (``prune(quantize=...)``), and the dense model quantized in by GPTQ: one more
+        prune and dense cell per format, rows with ``quant`` (``"int4"``, or ``"int8-weights"``
+        for int8 weight-only), which the trade-off plot draws as quantized points.
     group_size : int
         Input columns per quantization scale of those cells (a multiple of 4 dividing the
         pruned layers' widths).
@@ -239,8 +238,7 @@ class SweepConfig:
         speed_mode : str, optional
             The execution mode pruned 2:4 models are timed in.
         quantize : str or sequence, optional
-            Formats SparseGPT cells are also quantized jointly in (``"int4"``, ``"int8"``), and
-            the dense model with nothing pruned.
+            Formats SparseGPT and dense cells are also quantized in (``"int4"``, ``"int8"``).
         group_size : int, optional
             Input columns per scale of the quantized cells.
         update : str, optional
@@ -332,36 +330,18 @@ class SweepConfig:
     def cells(self) -> list[Cell]:
         """The grid's cells: dense baselines, pruned models, then speed measurements.
 
-        One dense cell per dtype (and per quantization format, quantized with nothing pruned:
-        :func:`~explorer.sweeps.joint_quant.quantized_dense_config`); one prune cell per method x
-        pattern x layer set x dtype (for
-        layer set ``"fast"``, which depends on it, x token count too); one
-        speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count
-        (speed does not depend on the pruning method, and only 2:4 has a sparse kernel to time).
-        Then one model-speed cell per dense and prune cell (:func:`model_speed_cell`): a 2:4
-        one times that pruned model whole at every token count in :attr:`speed_mode` on a GPU,
-        and every other one records why it has no such speed (:mod:`explorer.sweeps.model_speed`).
+        One dense cell per dtype (and per dtype x quantization format, by GPTQ); one prune cell
+        per method x pattern x layer set x dtype (for layer set ``"fast"``, x token count too); one
+        speed cell per pattern of :data:`SPEED_PATTERNS` x layer set x dtype x token count (speed
+        does not depend on the method; only 2:4 has a sparse kernel). Then a model-speed cell per
+        dense and prune cell (:func:`model_speed_cell`): it times a 2:4 model whole at each token
+        count in :attr:`speed_mode` on a GPU, or says why not (:mod:`explorer.sweeps.model_speed`).
         """
         base: dict = {"model": self.model, "version": CELL_VERSION}
         if self.text is not None:
             base["load"] = {"text": self.text}
         out = [Cell({"cell": "dense", **base, "dtype": d}) for d in self.dtypes]
-        # the quantized dense points: GPTQ (SparseGPT's loop, nothing pruned), per format
-        out += [
-            Cell(
-                {
-                    "cell": "dense",
-                    **base,
-                    "dtype": d,
-                    "quant": QUANT_OF[f],
-                    "group_size": self.group_size,
-                    "calibration_samples": self.calibration_samples,
-                    "seed": self.seed,
-                }
-            )
-            for d in self.dtypes
-            for f in self.quantize
-        ]
+        out += [Cell(c) for c in gptq_cells(base, self)]  # int4 (int8) dense: nothing pruned
         update = {} if self.update is None else {"update": self.update}
         for method, pattern, layers, dtype in itertools.product(
             self.methods, self.patterns, self.layer_sets, self.dtypes

@@ -14,6 +14,7 @@ __all__ = [
     "DENSE_PATTERN",
     "QUANTIZE_FORMAT",
     "QUANT_OF",
+    "gptq_cells",
     "joint_formats",
     "quantized_dense_config",
 ]
@@ -24,6 +25,45 @@ QUANT_OF = {"int4": "int4", "int8": "int8-weights"}
 QUANTIZE_FORMAT = {quant: fmt for fmt, quant in QUANT_OF.items()}
 #: The pattern a quantized dense cell "prunes" with: nothing, so SparseGPT's loop is GPTQ's.
 DENSE_PATTERN = "unstructured:0"
+
+
+def gptq_cells(base: dict, grid) -> list[dict]:
+    """The configurations of a sweep's quantized dense cells: one per dtype and format.
+
+    Parameters
+    ----------
+    base : dict
+        The configuration every cell shares (model, version, ...).
+    grid : SweepConfig
+        The sweep's grid: its ``dtypes``, ``quantize`` formats, ``group_size``,
+        ``calibration_samples`` and ``seed``.
+
+    Returns
+    -------
+    list of dict
+        Dense cell configurations with ``quant`` (none without ``quantize``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as G
+    >>> grid = G(dtypes=("float16",), quantize=("int4",), group_size=64,
+    ...          calibration_samples=8, seed=0)
+    >>> [(c["cell"], c["quant"], c["group_size"]) for c in gptq_cells({"model": "m"}, grid)]
+    [('dense', 'int4', 64)]
+    """
+    return [
+        {
+            "cell": "dense",
+            **base,
+            "dtype": dtype,
+            "quant": QUANT_OF[fmt],
+            "group_size": grid.group_size,
+            "calibration_samples": grid.calibration_samples,
+            "seed": grid.seed,
+        }
+        for dtype in grid.dtypes
+        for fmt in grid.quantize
+    ]
 
 
 def quantized_dense_config(config: dict) -> dict:

@@ -118,3 +118,29 @@ def test_permuted_rows_say_so_in_the_table_and_the_store(tmp_path):
         stored = store.query(include_reference=False)
     assert [r.config.get("permute") for r in stored] == [None, True, True, True]
     assert all("permute" in p.label for p in quantized_points(stored))
+
+
+def test_the_dense_quantized_rows_are_dense_points_by_gptq_and_rounding(tmp_path, capsys):
+    db = tmp_path / "dense.db"
+    argv = ["--models", "digits-mlp", "--dense", "--no-progress", "--db", str(db)]
+    assert int4.main(argv) == 0
+    table = capsys.readouterr().out
+    assert "| int4 dense GPTQ |" in table and "| int4 dense RTN |" in table
+    with ResultStore(db, readonly=True, source="local") as store:
+        stored = store.query(include_reference=False)
+    assert [(r.kind, r.config.get("quant")) for r in stored] == [
+        ("dense", None),
+        ("dense", "int4"),
+        ("dense", "int4-rtn"),
+        ("prune", None),
+        ("prune", "int4"),
+        ("prune", "int4-rtn"),
+    ]
+    gptq, rounded = stored[1], stored[2]
+    assert gptq.config["group_size"] == rounded.config["group_size"] > 0
+    assert "prune_seconds" in gptq.metrics and "method" not in gptq.config
+    points = {p.label: p for p in quantized_points(stored)}
+    assert {"int4 dense GPTQ", "int4 dense RTN"} <= set(points)
+    assert points["int4 dense GPTQ"].pattern == "dense"
+    assert "nothing pruned (GPTQ)" in points["int4 dense GPTQ"].details["accuracy"]
+    assert "rounded to nearest" in points["int4 dense RTN"].details["accuracy"]
