@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.bench.model_timer import CudaModelTimer, inputs_at
+from explorer.bench.model_timer import CudaModelTimer, inputs_at, token_counts
 from explorer.bench.models import ceiling
 from explorer.dtypes import dtype_name
 from explorer.gpu.swap.model_timing import ModelSpeed, input_tokens
@@ -249,15 +249,7 @@ def measure_model_speed(
             f"dtype {name!r} is not one a whole model is timed in; expected one of "
             f"{', '.join(TIMED_DTYPES)}. Hint: time the model in float16 or bfloat16"
         )
-    counts = (tokens,) if isinstance(tokens, int) else tuple(tokens or ())
-    counts = counts or (input_tokens(example),)
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
-        raise ValueError(f"tokens={tokens!r}: expected positive token counts such as (4096, 16)")
-    served = tuple(sparsify_for) if sparsify_for is not None else counts
-    if not served or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in served):
-        raise ValueError(
-            f"sparsify_for={sparsify_for!r}: expected positive token counts such as (4096, 16)"
-        )
+    counts, served = token_counts(tokens, sparsify_for, example)
     timer = timer if timer is not None else CudaModelTimer()
     # 2. No GPU: a result that says why, never a failure.
     why = timer.unavailable()

@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-__all__ = ["CudaModelTimer", "inputs_at"]
+from explorer.gpu.swap.model_timing import input_tokens
+
+__all__ = ["CudaModelTimer", "inputs_at", "token_counts"]
 
 
 def _resize(t: torch.Tensor, batch: int, seq: int | None) -> torch.Tensor:
@@ -99,6 +101,54 @@ def inputs_at(example, tokens: int):
     if isinstance(example, tuple):
         return tuple(resize(v) for v in example)
     return resize(example)
+
+
+def token_counts(tokens, sparsify_for, example) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A whole-model timing's token counts, checked: ``(timed, sparsified for)``.
+
+    Parameters
+    ----------
+    tokens : int or sequence of int or None
+        The counts timed; None or empty for the example's own count.
+    sparsify_for : sequence of int or None
+        The counts the sparse copy is sparsified for; None for those timed.
+    example
+        The example input (its count is the default).
+
+    Returns
+    -------
+    tuple of (tuple of int, tuple of int)
+
+    Raises
+    ------
+    ValueError
+        A count that is not a positive int, or an empty ``sparsify_for``.
+
+    Examples
+    --------
+    >>> token_counts(16, None, torch.ones(4, 8))
+    ((16,), (16,))
+    >>> token_counts(None, (4096, 16), torch.ones(4, 8))
+    ((4,), (4096, 16))
+    >>> token_counts((0,), None, torch.ones(4, 8))
+    Traceback (most recent call last):
+    ...
+    ValueError: tokens=(0,): expected positive token counts such as (4096, 16)
+    """
+
+    def bad(counts) -> bool:
+        return any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts)
+
+    counts = (tokens,) if isinstance(tokens, int) else tuple(tokens or ())
+    counts = counts or (input_tokens(example),)
+    if bad(counts):
+        raise ValueError(f"tokens={tokens!r}: expected positive token counts such as (4096, 16)")
+    served = tuple(sparsify_for) if sparsify_for is not None else counts
+    if not served or bad(served):
+        raise ValueError(
+            f"sparsify_for={sparsify_for!r}: expected positive token counts such as (4096, 16)"
+        )
+    return counts, served
 
 
 class CudaModelTimer:

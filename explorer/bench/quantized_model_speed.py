@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from explorer import _html
-from explorer.bench.model_timer import CudaModelTimer, inputs_at
+from explorer.bench.model_timer import CudaModelTimer, inputs_at, token_counts
 from explorer.gpu.swap.model_timing import input_tokens
 from explorer.results.model_speed import DEFAULT_SPEED_MODE, check_speed_mode, model_speed_row
 from explorer.results.quantized_speed import PRECISIONS, quantized_speed_row
@@ -251,14 +251,6 @@ def _run_shape(inputs) -> tuple[int, int]:
     return input_tokens(inputs), 1
 
 
-def _counts(value, name: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    counts = (value,) if isinstance(value, int) else tuple(value or ())
-    counts = counts or default
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
-        raise ValueError(f"{name}={value!r}: expected positive token counts such as (16, 1)")
-    return counts
-
-
 def measure_quantized_speed(
     model: nn.Module,
     example,
@@ -335,9 +327,7 @@ def measure_quantized_speed(
             "explorer.bench.model_speed.measure_model_speed"
         )
     check_speed_mode(mode)
-    counts = _counts(tokens, "tokens", ())
-    counts = counts or (input_tokens(example),)
-    served = _counts(sparsify_for, "sparsify_for", counts)
+    counts, served = token_counts(tokens, sparsify_for, example)
     if precision == "float8_e4m3fn" and scales:
         raise ValueError(
             "scales are int4 and int8 codes' group scales; FP8 takes none. Hint: leave scales out"

@@ -153,6 +153,7 @@ def test_scales_go_to_both_copies_and_fp8_refuses_them():
         ({"precision": "bfloat16"}, "measure_model_speed"),
         ({"tokens": (0,)}, r"tokens=\(0,\): expected positive token counts"),
         ({"tokens": 16, "sparsify_for": (True,)}, "sparsify_for=.True,.: expected positive"),
+        ({"tokens": 16, "sparsify_for": ()}, r"sparsify_for=\(\): expected positive"),
         ({"mode": "fast"}, "fast"),
     ],
 )
