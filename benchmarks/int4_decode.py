@@ -1,7 +1,7 @@
 """Check, then time, the 2:4 + int4 (or int8) decode kernel per layer (one call of the device machine).
 
 Usage: python benchmarks/int4_decode.py [--out DIR] [--quick] [--skip-sweep] [--loads]
-       [--format int4|int8]
+       [--format int4|int8] [--group-size G] [--tokens 1,4,16,...]
 
 For LLaMA-3-8B's four layer shapes and 1 to 64 tokens it times, side by side, the GPU time of
 CUDA-graph replays (medians; every implementation cycles through enough copies of its weight
@@ -26,6 +26,11 @@ in the same run), and the host time per eager call. Full numbers go to DIR/int4_
 code a kept value, and the table's torch column becomes the explorer's older int8 decode kernel
 (``DecodeCall`` on ``pack(w, int8=True)``: one float32 scale per row, the 16-bit instruction
 stream plus conversions). Its numbers go to DIR/int8_decode.json; the prefill table is int4's.
+
+``--group-size 64`` or ``32`` runs the same for the group sizes a joint prune-and-quantize keeps
+its accuracy at: the kernels that read 2 or 4 scales per 128 columns (no expansion feed; its
+sweep times more register-fed launches instead), torch's int4 kernel at that group size, and
+files named ``..._g64.json``.
 """
 
 from __future__ import annotations
@@ -72,13 +77,23 @@ FORMAT = "int4"
 
 
 def pack_coded(w: torch.Tensor) -> GroupCodedWeight:
-    """``w`` (2:4) compressed and checked for the kernel in the format under test."""
-    return (pack_int4_weight if FORMAT == "int4" else pack_int8_weight)(w)
+    """``w`` (2:4) compressed and checked for the kernel in the format and group size under test."""
+    return (pack_int4_weight if FORMAT == "int4" else pack_int8_weight)(w, group_size=GROUP)
 
 
 def config(method: str, warps: int, ahead: int) -> Int4LaunchConfig:
-    """A launch of the format under test."""
-    return Int4LaunchConfig(method, warps, ahead, FORMAT)
+    """A launch of the format and group size under test."""
+    return Int4LaunchConfig(method, warps, ahead, FORMAT, GROUP)
+
+
+def methods() -> tuple[str, ...]:
+    """The feeds the kernels for the group size under test have (no ``"ex"`` below 128)."""
+    return ("spa", "sp") if GROUP < 128 else ("spa", "sp", "ex")
+
+
+def default_config(n: int, k: int, t: int) -> Int4LaunchConfig:
+    """The launch a call makes unless given one, for the format and group size under test."""
+    return default_int4_config(n, k, t, multiprocessor_count(0), FORMAT, GROUP)
 
 
 def _weight(n: int, k: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -103,14 +118,16 @@ def rotated_us(make, footprint: int, l2: int) -> float:
     return graph_ms(lambda: next(cycle)(), iters=iters, reps=7) * 1e3
 
 
-def int4_bytes(n: int, k: int, group: int = GROUP) -> int:
+def int4_bytes(n: int, k: int, group: int | None = None) -> int:
     """Bytes of a 2:4 + int4 (int8 under ``--format int8``) weight: codes, positions, scales."""
+    group = group or GROUP
     codes = n * k // 4 if FORMAT == "int4" else n * k // 2
     return codes + n * k // 8 + n * (k // group) * 4
 
 
-def torch_int4_bytes(n: int, k: int, group: int = GROUP) -> int:
+def torch_int4_bytes(n: int, k: int, group: int | None = None) -> int:
     """Bytes of torch's int4 weight: 4-bit codes, bf16 scale and zero per group."""
+    group = group or GROUP
     return n * k // 2 + (k // group) * n * 2 * 2
 
 
@@ -151,6 +168,8 @@ def check(gen: torch.Generator) -> list[dict]:
         ref = x.double() @ p.decompress().double().t() + bias.double()
         row = dict(n=n, k=k, tokens=t, dtype=str(dt).removeprefix("torch."))
         for method, ahead in (("spa", 4), ("sp", 2), ("ex", 2)):
+            if method not in methods():
+                continue
             cfg = config(method, 4, ahead)
             y = decode_int4_matmul(x, p, bias, config=cfg)
             row[f"relerr_{method}"] = _relerr(y, ref)
@@ -173,12 +192,16 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
             "ex": itertools.product((1, 2), (2, 4, 8, 16)),
             "sp": [(1, 16), (2, 8)],
         }
+        if GROUP < 128:  # the register-fed kernel takes the expansion's place above 8 tokens
+            grid["sp"] = itertools.product((1, 2), (2, 4, 8, 16, 32))
         for method, pairs in grid.items():
+            if method not in methods():
+                continue
             for ahead, warps in pairs:
                 cfg = config(method, warps, ahead)
                 if warps <= cfg.max_warps(tiles) and warps <= k // 128:
                     configs.append(cfg)
-        dflt = default_int4_config(n, k, t, multiprocessor_count(0), FORMAT)
+        dflt = default_config(n, k, t)
         times = {}
         for cfg in configs:
 
@@ -253,8 +276,9 @@ def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
         "plain .nc": line.replace(".L1::no_allocate", ""),
     }
     modules = {"shipped": None}
+    build = tuple(f"-D{key}={value}" for key, value in config("sp", 1, 1).defines)
     for name, new in variants.items():
-        mod = cp.RawModule(code=src.replace(line, new), options=("-std=c++17",))
+        mod = cp.RawModule(code=src.replace(line, new), options=("-std=c++17", *build))
         mod.compile()
         modules[name] = mod
     rows = []
@@ -310,9 +334,7 @@ def table(gen: torch.Generator, l2: int, copy_bps: float, tokens=TOKENS, dtypes=
             row["dense_us"] = rotated_us(dense, n * k * dt.itemsize, l2)
             row["decode16_us"] = rotated_us(sparse16, p16.nbytes, l2)
             row["int4_24_us"] = rotated_us(int4_24, int4_bytes(n, k), l2)
-            row["int4_24_config"] = repr(
-                default_int4_config(n, k, t, multiprocessor_count(0), FORMAT)
-            )
+            row["int4_24_config"] = repr(default_config(n, k, t))
             if FORMAT == "int8":  # the older int8 kernel: per-row scales, 16-bit instructions
 
                 def rows8(w=w, x=x, t=t, dt=dt):
@@ -371,7 +393,7 @@ def prefill(gen: torch.Generator, l2: int, tokens=PREFILL_TOKENS) -> list[dict]:
     rows = []
     for (n, k), t in itertools.product(DECODE_SHAPES, tokens):
         w = _weight(n, k, torch.bfloat16, gen)
-        tiles = tile_coded_weight(pack_int4_weight(w.float()))
+        tiles = tile_coded_weight(pack_int4_weight(w.float(), group_size=GROUP))
         tq = torch_int4(n, k, gen)
         x = torch.randn(t, k, device=DEV, generator=gen).to(torch.bfloat16)
 
@@ -457,9 +479,11 @@ def main() -> int:
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--loads", action="store_true", help="also time L2 prefetch hints")
     ap.add_argument("--format", choices=("int4", "int8"), default="int4")
+    ap.add_argument("--group-size", type=int, choices=(32, 64, 128), default=128)
+    ap.add_argument("--tokens", default=None, help="token counts of the table, e.g. 1,16,64")
     a = ap.parse_args()
-    global FORMAT
-    FORMAT = a.format
+    global FORMAT, GROUP
+    FORMAT, GROUP = a.format, a.group_size
     out = Path(a.out)
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     gen = torch.Generator(device=DEV).manual_seed(0)
@@ -471,18 +495,15 @@ def main() -> int:
     bad = [
         r
         for r in checks
-        if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in ("spa", "sp", "ex"))
+        if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in methods())
     ]
-    print(
-        f"checks: {len(checks)} cases, max relerr spa "
-        f"{max(r['relerr_spa'] for r in checks):.2e}, sp {max(r['relerr_sp'] for r in checks):.2e}"
-        f", ex {max(r['relerr_ex'] for r in checks):.2e}, {len(bad)} bad",
-        flush=True,
-    )
+    worst = ", ".join(f"{m} {max(r[f'relerr_{m}'] for r in checks):.2e}" for m in methods())
+    print(f"checks: {len(checks)} cases, max relerr {worst}, {len(bad)} bad", flush=True)
     for r in bad[:8]:
         print("BAD", r, flush=True)
     result = dict(
         format=FORMAT,
+        group_size=GROUP,
         device=torch.cuda.get_device_name(0),
         torch=torch.__version__,
         copy_gbps=copy_bps / 1e9,
@@ -490,15 +511,19 @@ def main() -> int:
     )
     result["floor"] = floor_us(gen, l2)
     if not a.skip_sweep:
-        result["sweep"] = sweep(gen, l2, tokens=(1, 4, 16))
+        # groups of 64 or 32 also run the register-fed kernels above 16 tokens: sweep 64 too
+        result["sweep"] = sweep(gen, l2, tokens=(1, 4, 16) if GROUP == 128 else (1, 4, 16, 64))
     if a.loads:
         result["loads"] = load_variants(gen, l2)
     tokens, dtypes = ((1, 16), (torch.bfloat16,)) if a.quick else (TOKENS, None)
+    if a.tokens:
+        tokens = tuple(int(t) for t in a.tokens.split(","))
     result["rows"] = table(gen, l2, copy_bps, tokens, dtypes)
     result["host"] = host_cost(gen)
     if FORMAT == "int4":
         result["prefill"] = prefill(gen, l2, (128, 4096) if a.quick else PREFILL_TOKENS)
-    (out / f"{FORMAT}_decode.json").write_text(json.dumps(result, indent=1, default=str))
+    suffix = "" if GROUP == 128 else f"_g{GROUP}"
+    (out / f"{FORMAT}_decode{suffix}.json").write_text(json.dumps(result, indent=1, default=str))
     print(format_table(result["rows"]))
     return 1 if bad else 0
 

@@ -2,7 +2,8 @@
 // few activation rows X[T, K] (T <= 64, bfloat16 or float16): the decode step of generation,
 // where the time is the time to read the weight.
 //
-// Storage. The kernel reads an explorer.lowbit.Int4Weight (G = the group size, G % 128 == 0)
+// Storage. The kernel reads an explorer.lowbit.Int4Weight (G = the group size: a multiple of
+// 128, or 64 or 32)
 //   codes    [N, K/4]  uint8: byte j of a row holds the two kept values of 2:4 group j (columns
 //                      4j..4j+3), the first in the low nibble; a nibble is a code in [-7, 7] in
 //                      two's complement
@@ -17,8 +18,14 @@
 // (to a multiple of 16) are zero codes with scale 0 and ordered metadata. So a warp's chunk is one
 // contiguous run of 832 bytes and a block reads its rows' weight front to back, where the lowbit
 // layout puts the pieces of a chunk in 48 places 64 to 1024 bytes apart; the scales take
-// 32 / 128 bits a weight whatever G is, 3.25 bits a weight in all, about a fifth of a 16-bit
-// dense one.
+// 32 / 128 bits a weight whatever G is (G a multiple of 128), 3.25 bits a weight in all, about a
+// fifth of a 16-bit dense one.
+//
+// Groups of 64 or 32 columns (a joint prune-and-quantize's usual sizes) hold S = 128 / G scales
+// per row and chunk: the scales part of a tile is [16 rows][S] float32 (row r's scales of columns
+// 128i + G q, q < S, at byte 768 + 4 (S r + q)), so a tile is 768 + 64 S bytes (896 or 1024 for
+// int4) and the weight 3.5 or 4 bits a weight. Those tiles are read by a build of this file with
+// -DCHUNK_SCALES=S (explorer.gpu.cuda.coded_launch), whose kernels carry the same names.
 
 // Codes to 16-bit floats, exactly. A nibble n placed in the mantissa of a "magic" float gives
 // an exact integer: bf16 0x4300 | (n ^ 8) = 136 + code, f16 0x6400 | (n ^ 8) = 1032 + code, so
@@ -29,8 +36,10 @@
 // Method. A block covers 16 rows of W; its warps split K into 128-column chunks (chunk i to
 // warp i % warps, D chunks in flight per warp). Each warp multiplies its chunk's 16 x 128
 // piece of W with all T tokens on the tensor cores into a per-chunk fp32 accumulator, then adds
-// that into the running one times the row's scale of that chunk (G % 128 == 0: one scale per
-// row and chunk), so scales are applied in fp32, once per chunk. The warps add their partial
+// that into the running one times the row's scale of that chunk (one scale per row and chunk;
+// with S scales a chunk, the same per G columns: the sparse feeds' mma m covers columns
+// 32m..32m+31, so a group of G columns is G / 32 whole mmas), so scales are applied in fp32,
+// once per group. The warps add their partial
 // tiles through shared memory and one pass writes Y (bias added in fp32, rounded once).
 //
 // Three ways to feed the tensor cores with a chunk, chosen by the kernel's name:
@@ -56,7 +65,9 @@
 //   placing each kept pair into its group's four slots with a byte permutation (prmt); lane c
 //   owns groups 8c..8c+7 of a chunk, so per row and chunk it loads 8 code bytes, 4 metadata
 //   bytes and 32 contiguous X values per token (16-byte loads, where "sp" needs 4-byte ones:
-//   above 8 tokens the X loads, not the conversion, bound the sparse kernels).
+//   above 8 tokens the X loads, not the conversion, bound the sparse kernels). One mma of
+//   "ex" sums columns of all four quarters of a chunk, so it needs one scale a chunk: the builds
+//   for groups of 64 or 32 have "sp" and "spa" only.
 //
 // int8 codes (explorer.lowbit.Int8Weight: codes [N, K/2] int8, one kept value a byte, in
 // [-127, 127]) run the same three feeds from tiles of 1344 bytes: codes [16 rows][64 B], each
@@ -68,13 +79,23 @@
 // recombined by two FMAs (16 * high - 128 + low), all exact. So int8 moves 5.25 bits a weight,
 // a third of a 16-bit dense one.
 //
-// Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0, G % 128 == 0,
-// K % G == 0; tiles 16-byte aligned; X rows 16-byte aligned with a row stride that is a
-// multiple of 8 elements; every metadata nibble one of the six ordered pairs (0x4, 0x8, 0x9,
-// 0xC, 0xD, 0xE); sm_80 or newer.
+// Requirements (checked by the caller, explorer.gpu.decode_int4): K % 128 == 0; G % 128 == 0
+// and K % G == 0 (the default build), or G = 128 / CHUNK_SCALES; tiles 16-byte aligned; X rows
+// 16-byte aligned with a row stride that is a multiple of 8 elements; every metadata nibble one
+// of the six ordered pairs (0x4, 0x8, 0x9, 0xC, 0xD, 0xE); sm_80 or newer.
 
 typedef unsigned short u16;
 typedef unsigned int u32;
+
+// Scales per row and chunk of 128 columns: 1 (G a multiple of 128, the default build), 2 (G = 64)
+// or 4 (G = 32).
+#ifndef CHUNK_SCALES
+#define CHUNK_SCALES 1
+#endif
+constexpr int SCALES = CHUNK_SCALES;
+static_assert(SCALES == 1 || SCALES == 2 || SCALES == 4, "CHUNK_SCALES must be 1, 2 or 4");
+// mmas of 32 columns per scale (the sparse feeds fold their partial sums after each group)
+constexpr int MMAS_PER_SCALE = 4 / SCALES;
 
 // PTX qualifiers of the weight loads: the weight is read once, so it skips L1 (the benchmark
 // builds variants of this line).
@@ -256,11 +277,11 @@ __device__ __forceinline__ u16 from_f32(float f, bool bf16) {
 }
 
 // What a lane reads of one chunk of its two rows: 32 code bytes (sp) or 8 (ex) and 16 or 4
-// metadata bytes per row, and the rows' scales of that chunk.
+// metadata bytes per row, and the rows' scales of that chunk (SCALES each).
 struct Chunk {
     uint4 code[4];  // sp: row g words 0-3, 4-7, row g + 8 words 0-3, 4-7; ex: .x .y of [0], [2]
     uint4 meta[2];  // sp: rows g, g + 8; ex: .x of each
-    float scale[2];
+    float scale[2][SCALES];
 };
 
 struct Args {
@@ -273,12 +294,13 @@ struct Args {
 };
 
 // One tile of the weight, and one staged chunk: codes [16 rows][CODE B], metadata [16][16 B],
-// scales [16] (the layout above).
+// scales [16][SCALES] (the layout above).
 template <bool INT8> struct Tile {
     static constexpr int CODE = INT8 ? 64 : 32;  // code bytes a row
     static constexpr int META = 16 * CODE;       // where the metadata starts
     static constexpr int SCALE = META + 256;     // where the scales start
-    static constexpr int BYTES = SCALE + 64;     // 832 (int4) or 1344 (int8)
+    static constexpr int BYTES = SCALE + 64 * SCALES;  // 832 (int4) or 1344 (int8) at 1 scale
+    static constexpr int PIECES = BYTES / 16;          // 16-byte copies a tile takes
 };
 
 // The tile of this block's rows for chunk ch.
@@ -326,8 +348,12 @@ __device__ __forceinline__ void load_chunk(Chunk& f, const Args& a, int g, int c
             f.code[2 * i] = lane_codes<INT8>(t, r, c);
             f.meta[i].x = __ldg(reinterpret_cast<const u32*>(t + L::META + r * 16 + c * 4));
         }
-        const float s = __ldg(reinterpret_cast<const float*>(t + L::SCALE) + r);
-        f.scale[i] = live ? s : 0.0f;
+        const float* s = reinterpret_cast<const float*>(t + L::SCALE) + r * SCALES;
+#pragma unroll
+        for (int q = 0; q < SCALES; ++q) {
+            const float v = __ldg(s + q);
+            f.scale[i][q] = live ? v : 0.0f;
+        }
     }
 }
 
@@ -366,20 +392,25 @@ __device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const 
             mma_sp<BF16>(part[j], a0, a1, a2, a3, __ldg(xp), __ldg(xp + 4), __ldg(xp + 8),
                          __ldg(xp + 12), e);
         }
-    }
+        if ((m + 1) % MMAS_PER_SCALE == 0) {  // the group's last mma: fold it in with its scale
+            const int q = m / MMAS_PER_SCALE;
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {  // rows g (d0, d1) and g + 8 (d2, d3)
-        acc[j][0] = fmaf(f.scale[0], part[j][0], acc[j][0]);
-        acc[j][1] = fmaf(f.scale[0], part[j][1], acc[j][1]);
-        acc[j][2] = fmaf(f.scale[1], part[j][2], acc[j][2]);
-        acc[j][3] = fmaf(f.scale[1], part[j][3], acc[j][3]);
+            for (int j = 0; j < NT; ++j) {  // rows g (d0, d1) and g + 8 (d2, d3)
+                acc[j][0] = fmaf(f.scale[0][q], part[j][0], acc[j][0]);
+                acc[j][1] = fmaf(f.scale[0][q], part[j][1], acc[j][1]);
+                acc[j][2] = fmaf(f.scale[1][q], part[j][2], acc[j][2]);
+                acc[j][3] = fmaf(f.scale[1][q], part[j][3], acc[j][3]);
+                part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
+            }
+        }
     }
 }
 
-// The same with dense mma after expanding each pair to four slots (ex).
+// The same with dense mma after expanding each pair to four slots (ex; one scale a chunk).
 template <bool BF16, bool INT8, int NT>
 __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const u32* const* xr,
                                          int ch) {
+    static_assert(SCALES == 1, "the expansion feed needs one scale per row and chunk");
     float part[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
@@ -410,10 +441,10 @@ __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const 
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-        acc[j][0] = fmaf(f.scale[0], part[j][0], acc[j][0]);
-        acc[j][1] = fmaf(f.scale[0], part[j][1], acc[j][1]);
-        acc[j][2] = fmaf(f.scale[1], part[j][2], acc[j][2]);
-        acc[j][3] = fmaf(f.scale[1], part[j][3], acc[j][3]);
+        acc[j][0] = fmaf(f.scale[0][0], part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(f.scale[0][0], part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(f.scale[1][0], part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(f.scale[1][0], part[j][3], acc[j][3]);
     }
 }
 
@@ -461,24 +492,24 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
     const int chunks = a.k >> 7;
-    if (FEED == SPA) {
+    if constexpr (FEED == SPA) {
         // 1. main loop, staged: each warp keeps D chunks in flight in its own shared-memory
         // stages (cp.async, no registers held), chunk i to warp i % warps
         unsigned char* stages =
             reinterpret_cast<unsigned char*>(partial) + warps * 512 + warp * D * L::BYTES;
-        // a tile is 52 (int4) or 84 (int8) pieces of 16 bytes: lane copies pieces lane,
-        // lane + 32, ..., so a warp moves the tile's contiguous bytes; chunks are issued in
-        // order j = 0, 1, ...: the source advances by `warps` tiles
+        // a tile is L::PIECES pieces of 16 bytes (52 int4, 84 int8 at one scale a chunk):
+        // lane copies pieces lane, lane + 32, ..., so a warp moves the tile's contiguous bytes;
+        // chunks are issued in order j = 0, 1, ...: the source advances by `warps` tiles
         const int mine = chunks > warp ? (chunks - warp + warps - 1) / warps : 0;
         const unsigned char* next = tile_of<INT8>(a, warp) + lane * 16;
         auto issue = [&](int j) {
             unsigned char* st = stages + (j % D) * L::BYTES + lane * 16;
             copy16(st, next);
-            if (INT8) {
+            if (L::PIECES > 32 && (L::PIECES >= 64 || lane < L::PIECES - 32)) {
                 copy16(st + 512, next + 512);
-                if (lane < 20) copy16(st + 1024, next + 1024);
-            } else {
-                if (lane < 20) copy16(st + 512, next + 512);
+            }
+            if (L::PIECES > 64 && (L::PIECES >= 96 || lane < L::PIECES - 64)) {
+                copy16(st + 1024, next + 1024);
             }
             next += (long long)warps * L::BYTES;
         };
@@ -499,8 +530,13 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
             f.code[3] = *reinterpret_cast<const uint4*>(codes + (g + 8) * L::CODE + 16);
             f.meta[0] = *reinterpret_cast<const uint4*>(st + L::META + g * 16);
             f.meta[1] = *reinterpret_cast<const uint4*>(st + L::META + (g + 8) * 16);
-            f.scale[0] = *reinterpret_cast<const float*>(st + L::SCALE + g * 4);
-            f.scale[1] = *reinterpret_cast<const float*>(st + L::SCALE + (g + 8) * 4);
+#pragma unroll
+            for (int q = 0; q < SCALES; ++q) {
+                f.scale[0][q] =
+                    *reinterpret_cast<const float*>(st + L::SCALE + (g * SCALES + q) * 4);
+                f.scale[1][q] =
+                    *reinterpret_cast<const float*>(st + L::SCALE + ((g + 8) * SCALES + q) * 4);
+            }
             __syncwarp();  // every lane has its copy of the stage: it may be refilled
             if (j + D < mine) issue(j + D);
             copy_commit();
@@ -520,7 +556,7 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // 2. products
                 const int ch = base + d * warps < chunks ? base + d * warps : base;
-                if (FEED == SP) {
+                if constexpr (FEED == SP) {
                     chunk_sp<BF16, INT8, NT>(acc, f[d], xr, ch, pair_sel, meta_sel);
                 } else {
                     chunk_ex<BF16, INT8, NT>(acc, f[d], xr, ch);
@@ -584,21 +620,23 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 
 CODED_FAMILY(int4_sp_bf16, true, false, SP)
 CODED_FAMILY(int4_sp_f16, false, false, SP)
-CODED_FAMILY(int4_ex_bf16, true, false, EX)
-CODED_FAMILY(int4_ex_f16, false, false, EX)
 CODED_STAGED_FAMILY(int4_spa_bf16, true, false)
 CODED_STAGED_FAMILY(int4_spa_f16, false, false)
 CODED_FAMILY(int8_sp_bf16, true, true, SP)
 CODED_FAMILY(int8_sp_f16, false, true, SP)
-CODED_FAMILY(int8_ex_bf16, true, true, EX)
-CODED_FAMILY(int8_ex_f16, false, true, EX)
 CODED_STAGED_FAMILY(int8_spa_bf16, true, true)
 CODED_STAGED_FAMILY(int8_spa_f16, false, true)
+#if CHUNK_SCALES == 1
+CODED_FAMILY(int4_ex_bf16, true, false, EX)
+CODED_FAMILY(int4_ex_f16, false, false, EX)
+CODED_FAMILY(int8_ex_bf16, true, true, EX)
+CODED_FAMILY(int8_ex_f16, false, true, EX)
+#endif
 
 // W itself in 16 bits, W[N, K] = code * scale in place (zeros elsewhere), from the tiles: the
 // dense route above 64 tokens dequantizes once per call and hands the product to cuBLAS, where
 // torch's int4 kernel's time grows with the tokens. A thread writes 32 columns of one row (8
-// groups: 8 code bytes, 4 metadata bytes and the row's scale of the chunk), each value
+// groups: 8 code bytes, 4 metadata bytes and the row's scale of those columns), each value
 // code * scale rounded once from fp32; consecutive threads write consecutive columns.
 template <bool BF16, bool INT8>
 __device__ __forceinline__ void dequantize_int4(const unsigned char* tiles, u16* w, int n_rows,
@@ -613,7 +651,9 @@ __device__ __forceinline__ void dequantize_int4(const unsigned char* tiles, u16*
     const int r = row & 15;
     const uint4 codes = lane_codes<INT8>(t, r, j);
     const u32 meta = *reinterpret_cast<const u32*>(t + L::META + r * 16 + j * 4);
-    const float scale = *reinterpret_cast<const float*>(t + L::SCALE + r * 4);
+    // columns 32j..32j+31 of the chunk lie in its scale group j / MMAS_PER_SCALE
+    const float scale =
+        *reinterpret_cast<const float*>(t + L::SCALE + (r * SCALES + j / MMAS_PER_SCALE) * 4);
     u32 out[16];
 #pragma unroll
     for (int q = 0; q < 8; ++q) {  // group 8j + q of the chunk: columns 4q..4q+3 of this part

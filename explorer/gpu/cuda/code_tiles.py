@@ -13,15 +13,18 @@ holds for 128 columns (32 for int4, 64 for int8):
   kernel that need the even words read 32 contiguous bytes and the others the next 32);
 - the next 256 bytes: positions, ``[16 rows][16 B]`` (bytes ``16i..16i+15`` of each row's
   metadata);
-- the last 64 bytes: scales, ``[16 rows]`` float32 (each row's scale of the group that holds
-  column ``128i``);
+- the last ``64 S`` bytes: scales, ``[16 rows][S]`` float32, ``S`` = :func:`chunk_scales`: one
+  per row (the scale of the group that holds column ``128i``) when the group size ``G`` is a
+  multiple of 128, and the row's ``S = 128 / G`` scales of columns ``128i .. 128i+127`` for
+  groups of 64 or 32 columns;
 
 tile ``(b, i)`` (rows ``16b..16b+15``, columns ``128i..128i+127``) at byte
-``(b * K/128 + i) * T``, ``T`` = 832 (int4) or 1344 (int8) bytes. Rows past ``N`` (up to a
-multiple of 16) are zero codes with scale 0. The scales take 32/128 bits a weight whatever the
-group size (one per chunk and row), so a tiled weight holds 3.25 (int4) or 5.25 (int8) bits a
-weight. :func:`untile_coded_weight` gives the weight back exactly. Pure torch: it runs wherever
-the weight is.
+``(b * K/128 + i) * T``, ``T`` = :func:`tile_bytes`: 832 (int4) or 1344 (int8) bytes with one
+scale a chunk, 64 more for each further scale. Rows past ``N`` (up to a multiple of 16) are zero
+codes with scale 0. With ``G`` a multiple of 128 the scales take 32/128 bits a weight, so a
+tiled weight holds 3.25 (int4) or 5.25 (int8) bits a weight; groups of 64 and 32 columns hold
+3.5 and 4 bits (int4). :func:`untile_coded_weight` gives the weight back exactly. Pure torch: it
+runs wherever the weight is.
 
 Examples
 --------
@@ -34,6 +37,8 @@ CodeTiles(3x256 int4, group 128, 2 tiles of 832 B on cpu)
 True
 >>> tile_coded_weight(compress_int8(w))
 CodeTiles(3x256 int8, group 128, 2 tiles of 1344 B on cpu)
+>>> tile_coded_weight(compress_int4(w, group_size=32))
+CodeTiles(3x256 int4, group 32, 2 tiles of 1024 B on cpu)
 """
 
 from __future__ import annotations
@@ -45,11 +50,14 @@ import torch
 from explorer.lowbit import CODED_WEIGHTS, GroupCodedWeight
 
 __all__ = [
+    "SMALL_GROUPS",
     "TILE_BYTES",
     "TILE_COLUMNS",
     "TILE_ROWS",
     "CodeTiles",
+    "chunk_scales",
     "code_bytes",
+    "layout_refusal",
     "tile_bytes",
     "tile_coded_weight",
     "untile_coded_weight",
@@ -58,6 +66,8 @@ __all__ = [
 #: Rows and input columns one tile covers, and an int4 tile's bytes: codes, positions, scales.
 TILE_ROWS, TILE_COLUMNS = 16, 128
 TILE_BYTES = 512 + 256 + 64
+#: Group sizes below a tile's width that the tiles hold (several scales per row and tile).
+SMALL_GROUPS = (32, 64)
 #: Metadata byte of a padding row: positions 0 and 1 in both groups (an ordered pair).
 _PAD_METADATA = 0x44
 
@@ -77,13 +87,82 @@ def code_bytes(fmt: str) -> int:
     return TILE_COLUMNS // 2 // CODED_WEIGHTS[fmt].CODES_PER_BYTE
 
 
-def tile_bytes(fmt: str) -> int:
-    """Bytes of one tile of ``fmt``: 832 (int4) or 1344 (int8).
+def layout_refusal(k: int, group_size: int) -> str | None:
+    """Why the tiles cannot hold a weight of ``k`` columns and ``group_size`` (None: they can).
+
+    They need K a multiple of 128 and a group size that is 32, 64 or a multiple of 128 dividing
+    K.
+
+    Parameters
+    ----------
+    k : int
+        The weight's columns (input features).
+    group_size : int
+        Columns per scale.
+
+    Returns
+    -------
+    str or None
+        The reason, naming both values, or None.
+
+    Examples
+    --------
+    >>> layout_refusal(4096, 64) is None, layout_refusal(4096, 128) is None
+    (True, True)
+    >>> layout_refusal(576, 64)
+    'K = 576 is not a multiple of 128 (group_size = 64)'
+    """
+    if k % TILE_COLUMNS:
+        return f"K = {k} is not a multiple of {TILE_COLUMNS} (group_size = {group_size})"
+    if group_size in SMALL_GROUPS or (group_size % TILE_COLUMNS == 0 and k % group_size == 0):
+        return None
+    return (
+        f"group_size = {group_size} with K = {k}: expected {SMALL_GROUPS[0]}, {SMALL_GROUPS[1]} "
+        f"or a multiple of {TILE_COLUMNS} dividing K"
+    )
+
+
+def chunk_scales(group_size: int) -> int:
+    """Scales a row holds per tile: 1 for groups that are multiples of 128, 2 for 64, 4 for 32.
+
+    Parameters
+    ----------
+    group_size : int
+        Columns per scale (32, 64 or a multiple of 128).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        Any other group size.
+
+    Examples
+    --------
+    >>> [chunk_scales(g) for g in (32, 64, 128, 384)]
+    [4, 2, 1, 1]
+    """
+    if group_size % TILE_COLUMNS == 0 and group_size > 0:
+        return 1
+    if group_size in SMALL_GROUPS:
+        return TILE_COLUMNS // group_size
+    raise ValueError(
+        f"group_size = {group_size}: the tiles hold groups of {SMALL_GROUPS[0]}, "
+        f"{SMALL_GROUPS[1]} or a multiple of {TILE_COLUMNS} columns"
+    )
+
+
+def tile_bytes(fmt: str, group_size: int = TILE_COLUMNS) -> int:
+    """Bytes of one tile of ``fmt``: 832 (int4) or 1344 (int8), 64 more per further scale.
 
     Parameters
     ----------
     fmt : str
         ``"int4"`` or ``"int8"``.
+    group_size : int
+        Columns per scale (:func:`chunk_scales`).
 
     Returns
     -------
@@ -91,10 +170,10 @@ def tile_bytes(fmt: str) -> int:
 
     Examples
     --------
-    >>> tile_bytes("int4"), tile_bytes("int8")
-    (832, 1344)
+    >>> tile_bytes("int4"), tile_bytes("int8"), tile_bytes("int4", 64), tile_bytes("int4", 32)
+    (832, 1344, 896, 1024)
     """
-    return TILE_ROWS * code_bytes(fmt) + 256 + 64
+    return TILE_ROWS * code_bytes(fmt) + 256 + 64 * chunk_scales(group_size)
 
 
 class CodeTiles:
@@ -103,7 +182,8 @@ class CodeTiles:
     Parameters
     ----------
     data : torch.Tensor
-        ``uint8 [ceil(N / 16), K / 128, T]``, contiguous (``T`` = :func:`tile_bytes`).
+        ``uint8 [ceil(N / 16), K / 128, T]``, contiguous (``T`` = :func:`tile_bytes` of the
+        format and group size).
     shape : tuple of int
         ``(N, K)``, the weight's own shape.
     group_size : int
@@ -120,7 +200,10 @@ class CodeTiles:
         if fmt not in CODED_WEIGHTS:
             raise ValueError(f"format = {fmt!r}; the tiles hold one of {tuple(CODED_WEIGHTS)}")
         n, k = (int(s) for s in shape)
-        want = (math.ceil(n / TILE_ROWS), k // TILE_COLUMNS, tile_bytes(fmt))
+        why = layout_refusal(k, int(group_size))
+        if why is not None:
+            raise ValueError(f"{fmt} tiles cannot hold this weight: {why}")
+        want = (math.ceil(n / TILE_ROWS), k // TILE_COLUMNS, tile_bytes(fmt, int(group_size)))
         if data.dtype != torch.uint8 or tuple(data.shape) != want or not data.is_contiguous():
             raise ValueError(
                 f"{fmt} tiles of a {n}x{k} weight must be contiguous uint8 {list(want)}, got "
@@ -157,7 +240,7 @@ class CodeTiles:
         tiles = self.data.shape[0] * self.data.shape[1]
         return (
             f"CodeTiles({n}x{k} {self.format}, group {self.group_size}, {tiles} tiles of "
-            f"{tile_bytes(self.format)} B on {self.device})"
+            f"{tile_bytes(self.format, self.group_size)} B on {self.device})"
         )
 
 
@@ -187,8 +270,9 @@ def tile_coded_weight(weight: GroupCodedWeight) -> CodeTiles:
     Parameters
     ----------
     weight : Int4Weight or Int8Weight
-        A 2:4 low-bit weight with K and the group size multiples of 128 (the kernel's layout
-        check, :func:`explorer.gpu.cuda.decode_int4.check_coded_layout`, is the caller's).
+        A 2:4 low-bit weight with K a multiple of 128 and a group size of 32, 64 or a multiple
+        of 128 dividing K (:func:`layout_refusal`; the kernel's check of the positions,
+        :func:`explorer.gpu.cuda.decode_int4.check_int4_layout`, is the caller's).
 
     Returns
     -------
@@ -197,7 +281,7 @@ def tile_coded_weight(weight: GroupCodedWeight) -> CodeTiles:
     Raises
     ------
     ValueError
-        K or the group size not multiples of 128, or a group size that does not divide K.
+        K not a multiple of 128, or a group size the tiles cannot hold (:func:`layout_refusal`).
     TypeError
         ``weight`` is neither an ``Int4Weight`` nor an ``Int8Weight``.
 
@@ -217,10 +301,10 @@ def tile_coded_weight(weight: GroupCodedWeight) -> CodeTiles:
         )
     n, k = weight.shape
     g = weight.group_size
-    if k % TILE_COLUMNS or g % TILE_COLUMNS or k % g:
+    why = layout_refusal(k, g)
+    if why is not None:
         raise ValueError(
-            f"{fmt} tiles need K and the group size to be multiples of {TILE_COLUMNS} with the "
-            f"group size dividing K; got K = {k}, group_size = {g}. Hint: "
+            f"{fmt} tiles cannot hold this weight: {why}. Hint: "
             f"compress_{fmt}(weight, group_size=128) for K a multiple of 128."
         )
     blocks, chunks = math.ceil(n / TILE_ROWS), k // TILE_COLUMNS
@@ -240,10 +324,12 @@ def tile_coded_weight(weight: GroupCodedWeight) -> CodeTiles:
         codes = _words_even_first(codes, rows, chunks)
     meta = _pad_rows(weight.metadata.contiguous(), rows, _PAD_METADATA)
     scales = _pad_rows(weight.scales.to(torch.float32).contiguous(), rows)
-    scales = scales.repeat_interleave(g // TILE_COLUMNS, dim=1)  # one per chunk
-    scale_bytes = scales.contiguous().view(torch.uint8)  # [rows, chunks * 4]
+    per_chunk = chunk_scales(g)
+    if per_chunk == 1:
+        scales = scales.repeat_interleave(g // TILE_COLUMNS, dim=1)  # one per chunk
+    scale_bytes = scales.contiguous().view(torch.uint8)  # [rows, chunks * per_chunk * 4]
     data = torch.cat(
-        [per_tile(codes, width), per_tile(meta, 16), per_tile(scale_bytes, 4)], dim=2
+        [per_tile(codes, width), per_tile(meta, 16), per_tile(scale_bytes, 4 * per_chunk)], dim=2
     ).contiguous()
     return CodeTiles(data, (n, k), g, fmt)
 
@@ -277,6 +363,9 @@ def untile_coded_weight(tiles: CodeTiles) -> GroupCodedWeight:
     kind = CODED_WEIGHTS[tiles.format]
     codes = codes.contiguous().view(kind.CODE_DTYPE)
     meta = rows_of(TILE_ROWS * width, 16)
-    scales = rows_of(TILE_ROWS * width + 256, 4).view(torch.float32)  # [n, chunks]
-    scales = scales[:, :: tiles.group_size // TILE_COLUMNS].contiguous()
+    per_chunk = chunk_scales(tiles.group_size)
+    scales = rows_of(TILE_ROWS * width + 256, 4 * per_chunk).view(torch.float32)
+    if per_chunk == 1:  # [n, chunks]: one of every G / 128
+        scales = scales[:, :: tiles.group_size // TILE_COLUMNS]
+    scales = scales.contiguous()
     return kind(codes, meta, scales, (n, k), tiles.group_size)

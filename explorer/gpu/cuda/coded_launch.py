@@ -11,6 +11,8 @@ Examples
 Int4LaunchConfig('sp', warps=16, ahead=1)
 >>> default_int4_config(4096, 4096, 1, 132, "int8").kernel_name(torch.bfloat16, 1)
 'int8_sp_bf16_t8_d1'
+>>> default_int4_config(4096, 4096, 16, 132, group_size=64).defines
+(('CHUNK_SCALES', 2),)
 """
 
 from __future__ import annotations
@@ -20,23 +22,26 @@ from functools import cache
 
 import torch
 
-from explorer.gpu.cuda.code_tiles import tile_bytes
+from explorer.gpu.cuda.code_tiles import chunk_scales, tile_bytes
 
 __all__ = [
     "CHUNK",
     "METHODS",
     "Int4LaunchConfig",
     "default_int4_config",
+    "kernel_build",
     "multiprocessor_count",
     "token_tiles",
 ]
 
-#: Input columns one warp step covers; K and the group size must be multiples of it.
+#: Input columns one warp step covers; K must be a multiple of it, and the group size too unless
+#: it is 32 or 64 (several scales a chunk, read by a build of its own: ``CHUNK_SCALES``).
 CHUNK = 128
 #: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs staged through
 #: shared memory by asynchronous copies, ``"sp"`` the same loaded into registers (which runs where
 #: up to 8 tokens: :func:`default_int4_config`); ``"ex"`` dense mma after expanding each pair to its
-#: four slots (the default above 8 tokens, where its activation loads are wider).
+#: four slots (the default above 8 tokens, where its activation loads are wider; one mma sums
+#: columns of a whole chunk, so it needs one scale a chunk: not for groups of 64 or 32).
 METHODS = ("spa", "sp", "ex")
 #: Threads a block may have, per (staged, token tiles, chunks ahead): the kernels' launch bounds.
 _MAX_THREADS = {
@@ -61,6 +66,28 @@ _MAX_THREADS = {
 #: one tile: :func:`~explorer.gpu.cuda.code_tiles.tile_bytes`).
 _SHARED_LIMIT = 48 * 1024
 _TARGET_WARPS_PER_SM = 16
+
+
+def kernel_build(group_size: int) -> tuple[tuple[str, int], ...]:
+    """The build of ``decode24_int4.cu`` that reads tiles of ``group_size`` (its ``-D`` values).
+
+    Parameters
+    ----------
+    group_size : int
+        The weight's columns per scale.
+
+    Returns
+    -------
+    tuple of (str, int) pairs
+        Empty for the default build (a multiple of 128), ``CHUNK_SCALES`` for 64 or 32.
+
+    Examples
+    --------
+    >>> kernel_build(128), kernel_build(64), kernel_build(32)
+    ((), (('CHUNK_SCALES', 2),), (('CHUNK_SCALES', 4),))
+    """
+    scales = chunk_scales(group_size)
+    return (("CHUNK_SCALES", scales),) if scales > 1 else ()
 
 
 def token_tiles(tokens: int) -> int:
@@ -116,12 +143,16 @@ class Int4LaunchConfig:
         ``"ex"``), 2 or 4 shared-memory stages (``"spa"``).
     fmt : str
         The weight's codes, ``"int4"`` or ``"int8"`` (the kernels and their stages differ).
+    group_size : int
+        The weight's columns per scale: 32 or 64 take the build of the kernels that reads
+        several scales a chunk (:attr:`defines`), which has no ``"ex"``; any multiple of 128
+        the default build.
 
     Raises
     ------
     ValueError
-        An unknown method, or warps and ahead the kernel is not built for (the message gives
-        the allowed range).
+        An unknown method, warps and ahead the kernel is not built for (the message gives
+        the allowed range), or ``"ex"`` for groups of 64 or 32 columns.
 
     Examples
     --------
@@ -135,12 +166,23 @@ class Int4LaunchConfig:
     ValueError: warps = 32 with ahead = 2 at 8 tokens a tile: expected 1 to 16 warps
     >>> Int4LaunchConfig("spa", 8, 4, fmt="int8").kernel_name(torch.bfloat16, 1)
     'int8_spa_bf16_t8_s4'
+    >>> Int4LaunchConfig("sp", 16, 1, group_size=32)
+    Int4LaunchConfig('sp', warps=16, ahead=1, group_size=32)
+    >>> Int4LaunchConfig("ex", 8, 1, group_size=64)
+    Traceback (most recent call last):
+    ...
+    ValueError: method = 'ex' reads one scale per 128 columns; groups of 64 take 'sp' or 'spa'
     """
 
-    __slots__ = ("ahead", "format", "method", "warps")
+    __slots__ = ("ahead", "format", "group_size", "method", "warps")
 
     def __init__(
-        self, method: str = "spa", warps: int = 8, ahead: int = 4, fmt: str = "int4"
+        self,
+        method: str = "spa",
+        warps: int = 8,
+        ahead: int = 4,
+        fmt: str = "int4",
+        group_size: int = CHUNK,
     ) -> None:
         if method not in METHODS:
             raise ValueError(f"method = {method!r}; expected one of {METHODS}")
@@ -151,12 +193,25 @@ class Int4LaunchConfig:
             raise ValueError(
                 f"ahead = {ahead!r}; the {method!r} kernels are built for {allowed} chunks ahead"
             )
+        if method == "ex" and chunk_scales(group_size) > 1:
+            raise ValueError(
+                f"method = 'ex' reads one scale per {CHUNK} columns; groups of {group_size} take "
+                "'sp' or 'spa'"
+            )
+        chunk_scales(group_size)  # a group size the tiles hold, else the error names it
         self.method, self.warps, self.ahead, self.format = method, int(warps), int(ahead), fmt
+        self.group_size = int(group_size)
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        """The build of ``decode24_int4.cu`` the kernel comes from (:func:`kernel_build`)."""
+        return kernel_build(self.group_size)
 
     @property
     def shared(self) -> int:
         """Bytes of shared memory a block takes (partial sums, and the stages of ``"spa"``)."""
-        stages = self.warps * self.ahead * tile_bytes(self.format) if self.method == "spa" else 0
+        tile = tile_bytes(self.format, self.group_size)
+        stages = self.warps * self.ahead * tile if self.method == "spa" else 0
         return 512 * self.warps + stages
 
     def max_warps(self, tiles: int) -> int:
@@ -174,7 +229,8 @@ class Int4LaunchConfig:
         """
         top = _MAX_THREADS[(self.method == "spa", tiles, self.ahead)] // 32
         if self.method == "spa":
-            top = min(top, _SHARED_LIMIT // (512 + self.ahead * tile_bytes(self.format)))
+            tile = tile_bytes(self.format, self.group_size)
+            top = min(top, _SHARED_LIMIT // (512 + self.ahead * tile))
         return top
 
     def check(self, tiles: int) -> None:
@@ -214,11 +270,13 @@ class Int4LaunchConfig:
 
     def __repr__(self) -> str:
         codes = "" if self.format == "int4" else f", fmt={self.format!r}"
+        if chunk_scales(self.group_size) > 1:
+            codes += f", group_size={self.group_size}"
         return f"Int4LaunchConfig({self.method!r}, warps={self.warps}, ahead={self.ahead}{codes})"
 
 
 def default_int4_config(
-    rows: int, k: int, tokens: int, sms: int, fmt: str = "int4"
+    rows: int, k: int, tokens: int, sms: int, fmt: str = "int4", group_size: int = CHUNK
 ) -> Int4LaunchConfig:
     """The launch used unless one is given.
 
@@ -248,6 +306,10 @@ def default_int4_config(
         The weight's codes, ``"int4"`` or ``"int8"``. int8 takes the int4 choices: the sweep of
         ``benchmarks/int4_decode.py --format int8`` (H100, commit ec13a58; the four shapes at 1,
         4 and 16 tokens) found them the fastest in 10 of 12 cases and within 4% in the others.
+    group_size : int
+        The weight's columns per scale. Groups of 64 or 32 have no expansion kernel: above 8
+        tokens they take the sparse kernel, in registers with about 16 warps per SM over the
+        grid, or staged (4 warps, 2 stages) on grids of 4 or more blocks per SM.
 
     Returns
     -------
@@ -262,23 +324,31 @@ def default_int4_config(
     (Int4LaunchConfig('sp', warps=4, ahead=2), Int4LaunchConfig('spa', warps=4, ahead=2))
     >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
     (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=8, ahead=1))
+    >>> default_int4_config(4096, 4096, 16, 132, group_size=64)
+    Int4LaunchConfig('sp', warps=8, ahead=1, group_size=64)
     """
     tiles = token_tiles(tokens)
     blocks = math.ceil(rows / 16)
     chunks = max(1, k // CHUNK)
     many = blocks >= 4 * sms
-    if tiles == 1:
+    small_groups = chunk_scales(group_size) > 1
+    if tiles == 1 or (small_groups and many):
         if many:
-            config = Int4LaunchConfig("sp" if tokens == 1 else "spa", 4, 2, fmt)
+            method = "sp" if tokens == 1 else "spa"
+            config = Int4LaunchConfig(method, 4, 2, fmt, group_size)
         else:
-            config = Int4LaunchConfig("sp", 32 if tokens == 1 and blocks < sms else 16, 1, fmt)
-        config.warps = max(1, min(config.warps, chunks))
+            warps = 32 if tokens == 1 and blocks < sms else 16
+            config = Int4LaunchConfig("sp", warps, 1, fmt, group_size)
+        config.warps = max(1, min(config.warps, chunks, config.max_warps(tiles)))
         return config
     if tiles == 2 and many:
         config = Int4LaunchConfig("ex", 8, 1, fmt)
         config.warps = max(1, min(config.warps, chunks))
         return config
-    config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1, fmt)
+    if small_groups:
+        config = Int4LaunchConfig("sp", 1, 1, fmt, group_size)
+    else:
+        config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1, fmt)
     want = sms * _TARGET_WARPS_PER_SM / max(blocks, 1)
     warps = 1 << max(0, round(math.log2(max(want, 1))))
     top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))

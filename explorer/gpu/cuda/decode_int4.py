@@ -14,13 +14,15 @@ fifth of a 16-bit dense weight. The kernel (``kernels/decode24_int4.cu``) turns 
 16-bit integers exactly, multiplies them with the activations on the tensor cores with fp32
 accumulation (the sparse ``mma.sp`` on the stored pairs up to 8 tokens, the weight staged
 through shared memory; a dense ``mma`` after expanding the pairs above), and applies each
-group's scale in fp32, once per 128 columns; the file's header documents the layout and the
-method. What it reaches against dense
+group's scale in fp32, once per group (per 128 columns for groups of 128 or more); the file's
+header documents the layout and the method. What it reaches against dense
 bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
 
-The kernel needs ``K % 128 == 0`` and a group size that is a multiple of 128 dividing ``K``
-(:func:`pack_int4_weight` checks); every function has a CPU reference (:func:`decode_int4_reference`),
-and the GPU tests compare the two on fresh random inputs.
+The kernel needs ``K % 128 == 0`` and a group size of 32, 64 or a multiple of 128 dividing ``K``
+(:func:`pack_int4_weight` checks; groups of 64 and 32 are read by a build of the kernels of their
+own, without the expansion feed, :mod:`explorer.gpu.cuda.coded_launch`); every function has a CPU
+reference (:func:`decode_int4_reference`), and the GPU tests compare the two on fresh random
+inputs.
 
 Examples
 --------
@@ -40,11 +42,12 @@ import torch
 
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
-from explorer.gpu.cuda.code_tiles import CodeTiles, tile_coded_weight
+from explorer.gpu.cuda.code_tiles import CodeTiles, layout_refusal, tile_coded_weight
 from explorer.gpu.cuda.coded_launch import (
     CHUNK,
     Int4LaunchConfig,
     default_int4_config,
+    kernel_build,
     multiprocessor_count,
     token_tiles,
 )
@@ -75,20 +78,18 @@ _ARG_KINDS = ("u64",) * 4 + ("i32",) * 3 + ("i64", "i64")
 def check_int4_layout(weight: GroupCodedWeight) -> None:
     """Raise ``ValueError`` unless the kernel can read ``weight``.
 
-    It needs K and G multiples of 128, G dividing K, and position nibbles that are ordered pairs
-    (the message names what is off).
+    It needs K a multiple of 128, G of 32, 64 or a multiple of 128 dividing K, and position
+    nibbles that are ordered pairs (the message names what is off).
 
     Parameters
     ----------
     weight : Int4Weight or Int8Weight
         The 2:4 low-bit weight.
     """
-    k = weight.shape[1]
-    g = weight.group_size
-    if k % CHUNK or g % CHUNK or k % g:
+    why = layout_refusal(weight.shape[1], weight.group_size)
+    if why is not None:
         raise ValueError(
-            f"the {weight.FORMAT} decode kernel needs K and the group size to be multiples of "
-            f"{CHUNK} with the group size dividing K; got K = {k}, group_size = {g}. Hint: "
+            f"the {weight.FORMAT} decode kernel cannot read this weight: {why}. Hint: "
             f"compress_{weight.FORMAT}(weight, group_size=128) (K a multiple of 128), or keep "
             "this layer on another route."
         )
@@ -109,11 +110,11 @@ def _pack(weight, device, group_size: int, kind: type) -> GroupCodedWeight:
     fmt = kind.FORMAT
     if isinstance(weight, torch.Tensor):
         k = weight.shape[-1] if weight.dim() == 2 else CHUNK
-        if k % CHUNK or group_size % CHUNK or k % group_size:
+        why = layout_refusal(k, group_size)
+        if why is not None:
             raise ValueError(
-                f"the {fmt} decode kernel needs K and the group size to be multiples of {CHUNK} "
-                f"with the group size dividing K; got K = {k}, group_size = {group_size}. Hint: "
-                "group_size=128 for K a multiple of 128; keep other layers on another route."
+                f"the {fmt} decode kernel cannot read this weight: {why}. Hint: group_size=128 "
+                "for K a multiple of 128; keep other layers on another route."
             )
         weight = kind.compress(weight, group_size)
     if not isinstance(weight, kind):
@@ -147,7 +148,8 @@ def pack_int4_weight(
     device : torch.device or str, optional
         Where the kernel runs; the weight's own device by default.
     group_size : int
-        Columns per scale when ``weight`` is a dense tensor (a multiple of 128 dividing K).
+        Columns per scale when ``weight`` is a dense tensor (32, 64 or a multiple of 128
+        dividing K).
 
     Returns
     -------
@@ -156,8 +158,8 @@ def pack_int4_weight(
     Raises
     ------
     ValueError
-        K or the group size not multiples of 128, a group size that does not divide K, or
-        position nibbles that are not ordered pairs (the message says which).
+        K not a multiple of 128, a group size other than 32, 64 or a multiple of 128 dividing
+        K, or position nibbles that are not ordered pairs (the message says which).
     TypeError
         ``weight`` is neither an ``Int4Weight`` nor a tensor.
 
@@ -168,10 +170,12 @@ def pack_int4_weight(
     >>> p = pack_int4_weight(w * make_mask(w, "2:4"))
     >>> p.codes.shape, p.scales.shape
     (torch.Size([16, 64]), torch.Size([16, 2]))
+    >>> pack_int4_weight(w * make_mask(w, "2:4"), group_size=32).scales.shape
+    torch.Size([16, 8])
     >>> pack_int4_weight(torch.zeros(16, 96))
     Traceback (most recent call last):
     ...
-    ValueError: the int4 decode kernel needs K and the group size to be multiples of 128 with the group size dividing K; got K = 96, group_size = 128. Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
+    ValueError: the int4 decode kernel cannot read this weight: K = 96 is not a multiple of 128 (group_size = 128). Hint: group_size=128 for K a multiple of 128; keep other layers on another route.
     """
     return _pack(weight, device, group_size, Int4Weight)
 
@@ -278,9 +282,7 @@ def _check(
         )
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features in its last dimension, expected K = {k}")
-    if not isinstance(weight, CodeTiles) and (
-        k % CHUNK or weight.group_size % CHUNK or k % weight.group_size
-    ):
+    if not isinstance(weight, CodeTiles) and layout_refusal(k, weight.group_size) is not None:
         check_int4_layout(weight)
     if bias is not None and (tuple(bias.shape) != (n,) or bias.dtype != x.dtype):
         raise ValueError(
@@ -339,11 +341,12 @@ def decode_int4_matmul(
         all. Rows that are not 16-byte aligned with a unit last stride are copied first.
     weight : Int4Weight, Int8Weight or CodeTiles
         From :func:`pack_int4_weight` or :func:`pack_int8_weight` (or its tiles), on ``x``'s
-        device (K and the group size multiples of 128).
+        device.
     bias : torch.Tensor, optional
         ``[N]`` of ``x``'s dtype.
     config : Int4LaunchConfig, optional
-        How to launch (its ``format`` the weight's); :func:`default_int4_config` by default.
+        How to launch (its ``format`` and group size the weight's); :func:`default_int4_config`
+        by default.
 
     Returns
     -------
@@ -379,7 +382,7 @@ def decode_int4_matmul(
         return y.reshape(*lead, n)
     x2 = _aligned(x2)
     dev = x2.device.index or 0
-    config = _config(config, n, k, t, dev, _format(weight))
+    config = _config(config, n, k, t, dev, _format(weight), weight.group_size)
     from explorer.gpu.cuda.kernels import launch
 
     args = tuple(
@@ -394,17 +397,26 @@ def decode_int4_matmul(
         args,
         block=(32 * config.warps,),
         shared=config.shared,
+        defines=config.defines,
     )
     return y.reshape(*lead, n)
 
 
-def _config(config, n: int, k: int, tokens: int, dev: int, fmt: str) -> Int4LaunchConfig:
+def _config(
+    config, n: int, k: int, tokens: int, dev: int, fmt: str, group_size: int
+) -> Int4LaunchConfig:
     if config is None:
-        config = default_int4_config(n, k, tokens, multiprocessor_count(dev), fmt)
+        config = default_int4_config(n, k, tokens, multiprocessor_count(dev), fmt, group_size)
     if config.format != fmt:
         raise ValueError(
             f"the launch config is for {config.format} codes and the weight holds {fmt}. Hint: "
             f"Int4LaunchConfig(..., fmt={fmt!r}), or leave config out."
+        )
+    if config.defines != kernel_build(group_size):
+        raise ValueError(
+            f"the launch config is for groups of {config.group_size} columns and the weight has "
+            f"groups of {group_size}, whose tiles the kernel reads another way. Hint: "
+            f"Int4LaunchConfig(..., group_size={group_size}), or leave config out."
         )
     config.check(token_tiles(tokens))
     return config
@@ -472,7 +484,7 @@ class Int4DecodeCall:
         _check(torch.empty(0, k, dtype=dtype, device=self.device), weight, bias)
         tiles = _tiled(weight)
         dev = self.device.index or 0
-        self.config = config = _config(config, n, k, tokens, dev, tiles.format)
+        self.config = config = _config(config, n, k, tokens, dev, tiles.format, tiles.group_size)
         # tiles, x, bias, y, n, k, tokens, x row stride, y row stride: all but x, y and x's row
         # stride are fixed for this call
         fixed = {
@@ -485,7 +497,7 @@ class Int4DecodeCall:
         }
         name = config.kernel_name(dtype, tokens)
         if module is None:
-            function = compiled_function("decode24_int4", name, dev)
+            function = compiled_function("decode24_int4", name, dev, config.defines)
         else:
             function = module.get_function(name)
         self._launcher = Launcher(function, _ARG_KINDS, fixed)

@@ -27,6 +27,7 @@ import math
 import torch
 
 from explorer.gpu.cuda.code_tiles import CodeTiles, untile_coded_weight
+from explorer.gpu.cuda.coded_launch import kernel_build
 from explorer.gpu.cuda.launch import Launcher, current_stream
 
 __all__ = ["Int4Dequantizer", "dequantize_int4_reference"]
@@ -96,7 +97,8 @@ class Int4Dequantizer:
         self.device, self.dtype, self.shape, self.format = tiles.device, dtype, (n, k), tiles.format
         self._dev = tiles.device.index or 0
         name = f"{tiles.format}_dequant_{_DTYPES[dtype]}"
-        function = compiled_function("decode24_int4", name, self._dev)
+        build = kernel_build(tiles.group_size)  # groups of 64 or 32: the build that reads them
+        function = compiled_function("decode24_int4", name, self._dev, build)
         fixed = {0: tiles.data.data_ptr(), 2: n, 3: k}
         self._launcher = Launcher(function, ("u64", "u64", "i32", "i32"), fixed)
         self._grid = (max(1, math.ceil(n * k // _COLUMNS / _THREADS)), 1, 1)

@@ -76,22 +76,23 @@ def kernel_dir() -> Path:
 
 
 @cache
-def _module(name: str, device: int):
+def _module(name: str, device: int, defines: tuple = ()):
     cp = require("cupy", "gpu")
     src = (kernel_dir() / f"{name}.cu").read_text()
+    options = ("-std=c++17", *(f"-D{key}={value}" for key, value in defines))
     with cp.cuda.Device(device):
-        mod = cp.RawModule(code=src, options=("-std=c++17",))
+        mod = cp.RawModule(code=src, options=options)
         mod.compile()
     return mod
 
 
 @cache
-def _function(name: str, fn: str, device: int):
-    return _module(name, device).get_function(fn)
+def _function(name: str, fn: str, device: int, defines: tuple = ()):
+    return _module(name, device, defines).get_function(fn)
 
 
-def compiled_function(name: str, fn: str, device: int):
-    """Kernel ``fn`` of ``kernels/<name>.cu``, compiled once per device (a CuPy ``Function``).
+def compiled_function(name: str, fn: str, device: int, defines: tuple = ()):
+    """Kernel ``fn`` of ``kernels/<name>.cu``, compiled once per device and build (a CuPy ``Function``).
 
     Parameters
     ----------
@@ -101,6 +102,10 @@ def compiled_function(name: str, fn: str, device: int):
         The kernel's name in it.
     device : int
         The CUDA device index.
+    defines : tuple of (str, int) pairs, optional
+        Preprocessor values of the build (``-DNAME=VALUE``): a file can be built several ways,
+        each compiled once (``decode24_int4.cu`` for groups of 64 or 32 columns,
+        :mod:`explorer.gpu.cuda.coded_launch`).
 
     Returns
     -------
@@ -112,7 +117,7 @@ def compiled_function(name: str, fn: str, device: int):
     >>> compiled_function("silu_mul", "silu_mul_f16", 0).name  # doctest: +GPU
     'silu_mul_f16'
     """
-    return _function(name, fn, device)
+    return _function(name, fn, device, tuple(defines))
 
 
 _KINDS = {
@@ -131,7 +136,14 @@ def _dim3(v) -> tuple[int, int, int]:
 
 
 def launch(
-    name: str, fn: str, tensor: torch.Tensor, grid, args: tuple, block=(_THREADS,), shared=0
+    name: str,
+    fn: str,
+    tensor: torch.Tensor,
+    grid,
+    args: tuple,
+    block=(_THREADS,),
+    shared=0,
+    defines: tuple = (),
 ) -> None:
     """Launch kernel ``fn`` of ``kernels/<name>.cu`` on the current stream of the tensor's device.
 
@@ -157,14 +169,17 @@ def launch(
         Threads per block dimension.
     shared : int, default 0
         Dynamic shared memory in bytes.
+    defines : tuple of (str, int) pairs, optional
+        The build of the file to take the kernel from (:func:`compiled_function`).
     """
     dev = tensor.device.index or 0
+    defines = tuple(defines)
     if dev == torch.cuda.current_device():
-        key = (name, fn, dev)
+        key = (name, fn, dev, defines)
         launcher = _LAUNCHERS.get(key)
         if launcher is None:  # a kernel's parameter types never change: read them once
             kinds = tuple(_KINDS[a.dtype] for a in args)
-            launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev), kinds)
+            launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev, defines), kinds)
         try:
             launcher.launch(
                 _dim3(grid), _dim3(block), shared, current_stream(dev), [a.item() for a in args]
@@ -172,7 +187,7 @@ def launch(
             return
         except LaunchRefused:
             pass  # no current context on this thread: CuPy sets one up
-    kern = _function(name, fn, dev)
+    kern = _function(name, fn, dev, defines)
     grid = grid if isinstance(grid, tuple) else (grid,)
     with cupy_stream(dev):
         kern(grid, block, args, shared_mem=shared)

@@ -23,13 +23,13 @@ changes no code or scale.
 The stacked weight is quantized with the scales the pruning recorded for its parts, where every
 part has them (``prune(..., quantize="int4").scales``), else round to nearest as for one layer.
 A block that cannot be stacked (a part shared with another place, scales for only some parts, a
-layout the kernel refuses) runs layer by layer, and the report's notes say why. An int4 layer the
-2:4 kernel cannot read (a group size that is not a multiple of 128, such as the 32 or 64 of a joint
-prune-and-quantize) still runs int4, on torch's kernel, rather than its 16-bit weight: the user
-asked for int4, and at decode sizes the 16-bit layer is slower than int4 dense (on an H200, a
-2-layer hidden-2048 model at G = 64 ran 0.86x of int4 dense at one token when such layers stayed
-16-bit). The notes name each such layer; int8 codes without the kernel stay 16-bit (their dense
-route is the 16-bit weight anyway).
+layout the kernel refuses) runs layer by layer, and the report's notes say why. The 2:4 kernel
+reads groups of 32, 64 or a multiple of 128 columns (a joint prune-and-quantize's 32 and 64
+included). An int4 layer it cannot read still runs int4, on torch's kernel, rather than its
+16-bit weight: the user asked for int4, and at decode sizes the 16-bit layer is slower than int4
+dense (on an H200, a 2-layer hidden-2048 model ran 0.86x of int4 dense at one token when such
+layers stayed 16-bit). The notes name each such layer; int8 codes without the kernel stay 16-bit
+(their dense route is the 16-bit weight anyway).
 """
 
 from __future__ import annotations

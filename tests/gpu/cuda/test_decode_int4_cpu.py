@@ -74,17 +74,28 @@ def test_pack_keeps_the_lowbit_layout():
     )  # a dense tensor is compressed first
 
 
-@pytest.mark.parametrize(("k", "group"), [(96, 128), (192, 128), (256, 64), (384, 256)])
-def test_pack_refuses_what_the_kernel_cannot_read(k, group):
-    with pytest.raises(ValueError, match="multiples of 128") as info:
+@pytest.mark.parametrize(
+    ("k", "group", "match"),
+    [
+        (96, 128, "K = 96 is not a multiple of 128"),
+        (192, 64, "K = 192 is not a multiple of 128"),
+        (256, 16, "group_size = 16 with K = 256: expected 32, 64 or a multiple of 128"),
+        (384, 256, "group_size = 256 with K = 384"),
+    ],
+)
+def test_pack_refuses_what_the_kernel_cannot_read(k, group, match):
+    with pytest.raises(ValueError, match=match) as info:
         pack_int4_weight(torch.zeros(16, k), group_size=group)
-    assert str(k) in str(info.value) and "Hint" in str(info.value)
+    assert "Hint" in str(info.value)
 
 
-def test_pack_refuses_int4_weights_with_other_group_sizes():
-    w = compress_int4(_pruned(16, 256), group_size=64)
-    with pytest.raises(ValueError, match="group_size = 64"):
-        pack_int4_weight(w)
+@pytest.mark.parametrize("group", [32, 64])
+def test_pack_takes_groups_of_32_and_64_columns(group):
+    w = compress_int4(_pruned(16, 256), group_size=group)
+    packed = pack_int4_weight(w)
+    assert packed.group_size == group and torch.equal(packed.scales, w.scales)
+    with pytest.raises(ValueError, match="group_size = 96 with K = 384"):
+        pack_int4_weight(compress_int4(_pruned(16, 384), group_size=96))
 
 
 @pytest.mark.parametrize("nibble", [0x0, 0x5, 0x1, 0x6])  # i0 == i1, or i0 > i1
@@ -112,7 +123,7 @@ def test_int8_pack_and_reference():
     torch.testing.assert_close(ref, x @ p.decompress().T, rtol=1e-6, atol=1e-5)
     with pytest.raises(TypeError, match="Int8Weight or a 2:4 tensor, got Int4Weight"):
         pack_int8_weight(pack_int4_weight(w))
-    with pytest.raises(ValueError, match="the int8 decode kernel needs K"):
+    with pytest.raises(ValueError, match="the int8 decode kernel cannot read this weight: K = 96"):
         pack_int8_weight(torch.zeros(16, 96))
 
 

@@ -22,7 +22,10 @@ def _tiles(n, k, group=128, device="cpu", fmt="int4"):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["int4", "int8"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize(("n", "k", "group"), [(17, 256, 128), (48, 384, 384), (1000, 4224, 128)])
+@pytest.mark.parametrize(
+    ("n", "k", "group"),
+    [(17, 256, 128), (48, 384, 384), (1000, 4224, 128), (40, 512, 64), (1000, 4224, 32)],
+)
 def test_the_kernel_equals_the_reference_bit_for_bit(n, k, group, dtype, fmt):
     tiles = _tiles(n, k, group, DEV, fmt)
     w = Int4Dequantizer(tiles, dtype)()

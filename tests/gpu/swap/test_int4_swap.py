@@ -212,26 +212,64 @@ def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
         assert relerr(out, single(x)) < INT8_MODEL_TOL
 
 
-def test_group_64_scales_run_int4_dense_not_16_bit_where_no_2_4_kernel_reads_them():
-    """The 2:4 + int4 kernel needs groups of 128; a joint prune at G = 64 still runs int4."""
-    from explorer.gpu import sparsify
-    from explorer.gpu.modules.int4_linear import Int4Linear
-    from explorer.gpu.swap.precision_dense import dense_at
-
-    model = _model()
+def _scales_of(model, group: int) -> dict:
+    """Round-to-nearest int4 scales of every Linear in groups of ``group`` columns."""
     scales = {}
     for fqn, mod in model.named_modules():
         if isinstance(mod, nn.Linear):
             o, i = mod.weight.shape
-            w = mod.weight.float().abs().reshape(o, i // 64, 64)
+            w = mod.weight.float().abs().reshape(o, i // group, group)
             scales[fqn] = w.amax(-1).clamp_min(1e-8) / 7
+    return scales
+
+
+@pytest.mark.parametrize("group", [64, 32])
+def test_groups_of_64_and_32_run_on_the_2_4_kernel_stacked(group):
+    """A joint prune's usual group sizes get the 2:4 + int4 kernel, q/k/v and gate/up stacked."""
+    from explorer.gpu import sparsify
+    from explorer.gpu.cuda.decode_int4 import decode_int4_matmul
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.routes.dispatch import DECODE
+    from explorer.gpu.swap.precision_dense import dense_at
+
+    model = _model()
+    scales = _scales_of(model, group)
     dense, summary = dense_at(model, "int4", scales=scales)
     assert len(summary.converted) == 14
     report = sparsify(model, dtype="int4", tokens=(16, 1), int4_scales=scales)
+    assert not report.skipped and len(report.swapped) == 14 and len(report.fused) == 4
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    assert len(layers) == 8 and all(m.group_size == group for m in layers)
+    assert all(m.decode_refusal is None for m in layers)
+    assert not any("int4 dense (torch's kernel)" in n for n in report.notes)
+    x = torch.randn(3, 256, device=DEV, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for layer in layers:  # the 2:4 kernel on its codes, whatever route was measured faster
+            assert DECODE in layer.route_times(16, "gpu")  # timed, so it ran
+            xin = torch.randn(16, layer.in_features, device=DEV, dtype=torch.bfloat16)
+            ref = xin.double() @ layer.coded_weight().decompress().double().t()
+            assert relerr(decode_int4_matmul(xin, layer.coded_weight()), ref) < 1e-2
+        assert relerr(model(x), dense(x)) < TOL  # the same codes; routes may differ
+
+
+def test_a_layer_no_2_4_kernel_reads_runs_int4_dense_not_16_bit(monkeypatch):
+    """Where the 2:4 kernel refuses a layer that torch's int4 kernel takes, it runs int4 dense."""
+    from explorer.gpu import sparsify
+    from explorer.gpu.cuda import decode_int4
+    from explorer.gpu.modules.int4_linear import Int4Linear
+    from explorer.gpu.swap.precision_dense import dense_at
+
+    def refuse(weight):
+        raise ValueError("a refusal for this test. Hint: none")
+
+    model = _model()
+    scales = _scales_of(model, 64)
+    dense, _ = dense_at(model, "int4", scales=scales)
+    monkeypatch.setattr(decode_int4, "check_int4_layout", refuse)
+    report = sparsify(model, dtype="int4", tokens=(16, 1), int4_scales=scales)
     assert not report.skipped and not report.swapped  # no layer runs 2:4, none stays 16-bit
     layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
-    assert len(layers) == 14 and all(m.group_size == 64 for m in layers)
-    assert all(m.decode_refusal is not None for m in layers)
+    assert len(layers) == 14 and all(m.decode_refusal is not None for m in layers)
     assert sum("int4 dense (torch's kernel)" in n for n in report.notes) == 14
     x = torch.randn(3, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
