@@ -28,9 +28,8 @@ code a kept value, and the table's torch column becomes the explorer's older int
 stream plus conversions). Its numbers go to DIR/int8_decode.json; the prefill table is int4's.
 
 ``--group-size 64`` or ``32`` runs the same for the group sizes a joint prune-and-quantize keeps
-its accuracy at: the kernels that read 2 or 4 scales per 128 columns (no expansion feed; its
-sweep times more register-fed launches instead), torch's int4 kernel at that group size, and
-files named ``..._g64.json``.
+its accuracy at: the build of the kernels that reads 2 or 4 scales per 128 columns, torch's int4
+kernel at that group size, and files named ``..._g64.json``.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ import torch.nn.functional as F
 from explorer.bench.decode import DECODE_SHAPES, copy_bandwidth
 from explorer.gpu.cuda.code_tiles import tile_coded_weight
 from explorer.gpu.cuda.coded_launch import (
+    METHODS,
     Int4LaunchConfig,
     default_int4_config,
     multiprocessor_count,
@@ -84,11 +84,6 @@ def pack_coded(w: torch.Tensor) -> GroupCodedWeight:
 def config(method: str, warps: int, ahead: int) -> Int4LaunchConfig:
     """A launch of the format and group size under test."""
     return Int4LaunchConfig(method, warps, ahead, FORMAT, GROUP)
-
-
-def methods() -> tuple[str, ...]:
-    """The feeds the kernels for the group size under test have (no ``"ex"`` below 128)."""
-    return ("spa", "sp") if GROUP < 128 else ("spa", "sp", "ex")
 
 
 def default_config(n: int, k: int, t: int) -> Int4LaunchConfig:
@@ -168,8 +163,6 @@ def check(gen: torch.Generator) -> list[dict]:
         ref = x.double() @ p.decompress().double().t() + bias.double()
         row = dict(n=n, k=k, tokens=t, dtype=str(dt).removeprefix("torch."))
         for method, ahead in (("spa", 4), ("sp", 2), ("ex", 2)):
-            if method not in methods():
-                continue
             cfg = config(method, 4, ahead)
             y = decode_int4_matmul(x, p, bias, config=cfg)
             row[f"relerr_{method}"] = _relerr(y, ref)
@@ -192,11 +185,7 @@ def sweep(gen: torch.Generator, l2: int, tokens=(1, 16)) -> list[dict]:
             "ex": itertools.product((1, 2), (2, 4, 8, 16)),
             "sp": [(1, 16), (2, 8)],
         }
-        if GROUP < 128:  # the register-fed kernel takes the expansion's place above 8 tokens
-            grid["sp"] = itertools.product((1, 2), (2, 4, 8, 16, 32))
         for method, pairs in grid.items():
-            if method not in methods():
-                continue
             for ahead, warps in pairs:
                 cfg = config(method, warps, ahead)
                 if warps <= cfg.max_warps(tiles) and warps <= k // 128:
@@ -493,11 +482,9 @@ def main() -> int:
     print(f"copy bandwidth {copy_bps / 1e9:.0f} GB/s (read + write), L2 {l2 >> 20} MB", flush=True)
     checks = check(gen)
     bad = [
-        r
-        for r in checks
-        if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in methods())
+        r for r in checks if not all(r[f"relerr_{m}"] < 4e-3 and r[f"finite_{m}"] for m in METHODS)
     ]
-    worst = ", ".join(f"{m} {max(r[f'relerr_{m}'] for r in checks):.2e}" for m in methods())
+    worst = ", ".join(f"{m} {max(r[f'relerr_{m}'] for r in checks):.2e}" for m in METHODS)
     print(f"checks: {len(checks)} cases, max relerr {worst}, {len(bad)} bad", flush=True)
     for r in bad[:8]:
         print("BAD", r, flush=True)
@@ -511,8 +498,7 @@ def main() -> int:
     )
     result["floor"] = floor_us(gen, l2)
     if not a.skip_sweep:
-        # groups of 64 or 32 also run the register-fed kernels above 16 tokens: sweep 64 too
-        result["sweep"] = sweep(gen, l2, tokens=(1, 4, 16) if GROUP == 128 else (1, 4, 16, 64))
+        result["sweep"] = sweep(gen, l2, tokens=(1, 4, 16) if GROUP == 128 else (16, 64))
     if a.loads:
         result["loads"] = load_variants(gen, l2)
     tokens, dtypes = ((1, 16), (torch.bfloat16,)) if a.quick else (TOKENS, None)

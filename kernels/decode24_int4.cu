@@ -66,8 +66,9 @@
 //   owns groups 8c..8c+7 of a chunk, so per row and chunk it loads 8 code bytes, 4 metadata
 //   bytes and 32 contiguous X values per token (16-byte loads, where "sp" needs 4-byte ones:
 //   above 8 tokens the X loads, not the conversion, bound the sparse kernels). One mma of
-//   "ex" sums columns of all four quarters of a chunk, so it needs one scale a chunk: the builds
-//   for groups of 64 or 32 have "sp" and "spa" only.
+//   "ex" sums columns of all four quarters of a chunk, so with groups of 64 or 32 a lane
+//   multiplies its kept values by the scale of its own 32 columns first (in fp32, rounded once
+//   to 16 bits, as the dequantizing dense route does: the one feed whose products are not exact).
 //
 // int8 codes (explorer.lowbit.Int8Weight: codes [N, K/2] int8, one kept value a byte, in
 // [-127, 127]) run the same three feeds from tiles of 1344 bytes: codes [16 rows][64 B], each
@@ -349,10 +350,15 @@ __device__ __forceinline__ void load_chunk(Chunk& f, const Args& a, int g, int c
             f.meta[i].x = __ldg(reinterpret_cast<const u32*>(t + L::META + r * 16 + c * 4));
         }
         const float* s = reinterpret_cast<const float*>(t + L::SCALE) + r * SCALES;
+        if constexpr (!SP && SCALES > 1) {  // ex: the scale of the lane's 32 columns only
+            const float v = __ldg(s + ((c * SCALES) >> 2));
+            f.scale[i][0] = live ? v : 0.0f;
+        } else {
 #pragma unroll
-        for (int q = 0; q < SCALES; ++q) {
-            const float v = __ldg(s + q);
-            f.scale[i][q] = live ? v : 0.0f;
+            for (int q = 0; q < SCALES; ++q) {
+                const float v = __ldg(s + q);
+                f.scale[i][q] = live ? v : 0.0f;
+            }
         }
     }
 }
@@ -406,17 +412,43 @@ __device__ __forceinline__ void chunk_sp(float (*acc)[4], const Chunk& f, const 
     }
 }
 
-// The same with dense mma after expanding each pair to four slots (ex; one scale a chunk).
+// A pair of 16-bit floats (exact integers) times an fp32 scale, each rounded once to 16 bits.
+template <bool BF16>
+__device__ __forceinline__ u32 scaled_pair(u32 p, float scale) {
+    float lo, hi;
+    u32 d;
+    if (BF16) {
+        lo = __uint_as_float(p << 16);
+        hi = __uint_as_float(p & 0xFFFF0000u);
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi * scale), "f"(lo * scale));
+    } else {
+        lo = to_f32((u16)(p & 0xFFFFu), false);
+        hi = to_f32((u16)(p >> 16), false);
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi * scale), "f"(lo * scale));
+    }
+    return d;
+}
+
+// The same with dense mma after expanding each pair to four slots (ex). One mma sums columns
+// of all four quarters of the chunk, so with several scales a chunk (groups of 64 or 32) each
+// lane first multiplies its kept values by the scale of its 32 columns in fp32, rounded once to
+// 16 bits (as the dequantizing dense route does), and the chunk is added in unscaled.
 template <bool BF16, bool INT8, int NT>
 __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const u32* const* xr,
                                          int ch) {
-    static_assert(SCALES == 1, "the expansion feed needs one scale per row and chunk");
     float part[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.0f;
     u32 p0[8], p1[8];  // kept pairs of groups 8c..8c+7 of rows g, g + 8
     pairs_of_lane<BF16, INT8>(f.code[0], p0);
     pairs_of_lane<BF16, INT8>(f.code[2], p1);
+    if constexpr (SCALES > 1) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            p0[s] = scaled_pair<BF16>(p0[s], f.scale[0][0]);
+            p1[s] = scaled_pair<BF16>(p1[s], f.scale[1][0]);
+        }
+    }
     uint4 xb[NT][4];  // token g + 8j, columns 32c..32c+31 of the chunk
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -441,10 +473,11 @@ __device__ __forceinline__ void chunk_ex(float (*acc)[4], const Chunk& f, const 
     }
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-        acc[j][0] = fmaf(f.scale[0][0], part[j][0], acc[j][0]);
-        acc[j][1] = fmaf(f.scale[0][0], part[j][1], acc[j][1]);
-        acc[j][2] = fmaf(f.scale[1][0], part[j][2], acc[j][2]);
-        acc[j][3] = fmaf(f.scale[1][0], part[j][3], acc[j][3]);
+        const float s0 = SCALES > 1 ? 1.0f : f.scale[0][0], s1 = SCALES > 1 ? 1.0f : f.scale[1][0];
+        acc[j][0] = fmaf(s0, part[j][0], acc[j][0]);
+        acc[j][1] = fmaf(s0, part[j][1], acc[j][1]);
+        acc[j][2] = fmaf(s1, part[j][2], acc[j][2]);
+        acc[j][3] = fmaf(s1, part[j][3], acc[j][3]);
     }
 }
 
@@ -626,12 +659,10 @@ CODED_FAMILY(int8_sp_bf16, true, true, SP)
 CODED_FAMILY(int8_sp_f16, false, true, SP)
 CODED_STAGED_FAMILY(int8_spa_bf16, true, true)
 CODED_STAGED_FAMILY(int8_spa_f16, false, true)
-#if CHUNK_SCALES == 1
 CODED_FAMILY(int4_ex_bf16, true, false, EX)
 CODED_FAMILY(int4_ex_f16, false, false, EX)
 CODED_FAMILY(int8_ex_bf16, true, true, EX)
 CODED_FAMILY(int8_ex_f16, false, true, EX)
-#endif
 
 // W itself in 16 bits, W[N, K] = code * scale in place (zeros elsewhere), from the tiles: the
 // dense route above 64 tokens dequantizes once per call and hands the product to cuBLAS, where

@@ -35,13 +35,13 @@ __all__ = [
 ]
 
 #: Input columns one warp step covers; K must be a multiple of it, and the group size too unless
-#: it is 32 or 64 (several scales a chunk, read by a build of its own: ``CHUNK_SCALES``).
+#: it is 32 or 64 (several scales a chunk, read by a build of its own: :func:`kernel_build`).
 CHUNK = 128
 #: How the kernel feeds the tensor cores: ``"spa"`` sparse mma on the stored pairs staged through
 #: shared memory by asynchronous copies, ``"sp"`` the same loaded into registers (which runs where
 #: up to 8 tokens: :func:`default_int4_config`); ``"ex"`` dense mma after expanding each pair to its
-#: four slots (the default above 8 tokens, where its activation loads are wider; one mma sums
-#: columns of a whole chunk, so it needs one scale a chunk: not for groups of 64 or 32).
+#: four slots (the default above 8 tokens, where its activation loads are wider; with groups of 64
+#: or 32 it scales the kept values before its mma, rounded once to 16 bits).
 METHODS = ("spa", "sp", "ex")
 #: Threads a block may have, per (staged, token tiles, chunks ahead): the kernels' launch bounds.
 _MAX_THREADS = {
@@ -145,14 +145,13 @@ class Int4LaunchConfig:
         The weight's codes, ``"int4"`` or ``"int8"`` (the kernels and their stages differ).
     group_size : int
         The weight's columns per scale: 32 or 64 take the build of the kernels that reads
-        several scales a chunk (:attr:`defines`), which has no ``"ex"``; any multiple of 128
-        the default build.
+        several scales a chunk (:attr:`defines`); any multiple of 128 the default build.
 
     Raises
     ------
     ValueError
         An unknown method, warps and ahead the kernel is not built for (the message gives
-        the allowed range), or ``"ex"`` for groups of 64 or 32 columns.
+        the allowed range), or a group size the tiles cannot hold.
 
     Examples
     --------
@@ -168,10 +167,10 @@ class Int4LaunchConfig:
     'int8_spa_bf16_t8_s4'
     >>> Int4LaunchConfig("sp", 16, 1, group_size=32)
     Int4LaunchConfig('sp', warps=16, ahead=1, group_size=32)
-    >>> Int4LaunchConfig("ex", 8, 1, group_size=64)
+    >>> Int4LaunchConfig("ex", 8, 1, group_size=48)
     Traceback (most recent call last):
     ...
-    ValueError: method = 'ex' reads one scale per 128 columns; groups of 64 take 'sp' or 'spa'
+    ValueError: group_size = 48: the tiles hold groups of 32, 64 or a multiple of 128 columns
     """
 
     __slots__ = ("ahead", "format", "group_size", "method", "warps")
@@ -192,11 +191,6 @@ class Int4LaunchConfig:
         if ahead not in allowed:
             raise ValueError(
                 f"ahead = {ahead!r}; the {method!r} kernels are built for {allowed} chunks ahead"
-            )
-        if method == "ex" and chunk_scales(group_size) > 1:
-            raise ValueError(
-                f"method = 'ex' reads one scale per {CHUNK} columns; groups of {group_size} take "
-                "'sp' or 'spa'"
             )
         chunk_scales(group_size)  # a group size the tiles hold, else the error names it
         self.method, self.warps, self.ahead, self.format = method, int(warps), int(ahead), fmt
@@ -307,9 +301,8 @@ def default_int4_config(
         ``benchmarks/int4_decode.py --format int8`` (H100, commit ec13a58; the four shapes at 1,
         4 and 16 tokens) found them the fastest in 10 of 12 cases and within 4% in the others.
     group_size : int
-        The weight's columns per scale. Groups of 64 or 32 have no expansion kernel: above 8
-        tokens they take the sparse kernel, in registers with about 16 warps per SM over the
-        grid, or staged (4 warps, 2 stages) on grids of 4 or more blocks per SM.
+        The weight's columns per scale. Groups of 64 or 32 take the same choices (their build of
+        the kernels, :func:`kernel_build`).
 
     Returns
     -------
@@ -325,30 +318,25 @@ def default_int4_config(
     >>> default_int4_config(1024, 4096, 16, 132), default_int4_config(14336, 4096, 16, 132)
     (Int4LaunchConfig('ex', warps=16, ahead=2), Int4LaunchConfig('ex', warps=8, ahead=1))
     >>> default_int4_config(4096, 4096, 16, 132, group_size=64)
-    Int4LaunchConfig('sp', warps=8, ahead=1, group_size=64)
+    Int4LaunchConfig('ex', warps=8, ahead=2, group_size=64)
     """
     tiles = token_tiles(tokens)
     blocks = math.ceil(rows / 16)
     chunks = max(1, k // CHUNK)
     many = blocks >= 4 * sms
-    small_groups = chunk_scales(group_size) > 1
-    if tiles == 1 or (small_groups and many):
+    if tiles == 1:
         if many:
-            method = "sp" if tokens == 1 else "spa"
-            config = Int4LaunchConfig(method, 4, 2, fmt, group_size)
+            config = Int4LaunchConfig("sp" if tokens == 1 else "spa", 4, 2, fmt, group_size)
         else:
             warps = 32 if tokens == 1 and blocks < sms else 16
             config = Int4LaunchConfig("sp", warps, 1, fmt, group_size)
-        config.warps = max(1, min(config.warps, chunks, config.max_warps(tiles)))
-        return config
-    if tiles == 2 and many:
-        config = Int4LaunchConfig("ex", 8, 1, fmt)
         config.warps = max(1, min(config.warps, chunks))
         return config
-    if small_groups:
-        config = Int4LaunchConfig("sp", 1, 1, fmt, group_size)
-    else:
-        config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1, fmt)
+    if tiles == 2 and many:
+        config = Int4LaunchConfig("ex", 8, 1, fmt, group_size)
+        config.warps = max(1, min(config.warps, chunks))
+        return config
+    config = Int4LaunchConfig("ex", 1, 2 if tiles <= 2 else 1, fmt, group_size)
     want = sms * _TARGET_WARPS_PER_SM / max(blocks, 1)
     warps = 1 << max(0, round(math.log2(max(want, 1))))
     top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))

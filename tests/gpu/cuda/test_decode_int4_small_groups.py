@@ -2,11 +2,13 @@
 
 A joint prune-and-quantize keeps its accuracy at G = 32 or 64 (docs/accuracy.md), so those are
 the group sizes people ship. Their tiles hold 2 or 4 scales per row and 128 columns, read by a
-build of ``kernels/decode24_int4.cu`` of their own whose sparse feeds fold the partial sums
-after every group. Bounds as in ``test_decode_int4.py``: the products are exact in fp32, the
-scales are applied in fp32, and the output is rounded once, so relative errors stay under 4e-3
-(bfloat16) and 1e-3 (float16); every code and every group's scale is checked bit for bit through
-one-hot inputs.
+build of ``kernels/decode24_int4.cu`` of their own: the sparse feeds fold the partial sums after
+every group (products exact, scales applied in fp32, the output rounded once), and the expansion
+feed multiplies each kept value by its scale before its mma, rounded once to 16 bits (as the
+dequantizing dense route does: a relative error of at most 2^-9 a weight in bfloat16, 2^-12 in
+float16, below the output's own rounding). Bounds as in ``test_decode_int4.py``: relative errors
+under 4e-3 (bfloat16) and 1e-3 (float16); every code and every group's scale is checked bit for
+bit through one-hot inputs (power-of-two scales, exact in every feed).
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ def test_odd_and_large_shapes_with_bias(n, k, fmt, group):
 
 
 @pytest.mark.parametrize("group", GROUPS)
-@pytest.mark.parametrize(("method", "ahead"), [("spa", 2), ("spa", 4), ("sp", 1), ("sp", 2)])
+@pytest.mark.parametrize(
+    ("method", "ahead"), [("spa", 2), ("spa", 4), ("sp", 1), ("sp", 2), ("ex", 1), ("ex", 2)]
+)
 @pytest.mark.parametrize("tokens", [3, 20, 50])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_launch_configuration(method, ahead, tokens, fmt, group):
@@ -112,7 +116,7 @@ def _every_code(fmt: str, group: int, rows: int = 256, k: int = 512):
 @pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("method", "ahead"), [("sp", 1), ("spa", 2)])
+@pytest.mark.parametrize(("method", "ahead"), [("sp", 1), ("spa", 2), ("ex", 1)])
 def test_every_code_and_group_scale_is_read_exactly(fmt, dtype, method, ahead, group):
     """One-hot rows pick single weights: each must come out as code times its group's scale."""
     D = _int4()
