@@ -26,8 +26,9 @@ TOL = 4e-2
 #: One stacked product against its parts on the same input: each route within 1e-2 of float64.
 LAYER_TOL = 2e-2
 #: The int8 weight-only models (see that test): the bfloat16 rounding of the activations alone
-#: moves this model 0.5-4.7% from its float64 product.
-INT8_MODEL_TOL = 8e-2
+#: moves this model 0.5-4.7% from its float64 product, so two models on different routes can be
+#: up to about 9.4% apart (one H200 run measured 9.2% at one token, over the former 8e-2).
+INT8_MODEL_TOL = 1.2e-1
 
 
 class Attention(nn.Module):
@@ -188,8 +189,9 @@ def test_int8_weights_stack_the_same_codes_and_match_layer_by_layer(tokens):
     and this small model amplifies the bfloat16 rounding of its activations between products.
     The dequantized model alone, no kernel involved, is 0.5-4.7% from its float64 product on
     random inputs (CPU, five inputs each at 1, 16 and 300 tokens), so ``TOL`` (4e-2) failed
-    on one input. A wrong stacking (k and v swapped, a scale on the wrong rows) is off by far
-    more than either bound.
+    on one input, and two models on different routes can be twice that apart. A wrong stacking
+    (a part's rows in the wrong place, a scale on the wrong rows) is off by far more than
+    either bound, and the codes are compared exactly.
     """
     from explorer.gpu import set_mode
 
