@@ -31,6 +31,13 @@ model ``"llama-8b, 32 layers"``. ``--layer-by-layer`` also times a fourth varian
 q/k/v or gate/up stacked (``sparsify(..., fuse_qkv=False, fuse_mlp=False)``), side by side with the
 others: what stacking the layers gains.
 
+``--group-size G`` (``int4`` and ``int8-weights``) quantizes every pruned Linear in groups of G
+columns (32, 64 or a multiple of 128; round to nearest, given to both quantized copies as the
+scales a joint prune-and-quantize records) instead of sparsify's default 128; its rows name the
+model ``"llama-8b, groups of 64"``::
+
+    python benchmarks/quantized_models.py --dtype int4 --group-size 64 --runs 16x1,1x1 --generate
+
 ``--dtype bfloat16`` measures 2:4 in 16 bits the same way: the "same precision dense" variant is
 then an unchanged copy of the bf16 model (an A/A control: equal work timed in turn), and the 2:4
 model is ``sparsify(model, decode=True)``, which also offers each layer the explorer's decode
@@ -68,6 +75,7 @@ from explorer.gpu import set_mode, sparsify
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 from explorer.gpu.swap import precision_dense
 from explorer.gpu.swap.precision_dense import DENSE_PRECISIONS
+from explorer.lowbit import compress_int4, compress_int8
 from explorer.results.quantized_speed import (
     benchmark_keys,
     benchmark_provenance,
@@ -126,11 +134,25 @@ def parse_batches(text: str) -> tuple[int, ...]:
     return batches
 
 
-def dense_at(model: nn.Module, dtype: str) -> nn.Module:
+#: ``--group-size``: how each precision rounds a weight to its codes (and finds its scales).
+_COMPRESS = {"int4": compress_int4, "int8-weights": compress_int8}
+
+
+def group_scales(model: nn.Module, dtype: str, group_size: int) -> dict[str, torch.Tensor]:
+    """Round-to-nearest scales of every pruned Linear of ``model`` in groups of ``group_size``."""
+    compress = _COMPRESS[dtype]
+    return {
+        fqn: compress(mod.weight.detach().float(), group_size=group_size).scales
+        for fqn, mod in model.named_modules()
+        if isinstance(mod, nn.Linear) and _pruned(mod, fqn)
+    }
+
+
+def dense_at(model: nn.Module, dtype: str, scales: dict | None = None) -> nn.Module:
     """A copy of ``model`` with every pruned Linear run dense at ``dtype`` (no 2:4 route)."""
     if dtype == "bfloat16":
         return copy.deepcopy(model)
-    dense, summary = precision_dense.dense_at(model, dtype, _pruned)
+    dense, summary = precision_dense.dense_at(model, dtype, _pruned, scales)
     for fqn, why in summary.kept:
         print(f"{fqn}: kept bf16 in the {dtype} dense model ({why})")
     return dense
@@ -232,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         "--layers", type=int, help="transformer layers instead of the spec's (32: a whole 8B model)"
     )
     p.add_argument(
+        "--group-size",
+        type=int,
+        help="int4 / int8-weights: columns per scale (32, 64 or a multiple of 128; default 128)",
+    )
+    p.add_argument(
         "--batches",
         default=",".join(map(str, GENERATE_BATCHES)),
         help="--generate's batch sizes, comma-separated (default %(default)s)",
@@ -264,10 +291,20 @@ def main(argv: list[str] | None = None) -> int:
     counts = tuple(sorted(counts, reverse=True))
     if args.layers is not None and args.layers < 1:
         p.error(f"--layers {args.layers}: expected a positive number of layers")
+    if args.group_size is not None and args.dtype not in _COMPRESS:
+        p.error(f"--group-size is for --dtype {' or '.join(_COMPRESS)}, not {args.dtype}")
     # another model than the spec's: named apart in the store
-    name = args.model if args.layers is None else f"{args.model}, {args.layers} layers"
+    name = ", ".join(
+        [args.model]
+        + ([f"{args.layers} layers"] if args.layers is not None else [])
+        + ([f"groups of {args.group_size}"] if args.group_size is not None else [])
+    )
     dense = build_model(args.model, torch.bfloat16, layers=args.layers)
-    variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype)}
+    scales = None
+    if args.group_size is not None:
+        scales = group_scales(dense, args.dtype, args.group_size)
+        options = {**options, "int4_scales": scales}
+    variants = {"bf16 dense": dense, base_key: dense_at(dense, args.dtype, scales)}
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
         report = sparsify(sparse, filter_fn=_pruned, tokens=counts, **options)
@@ -293,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         ids = torch.randint(0, vocab, (batch, seq), device="cuda")
         row = {"model": args.model, "dtype": args.dtype, "batch": batch, "seq": seq}
         if args.layers is not None:
-            row.update(model=name, layers=args.layers)
+            row.update(layers=args.layers)
+        if args.group_size is not None:
+            row.update(group_size=args.group_size)
+        row.update(model=name)
         with torch.no_grad():
             ref = variants["bf16 dense"](input_ids=ids).logits
             for key in (base_key, sparse_key):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from explorer.results.quantized_speed import (
     benchmark_keys,
@@ -216,6 +217,33 @@ def test_the_benchmark_refuses_a_layer_count_below_one_before_any_work(tmp_path,
         main(["--layers", "0", "--json", str(tmp_path / "out.json")])
     assert "--layers 0" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_benchmark_refuses_a_group_size_for_bfloat16_before_any_work(tmp_path, capsys):
+    main = _script()["main"]
+    with pytest.raises(SystemExit):
+        main(["--dtype", "bfloat16", "--group-size", "64", "--json", str(tmp_path / "o.json")])
+    assert "--group-size is for --dtype int4 or int8-weights" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_benchmarks_group_scales_are_the_rounding_scales_of_each_pruned_linear():
+    from torch import nn
+
+    from explorer.lowbit import compress_int4
+    from explorer.masks import make_mask
+
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("proj", nn.Linear(256, 32))
+    model.add_module("lm_head", nn.Linear(256, 8))
+    with torch.no_grad():
+        for mod in model:
+            mod.weight.mul_(make_mask(mod.weight, "2:4"))
+    scales = _script()["group_scales"](model, "int4", 64)
+    assert list(scales) == ["proj"]  # lm_head is never pruned, so never quantized
+    assert scales["proj"].shape == (32, 4)
+    assert torch.equal(scales["proj"], compress_int4(model.proj.weight.float(), 64).scales)
 
 
 def test_a_whole_model_run_is_recorded_under_its_own_name():
