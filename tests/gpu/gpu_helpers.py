@@ -12,6 +12,20 @@ def mask24(w: torch.Tensor) -> torch.Tensor:
     return w.masked_fill(~make_mask(w, "2:4"), 0)
 
 
+def coded_weight(n: int, k: int, group: int = 128, fmt: str = "int4", device: str = "cuda"):
+    """A random ``[n, k]`` 2:4 weight packed for the low-bit decode kernel (int4 or int8 codes)."""
+    from explorer.gpu.cuda import decode_int4
+
+    pack = decode_int4.pack_int4_weight if fmt == "int4" else decode_int4.pack_int8_weight
+    return pack(mask24(torch.randn(n, k, device=device)), group_size=group)
+
+
+def coded_exact(x: torch.Tensor, packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """float64 ``x @ W_deq^T (+ b)`` of the operands the low-bit decode kernel reads."""
+    ref = x.double() @ packed.decompress().double().t()
+    return ref if bias is None else ref + bias.double()
+
+
 def relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))

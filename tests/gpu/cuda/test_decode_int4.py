@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_helpers import mask24, relerr
+from gpu_helpers import coded_exact, coded_weight, relerr
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -35,28 +35,16 @@ def _launch():
     return coded_launch
 
 
-def _packed(n, k, group=128, fmt="int4"):
-    D = _int4()
-    pack = D.pack_int4_weight if fmt == "int4" else D.pack_int8_weight
-    return pack(mask24(torch.randn(n, k, device=DEV)), group_size=group)
-
-
-def _exact(x, packed, bias=None):
-    """float64 ``x @ W_deq^T (+ b)`` of the operands the kernel reads."""
-    ref = x.double() @ packed.decompress().double().t()
-    return ref if bias is None else ref + bias.double()
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens", [1, 2, 7, 8, 9, 16, 17, 31, 32, 33, 64])
 def test_matches_reference(dtype, tokens, fmt):
     D = _int4()
-    p = _packed(4096, 4096, fmt=fmt)
+    p = coded_weight(4096, 4096, fmt=fmt)
     x = torch.randn(tokens, 4096, device=DEV).to(dtype)
     y = D.decode_int4_matmul(x, p)
     assert y.shape == (tokens, 4096) and y.dtype == dtype and y.is_contiguous()
-    assert relerr(y, _exact(x, p)) < TOL[dtype]
+    assert relerr(y, coded_exact(x, p)) < TOL[dtype]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -64,10 +52,10 @@ def test_matches_reference(dtype, tokens, fmt):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_llama_8b_layer_shapes(n, k, dtype, fmt):
     D = _int4()
-    p = _packed(n, k, fmt=fmt)
+    p = coded_weight(n, k, fmt=fmt)
     for t in (1, 4, 16, 33, 64):
         x = torch.randn(t, k, device=DEV).to(dtype)
-        assert relerr(D.decode_int4_matmul(x, p), _exact(x, p)) < TOL[dtype], (n, k, t)
+        assert relerr(D.decode_int4_matmul(x, p), coded_exact(x, p)) < TOL[dtype], (n, k, t)
 
 
 @pytest.mark.parametrize(
@@ -85,12 +73,12 @@ def test_llama_8b_layer_shapes(n, k, dtype, fmt):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype, fmt):
     D = _int4()
-    p = _packed(n, k, group, fmt)
+    p = coded_weight(n, k, group, fmt)
     b = torch.randn(n, device=DEV).to(dtype)
     for t in (1, 5, 16):
         x = torch.randn(t, k, device=DEV).to(dtype)
         y = D.decode_int4_matmul(x, p, b)
-        assert relerr(y, _exact(x, p, b)) < TOL[dtype], (n, k, t)
+        assert relerr(y, coded_exact(x, p, b)) < TOL[dtype], (n, k, t)
         cpu = D.decode_int4_reference(x.cpu(), p, b.cpu())
         assert relerr(y.cpu(), cpu.double()) < TOL[dtype]
 
@@ -99,7 +87,7 @@ def test_odd_shapes_group_sizes_and_bias(n, k, group, dtype, fmt):
 def test_every_output_written(fmt):
     """Poisoned outputs would show as NaN: the kernel writes each element exactly once."""
     D = _int4()
-    p = _packed(1000, 4224, fmt=fmt)
+    p = coded_weight(1000, 4224, fmt=fmt)
     x = torch.randn(33, 4224, device=DEV, dtype=torch.bfloat16)
     torch.cuda.empty_cache()
     junk = torch.full((33 * 1000 * 4,), float("nan"), device=DEV)  # poison the allocator's blocks
@@ -111,19 +99,19 @@ def test_every_output_written(fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_noncontiguous_inputs_and_leading_dims(fmt):
     D = _int4()
-    p = _packed(512, 1024, fmt=fmt)
+    p = coded_weight(512, 1024, fmt=fmt)
     wide = torch.randn(6, 1024 + 64, device=DEV, dtype=torch.float16)
     rows = wide[:, 32 : 32 + 1024]  # a row stride of 1088 elements, used in place
-    assert relerr(D.decode_int4_matmul(rows, p), _exact(rows, p)) < TOL[torch.float16]
+    assert relerr(D.decode_int4_matmul(rows, p), coded_exact(rows, p)) < TOL[torch.float16]
     every_other = torch.randn(4, 3, 2048, device=DEV, dtype=torch.float16)[..., ::2]
     y = D.decode_int4_matmul(every_other, p)  # stride 2 in the last dim: copied first
     assert y.shape == (4, 3, 512)
-    assert relerr(y, _exact(every_other, p)) < TOL[torch.float16]
+    assert relerr(y, coded_exact(every_other, p)) < TOL[torch.float16]
     xt = torch.randn(1024, 6, device=DEV, dtype=torch.float16).t()  # a transposed view
-    assert relerr(D.decode_int4_matmul(xt, p), _exact(xt, p)) < TOL[torch.float16]
+    assert relerr(D.decode_int4_matmul(xt, p), coded_exact(xt, p)) < TOL[torch.float16]
     call = D.Int4DecodeCall(p, None, 6, torch.float16)
-    assert relerr(call(rows), _exact(rows, p)) < TOL[torch.float16]
-    assert relerr(call(xt), _exact(xt, p)) < TOL[torch.float16]
+    assert relerr(call(rows), coded_exact(rows, p)) < TOL[torch.float16]
+    assert relerr(call(xt), coded_exact(xt, p)) < TOL[torch.float16]
 
 
 @pytest.mark.parametrize(
@@ -133,9 +121,9 @@ def test_noncontiguous_inputs_and_leading_dims(fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_launch_configuration(method, ahead, tokens, fmt):
     D = _int4()
-    p = _packed(256, 4224, fmt=fmt)
+    p = coded_weight(256, 4224, fmt=fmt)
     x = torch.randn(tokens, 4224, device=DEV, dtype=torch.bfloat16)
-    ref = _exact(x, p)
+    ref = coded_exact(x, p)
     tiles = _launch().token_tiles(tokens)
     for warps in (1, 2, 4, 8, 16, 32):
         config = _launch().Int4LaunchConfig(method, warps, ahead, fmt)
@@ -149,19 +137,19 @@ def test_every_launch_configuration(method, ahead, tokens, fmt):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_call_matches_the_function_and_has_bias(dtype, fmt):
     D = _int4()
-    p = _packed(2048, 4096, fmt=fmt)
+    p = coded_weight(2048, 4096, fmt=fmt)
     b = torch.randn(2048, device=DEV).to(dtype)
     for t in (1, 16, 64):
         x = torch.randn(t, 4096, device=DEV).to(dtype)
         call = D.Int4DecodeCall(p, b, t, dtype)
         assert torch.equal(call(x), D.decode_int4_matmul(x, p, b))
-        assert relerr(call(x), _exact(x, p, b)) < TOL[dtype]
+        assert relerr(call(x), coded_exact(x, p, b)) < TOL[dtype]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_in_cuda_graph(fmt):
     D = _int4()
-    p = _packed(2048, 2048, fmt=fmt)
+    p = coded_weight(2048, 2048, fmt=fmt)
     x = torch.randn(4, 2048, device=DEV, dtype=torch.bfloat16)
     call = D.Int4DecodeCall(p, None, 4, torch.bfloat16)
     s = torch.cuda.Stream()
@@ -178,7 +166,7 @@ def test_in_cuda_graph(fmt):
         x.copy_(torch.randn_like(x))
         g.replay()
         torch.cuda.synchronize()
-        assert relerr(y_call, _exact(x, p)) < TOL[torch.bfloat16]
+        assert relerr(y_call, coded_exact(x, p)) < TOL[torch.bfloat16]
         assert torch.equal(y_call, y_fn)
 
 
@@ -226,7 +214,7 @@ class _Layer(torch.nn.Module):
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_under_torch_compile(mode, fmt):
     D = _int4()
-    p = _packed(1024, 3072, fmt=fmt)
+    p = coded_weight(1024, 3072, fmt=fmt)
     x = torch.randn(16, 3072, device=DEV, dtype=torch.bfloat16)
     layer = _Layer(D.Int4DecodeCall(p, None, 16, torch.bfloat16))
     eager = layer(x)
@@ -246,7 +234,7 @@ def test_under_torch_compile(mode, fmt):
 
 def test_refuses_bad_input():
     D = _int4()
-    p = _packed(64, 256)
+    p = coded_weight(64, 256)
     with pytest.raises(ValueError, match="65 rows"):
         D.decode_int4_matmul(torch.randn(65, 256, device=DEV, dtype=torch.float16), p)
     with pytest.raises(ValueError, match="expected K = 256"):
@@ -259,5 +247,5 @@ def test_refuses_bad_input():
     with pytest.raises(ValueError, match="for int4 codes and the weight holds int8"):
         x = torch.randn(1, 256, device=DEV, dtype=torch.float16)
         D.decode_int4_matmul(
-            x, _packed(64, 256, fmt="int8"), config=_launch().Int4LaunchConfig("sp", 2, 1)
+            x, coded_weight(64, 256, fmt="int8"), config=_launch().Int4LaunchConfig("sp", 2, 1)
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_helpers import mask24, relerr
+from gpu_helpers import coded_exact, coded_weight, relerr
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -37,29 +37,17 @@ def _launch():
     return coded_launch
 
 
-def _packed(n, k, group, fmt="int4"):
-    D = _int4()
-    pack = D.pack_int4_weight if fmt == "int4" else D.pack_int8_weight
-    return pack(mask24(torch.randn(n, k, device=DEV)), group_size=group)
-
-
-def _exact(x, packed, bias=None):
-    """float64 ``x @ W_deq^T (+ b)`` of the operands the kernel reads."""
-    ref = x.double() @ packed.decompress().double().t()
-    return ref if bias is None else ref + bias.double()
-
-
 @pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens", [1, 2, 8, 9, 16, 17, 33, 64])
 def test_matches_reference(dtype, tokens, fmt, group):
     D = _int4()
-    p = _packed(4096, 4096, group, fmt)
+    p = coded_weight(4096, 4096, group, fmt)
     x = torch.randn(tokens, 4096, device=DEV).to(dtype)
     y = D.decode_int4_matmul(x, p)
     assert y.shape == (tokens, 4096) and y.dtype == dtype
-    assert relerr(y, _exact(x, p)) < TOL[dtype]
+    assert relerr(y, coded_exact(x, p)) < TOL[dtype]
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -67,12 +55,12 @@ def test_matches_reference(dtype, tokens, fmt, group):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_odd_and_large_shapes_with_bias(n, k, fmt, group):
     D = _int4()
-    p = _packed(n, k, group, fmt)
+    p = coded_weight(n, k, group, fmt)
     b = torch.randn(n, device=DEV).to(torch.bfloat16)
     for t in (1, 5, 16, 40):
         x = torch.randn(t, k, device=DEV).to(torch.bfloat16)
         y = D.decode_int4_matmul(x, p, b)
-        assert relerr(y, _exact(x, p, b)) < TOL[torch.bfloat16], (n, k, t)
+        assert relerr(y, coded_exact(x, p, b)) < TOL[torch.bfloat16], (n, k, t)
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -83,9 +71,9 @@ def test_odd_and_large_shapes_with_bias(n, k, fmt, group):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_launch_configuration(method, ahead, tokens, fmt, group):
     D = _int4()
-    p = _packed(256, 4224, group, fmt)
+    p = coded_weight(256, 4224, group, fmt)
     x = torch.randn(tokens, 4224, device=DEV, dtype=torch.bfloat16)
-    ref = _exact(x, p)
+    ref = coded_exact(x, p)
     tiles = _launch().token_tiles(tokens)
     for warps in (1, 2, 4, 8, 16, 32):
         config = _launch().Int4LaunchConfig(method, warps, ahead, fmt, group)
@@ -134,7 +122,7 @@ def test_every_code_and_group_scale_is_read_exactly(fmt, dtype, method, ahead, g
 def test_in_cuda_graph_and_beside_the_default_build(group):
     """Both builds of the file in one process, each call on its own weight, inside a graph."""
     D = _int4()
-    small, wide = _packed(2048, 2048, group), _packed(2048, 2048, 128)
+    small, wide = coded_weight(2048, 2048, group), coded_weight(2048, 2048, 128)
     x = torch.randn(16, 2048, device=DEV, dtype=torch.bfloat16)
     calls = [D.Int4DecodeCall(p, None, 16, torch.bfloat16) for p in (small, wide)]
     s = torch.cuda.Stream()
@@ -151,12 +139,12 @@ def test_in_cuda_graph_and_beside_the_default_build(group):
         g.replay()
         torch.cuda.synchronize()
         for y, p in zip(ys, (small, wide), strict=True):
-            assert relerr(y, _exact(x, p)) < TOL[torch.bfloat16]
+            assert relerr(y, coded_exact(x, p)) < TOL[torch.bfloat16]
 
 
 def test_a_launch_for_another_group_size_is_refused():
     D = _int4()
-    p = _packed(64, 256, 64)
+    p = coded_weight(64, 256, 64)
     x = torch.randn(2, 256, device=DEV, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="groups of 128 columns and the weight has groups of 64"):
         D.decode_int4_matmul(x, p, config=_launch().Int4LaunchConfig("sp", 2, 1))
