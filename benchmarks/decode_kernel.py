@@ -84,7 +84,7 @@ def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
 
     from explorer.bench.decode import _rotating_ms
     from explorer.gpu.cuda.decode import _launch, pack
-    from explorer.gpu.cuda.kernels import kernel_dir
+    from explorer.gpu.cuda.sources import kernel_dir
 
     src = (kernel_dir() / "decode24.cu").read_text()
     assert "#pragma unroll 2\n    for (int ch" in src

@@ -30,6 +30,7 @@ __all__ = [
     "Int4LaunchConfig",
     "default_int4_config",
     "kernel_build",
+    "launch_config",
     "multiprocessor_count",
     "token_tiles",
 ]
@@ -341,4 +342,56 @@ def default_int4_config(
     warps = 1 << max(0, round(math.log2(max(want, 1))))
     top = min(config.max_warps(tiles), 1 << int(math.log2(max(1, chunks // config.ahead))))
     config.warps = int(max(1, min(warps, top)))
+    return config
+
+
+def launch_config(
+    config: Int4LaunchConfig | None,
+    rows: int,
+    k: int,
+    tokens: int,
+    device: int,
+    fmt: str,
+    group_size: int,
+) -> Int4LaunchConfig:
+    """The launch of one call: ``config`` checked against the weight, or the default.
+
+    Parameters
+    ----------
+    config : Int4LaunchConfig or None
+        The launch asked for; None takes :func:`default_int4_config`.
+    rows, k, tokens : int
+        The weight's rows and columns, and the input's rows.
+    device : int
+        The CUDA device index (its multiprocessor count picks the default).
+    fmt : str
+        The weight's codes, ``"int4"`` or ``"int8"``.
+    group_size : int
+        The weight's columns per scale.
+
+    Returns
+    -------
+    Int4LaunchConfig
+
+    Raises
+    ------
+    ValueError
+        A launch for other codes, for groups read by another build, or with more warps than
+        the kernel takes at ``tokens`` (the message names the fix).
+    """
+    if config is None:
+        sms = multiprocessor_count(device)
+        config = default_int4_config(rows, k, tokens, sms, fmt, group_size)
+    if config.format != fmt:
+        raise ValueError(
+            f"the launch config is for {config.format} codes and the weight holds {fmt}. Hint: "
+            f"Int4LaunchConfig(..., fmt={fmt!r}), or leave config out."
+        )
+    if config.defines != kernel_build(group_size):
+        raise ValueError(
+            f"the launch config is for groups of {config.group_size} columns and the weight has "
+            f"groups of {group_size}, whose tiles the kernel reads another way. Hint: "
+            f"Int4LaunchConfig(..., group_size={group_size}), or leave config out."
+        )
+    config.check(token_tiles(tokens))
     return config

@@ -335,7 +335,7 @@ class DecodeCall:
     def __init__(
         self, weight: CompressedWeight, bias: torch.Tensor | None, tokens: int, dtype: torch.dtype
     ) -> None:
-        from explorer.gpu.cuda.kernels import compiled_function
+        from explorer.gpu.cuda.sources import compiled_function
 
         if not 1 <= tokens <= MAX_TOKENS:
             raise ValueError(f"tokens = {tokens}; the decode kernel takes 1 to {MAX_TOKENS} rows")

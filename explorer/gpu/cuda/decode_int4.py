@@ -43,14 +43,7 @@ import torch
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
 from explorer.gpu.cuda.code_tiles import CodeTiles, layout_refusal, tile_coded_weight
-from explorer.gpu.cuda.coded_launch import (
-    CHUNK,
-    Int4LaunchConfig,
-    default_int4_config,
-    kernel_build,
-    multiprocessor_count,
-    token_tiles,
-)
+from explorer.gpu.cuda.coded_launch import CHUNK, Int4LaunchConfig, launch_config
 from explorer.gpu.cuda.decode import MAX_TOKENS
 from explorer.gpu.cuda.launch import Launcher, current_stream
 from explorer.lowbit import (
@@ -345,7 +338,7 @@ def decode_int4_matmul(
     bias : torch.Tensor, optional
         ``[N]`` of ``x``'s dtype.
     config : Int4LaunchConfig, optional
-        How to launch (its ``format`` and group size the weight's); :func:`default_int4_config`
+        How to launch (its ``format`` and group size the weight's); :func:`~explorer.gpu.cuda.coded_launch.default_int4_config`
         by default.
 
     Returns
@@ -382,7 +375,7 @@ def decode_int4_matmul(
         return y.reshape(*lead, n)
     x2 = _aligned(x2)
     dev = x2.device.index or 0
-    config = _config(config, n, k, t, dev, _format(weight), weight.group_size)
+    config = launch_config(config, n, k, t, dev, _format(weight), weight.group_size)
     from explorer.gpu.cuda.kernels import launch
 
     args = tuple(
@@ -400,26 +393,6 @@ def decode_int4_matmul(
         defines=config.defines,
     )
     return y.reshape(*lead, n)
-
-
-def _config(
-    config, n: int, k: int, tokens: int, dev: int, fmt: str, group_size: int
-) -> Int4LaunchConfig:
-    if config is None:
-        config = default_int4_config(n, k, tokens, multiprocessor_count(dev), fmt, group_size)
-    if config.format != fmt:
-        raise ValueError(
-            f"the launch config is for {config.format} codes and the weight holds {fmt}. Hint: "
-            f"Int4LaunchConfig(..., fmt={fmt!r}), or leave config out."
-        )
-    if config.defines != kernel_build(group_size):
-        raise ValueError(
-            f"the launch config is for groups of {config.group_size} columns and the weight has "
-            f"groups of {group_size}, whose tiles the kernel reads another way. Hint: "
-            f"Int4LaunchConfig(..., group_size={group_size}), or leave config out."
-        )
-    config.check(token_tiles(tokens))
-    return config
 
 
 class Int4DecodeCall:
@@ -446,7 +419,7 @@ class Int4DecodeCall:
     dtype : torch.dtype
         The activations' dtype (float16 or bfloat16).
     config : Int4LaunchConfig, optional
-        How to launch; :func:`default_int4_config` by default.
+        How to launch; :func:`~explorer.gpu.cuda.coded_launch.default_int4_config` by default.
     module : cupy.RawModule, optional
         Another build of ``decode24_int4.cu`` to take the kernel from (benchmarks of its
         variants); the package's own build by default.
@@ -469,7 +442,7 @@ class Int4DecodeCall:
         config: Int4LaunchConfig | None = None,
         module=None,
     ) -> None:
-        from explorer.gpu.cuda.kernels import compiled_function
+        from explorer.gpu.cuda.sources import compiled_function
 
         if not 1 <= tokens <= MAX_TOKENS:
             raise ValueError(
@@ -484,7 +457,9 @@ class Int4DecodeCall:
         _check(torch.empty(0, k, dtype=dtype, device=self.device), weight, bias)
         tiles = _tiled(weight)
         dev = self.device.index or 0
-        self.config = config = _config(config, n, k, tokens, dev, tiles.format, tiles.group_size)
+        self.config = config = launch_config(
+            config, n, k, tokens, dev, tiles.format, tiles.group_size
+        )
         # tiles, x, bias, y, n, k, tokens, x row stride, y row stride: all but x, y and x's row
         # stride are fixed for this call
         fixed = {

@@ -91,7 +91,7 @@ class Int4Dequantizer:
             )
         if dtype not in _DTYPES:
             raise ValueError(f"dtype {dtype}: the dequantized weight is bfloat16 or float16")
-        from explorer.gpu.cuda.kernels import compiled_function
+        from explorer.gpu.cuda.sources import compiled_function
 
         n, k = tiles.shape
         self.device, self.dtype, self.shape, self.format = tiles.device, dtype, (n, k), tiles.format

@@ -9,8 +9,7 @@ the tests compare the two on fresh random inputs.
 * :func:`silu_mul` - SwiGLU's ``silu(gate) * up`` in one pass over a fused gate/up output.
 * :func:`transpose_rows` - a row-major copy of a ``Y^T`` output (padded tokens dropped on the way).
 
-The sources ship inside the wheel as ``explorer/_kernels`` and sit in ``kernels/`` of a source
-checkout; :func:`kernel_dir` finds either.
+The sources are found and compiled by :mod:`explorer.gpu.cuda.sources`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +26,7 @@ import torch
 from explorer import _html
 from explorer.errors import require
 from explorer.gpu.cuda.launch import Launcher, LaunchRefused, current_stream
+from explorer.gpu.cuda.sources import compiled_function
 
 __all__ = [
     "PATTERNS_24",
@@ -35,9 +34,7 @@ __all__ = [
     "SiluMulCall",
     "block_density",
     "block_density_reference",
-    "compiled_function",
     "cupy_stream",
-    "kernel_dir",
     "launch",
     "nm_histogram",
     "nm_histogram_into",
@@ -55,69 +52,6 @@ PATTERNS_24: tuple[tuple[int, int], ...] = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 
 _BITS_TO_BIN = {(1 << a) | (1 << b): i for i, (a, b) in enumerate(PATTERNS_24)}
 _THREADS = 256
 _NO_BAD = 2**63 - 1
-
-
-def kernel_dir() -> Path:
-    """Folder holding the ``.cu`` sources: ``explorer/_kernels`` (wheel) or ``kernels/`` (checkout).
-
-    Examples
-    --------
-    >>> kernel_dir().joinpath("nm_check.cu").exists()
-    True
-    """
-    here = Path(__file__).resolve().parents[2]  # the explorer package
-    for cand in (here / "_kernels", here.parent / "kernels"):
-        if (cand / "nm_check.cu").exists():
-            return cand
-    raise FileNotFoundError(
-        f"CUDA kernel sources not found in {here / '_kernels'} or {here.parent / 'kernels'}; "
-        "reinstall sparsity-explorer."
-    )
-
-
-@cache
-def _module(name: str, device: int, defines: tuple = ()):
-    cp = require("cupy", "gpu")
-    src = (kernel_dir() / f"{name}.cu").read_text()
-    options = ("-std=c++17", *(f"-D{key}={value}" for key, value in defines))
-    with cp.cuda.Device(device):
-        mod = cp.RawModule(code=src, options=options)
-        mod.compile()
-    return mod
-
-
-@cache
-def _function(name: str, fn: str, device: int, defines: tuple = ()):
-    return _module(name, device, defines).get_function(fn)
-
-
-def compiled_function(name: str, fn: str, device: int, defines: tuple = ()):
-    """Kernel ``fn`` of ``kernels/<name>.cu``, compiled once per device and build (a CuPy ``Function``).
-
-    Parameters
-    ----------
-    name : str
-        The kernel file's name, without ``.cu``.
-    fn : str
-        The kernel's name in it.
-    device : int
-        The CUDA device index.
-    defines : tuple of (str, int) pairs, optional
-        Preprocessor values of the build (``-DNAME=VALUE``): a file can be built several ways,
-        each compiled once (``decode24_int4.cu`` for groups of 64 or 32 columns,
-        :mod:`explorer.gpu.cuda.coded_launch`).
-
-    Returns
-    -------
-    cupy.cuda.Function
-        The compiled kernel.
-
-    Examples
-    --------
-    >>> compiled_function("silu_mul", "silu_mul_f16", 0).name  # doctest: +GPU
-    'silu_mul_f16'
-    """
-    return _function(name, fn, device, tuple(defines))
 
 
 _KINDS = {
@@ -179,7 +113,7 @@ def launch(
         launcher = _LAUNCHERS.get(key)
         if launcher is None:  # a kernel's parameter types never change: read them once
             kinds = tuple(_KINDS[a.dtype] for a in args)
-            launcher = _LAUNCHERS[key] = Launcher(_function(name, fn, dev, defines), kinds)
+            launcher = _LAUNCHERS[key] = Launcher(compiled_function(name, fn, dev, defines), kinds)
         try:
             launcher.launch(
                 _dim3(grid), _dim3(block), shared, current_stream(dev), [a.item() for a in args]
@@ -187,7 +121,7 @@ def launch(
             return
         except LaunchRefused:
             pass  # no current context on this thread: CuPy sets one up
-    kern = _function(name, fn, dev, defines)
+    kern = compiled_function(name, fn, dev, defines)
     grid = grid if isinstance(grid, tuple) else (grid,)
     with cupy_stream(dev):
         kern(grid, block, args, shared_mem=shared)
@@ -771,7 +705,7 @@ class SiluMulCall:
         # base, up, out, rows, vectors per row, row stride in vectors: the last three fixed
         fixed = {3: tokens, 4: hidden // 8, 5: 2 * hidden // 8}
         self._launcher = Launcher(
-            _function("silu_mul", _SILU_MUL[dtype], self._dev),
+            compiled_function("silu_mul", _SILU_MUL[dtype], self._dev),
             ("u64", "u64", "u64", "i64", "i64", "i64"),
             fixed,
         )

@@ -10,6 +10,8 @@ from explorer.gpu.cuda.coded_launch import (
     CHUNK,
     Int4LaunchConfig,
     default_int4_config,
+    kernel_build,
+    launch_config,
     token_tiles,
 )
 
@@ -58,3 +60,24 @@ def test_config_refuses_unknown_settings():
         Int4LaunchConfig("ex", 16, 1).check(8)
     with pytest.raises(ValueError, match="fmt = 'int2'"):
         Int4LaunchConfig("sp", 4, 1, "int2")
+
+
+def test_a_launch_is_checked_against_the_weight_it_runs():
+    given = Int4LaunchConfig("sp", 4, 1, group_size=64)
+    assert launch_config(given, 4096, 4096, 16, 0, "int4", 64) is given
+    thirty_two = Int4LaunchConfig("ex", 4, 1, group_size=32)
+    assert launch_config(thirty_two, 4096, 4096, 16, 0, "int4", 32) is thirty_two
+    with pytest.raises(ValueError, match="groups of 64 columns and the weight has groups of 128"):
+        launch_config(given, 4096, 4096, 16, 0, "int4", 128)
+    with pytest.raises(ValueError, match="for int4 codes and the weight holds int8"):
+        launch_config(given, 4096, 4096, 16, 0, "int8", 64)
+    with pytest.raises(ValueError, match="warps = 64"):
+        launch_config(Int4LaunchConfig("sp", 64, 1), 4096, 4096, 16, 0, "int4", 256)
+
+
+def test_groups_of_64_and_32_take_their_own_build():
+    assert kernel_build(128) == kernel_build(256) == ()
+    assert kernel_build(64) == (("CHUNK_SCALES", 2),)
+    assert Int4LaunchConfig("ex", 8, 1, group_size=32).defines == (("CHUNK_SCALES", 4),)
+    with pytest.raises(ValueError, match="group_size = 48"):
+        Int4LaunchConfig("sp", 8, 1, group_size=48)
