@@ -20,7 +20,7 @@ bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never
 
 The kernel needs ``K % 128 == 0`` and a group size of 32, 64 or a multiple of 128 dividing ``K``
 (:func:`pack_int4_weight` checks; groups of 64 and 32 are read by a build of the kernels of their
-own, without the expansion feed, :mod:`explorer.gpu.cuda.coded_launch`); every function has a CPU
+own, :func:`explorer.gpu.cuda.coded_launch.kernel_build`); every function has a CPU
 reference (:func:`decode_int4_reference`), and the GPU tests compare the two on fresh random
 inputs.
 
