@@ -8,9 +8,11 @@ has, every pruned Linear run dense at it (``--dtype int4``: an
 ``torch._scaled_mm``; ``--dtype int8-weights``: an ``Int4Linear`` of int8 codes kept on its dense
 route, the weight dequantized to 16 bits once, since torch has no CUDA int8 weight-only kernel
 with group scales); and ``sparsify(model, dtype=...)``, which offers each layer the 2:4 kernel
-at that precision and keeps the faster. Each run is timed eagerly and with CUDA graphs
-(``torch.compile(mode="reduce-overhead")``, the sparsified model set to ``mode="graphs"``), the
-three variants in turn for 11 rounds; speedups are medians of paired ratios. Run on a GPU::
+at that precision and keeps the faster. Each run is timed in the modes of ``--modes`` (default
+all three): eagerly, compiled in ``torch.compile``'s default mode (each model as the user has
+it after ``sparsify``), and with CUDA graphs (``torch.compile(mode="reduce-overhead")``, the
+sparsified model set to ``mode="graphs"``), the three variants in turn for 11 rounds; speedups
+are medians of paired ratios. Run on a GPU::
 
     python benchmarks/quantized_models.py --dtype int4 --model llama-8b --runs 16x1,1x1
     python benchmarks/quantized_models.py --dtype float8_e4m3fn --runs 4x1024,1x4096
@@ -94,6 +96,28 @@ UNSTACKED = {"fuse_qkv": False, "fuse_mlp": False}
 
 #: ``--generate``: batch sizes, prompt length and new tokens per sequence.
 GENERATE_BATCHES, PROMPT, NEW_TOKENS = (1, 16), 32, 128
+
+#: ``--modes``: how the forwards run (:data:`~explorer.results.model_speed.SPEED_MODES`).
+MODES = ("eager", "compile", "graphs")
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    """``--modes``: comma-separated execution modes, in the order given.
+
+    Examples
+    --------
+    >>> parse_modes("graphs,compile")
+    ('graphs', 'compile')
+    >>> parse_modes("jit")
+    Traceback (most recent call last):
+    ...
+    ValueError: --modes 'jit': expected some of eager, compile, graphs, comma-separated
+    """
+    modes = tuple(m.strip() for m in text.split(","))
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"--modes {text!r}: expected some of {', '.join(MODES)}, comma-separated")
+    return modes
+
 
 #: The precisions timed: bf16 (the dense variant is an unchanged copy, an A/A control) and the
 #: lower ones with a dense baseline (:mod:`explorer.gpu.swap.precision_dense`).
@@ -259,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         help="int4 / int8-weights: columns per scale (32, 64 or a multiple of 128; default 128)",
     )
     p.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="execution modes to time, comma-separated (default %(default)s)",
+    )
+    p.add_argument(
         "--batches",
         default=",".join(map(str, GENERATE_BATCHES)),
         help="--generate's batch sizes, comma-separated (default %(default)s)",
@@ -266,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         batches = parse_batches(args.batches)
+        modes = parse_modes(args.modes)
     except ValueError as exc:
         p.error(str(exc))
     command = "python benchmarks/quantized_models.py " + " ".join(
@@ -338,13 +368,15 @@ def main(argv: list[str] | None = None) -> int:
             ref = variants["bf16 dense"](input_ids=ids).logits
             for key in (base_key, sparse_key):
                 row[f"{key} relerr"] = _relerr(variants[key](input_ids=ids).logits, ref)
-        for how in ("eager", "graphs"):
+        for how in modes:
             torch._dynamo.reset()
             fns = {}
             for key, model in variants.items():
                 if how == "graphs" and key != "bf16 dense":
                     set_mode(model, "graphs")
-                run = torch.compile(model, mode="reduce-overhead") if how == "graphs" else model
+                run = model  # eager
+                if how != "eager":  # the default mode, or CUDA graphs
+                    run = torch.compile(model, mode="reduce-overhead" if how == "graphs" else None)
 
                 def call(run=run, ids=ids):
                     with torch.no_grad():

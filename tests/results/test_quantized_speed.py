@@ -227,6 +227,28 @@ def test_the_benchmark_refuses_a_group_size_for_bfloat16_before_any_work(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_benchmark_refuses_an_unknown_mode_before_any_work(tmp_path, capsys):
+    main = _script()["main"]
+    with pytest.raises(SystemExit):
+        main(["--modes", "eager,default", "--json", str(tmp_path / "o.json")])
+    assert "--modes 'eager,default': expected some of eager, compile, graphs" in (
+        capsys.readouterr().err
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_default_compile_run_is_recorded_as_its_own_mode():
+    row = {"model": "llama-8b", "dtype": "int4", "batch": 16, "seq": 1}
+    for how, sparse in (("eager", 1.02), ("compile", 1.31)):
+        row.update({f"{how} bf16 dense ms": 4.0, f"{how} int4 dense ms": 3.9})
+        row.update({f"{how} 2:4 int4 ms": 3.9 / sparse, f"{how} int4 dense over bf16": 1.03})
+        row.update({f"{how} 2:4 int4 over bf16": 1.05, f"{how} 2:4 int4 over int4 dense": sparse})
+    rows = rows_from_benchmark([row])
+    got = [(r["config"]["mode"], r["config"]["pattern"]) for r in rows]
+    assert got == [("eager", "dense"), ("eager", "2:4"), ("compile", "dense"), ("compile", "2:4")]
+    assert rows[3]["metrics"]["speedup_over_same"] == 1.31
+
+
 def test_the_benchmarks_group_scales_are_the_rounding_scales_of_each_pruned_linear():
     from torch import nn
 

@@ -1,23 +1,19 @@
 """``Int4Linear``: a 2:4 layer with group-wise int4 (or int8) kept weights, on the faster of two kernels.
 
-What a user deploying int4 compares with is int4 dense, not bf16. So each token count is timed
-once (per problem, shared like every decision, :mod:`explorer.gpu.routes.route_timing`) between
-the dense route, torch's int4 weight-only matmul (``aten._weight_int4pack_mm``) on the same
-dequantized weight (the 2:4 zeros stored as codes; where that kernel does not take the layer,
-the dequantized weight in 16 bits through ``F.linear``), and the decode route at 1 to 64 tokens,
-the explorer's 2:4 + int4 kernel (:mod:`explorer.gpu.cuda.decode_int4`), which reads the kept
-codes and their positions only. The faster is kept (dense unless the decode kernel is measurably
-faster). Both compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``; torch's kernel
-holds the scales in bfloat16, so they agree to about 1e-2 relative, not bit for bit. Above 64
-tokens the dense route is cuBLAS on the weight dequantized for the call by one kernel
-(:mod:`explorer.gpu.cuda.int4_dequant`): torch's int4 kernel slows down with the token count.
+What a user deploying int4 compares with is int4 dense, not bf16. So the layer holds its weight
+in two forms: the kept codes with their 2-bit positions and scales, tiled for the explorer's
+2:4 + int4 decode kernel (:mod:`explorer.gpu.cuda.decode_int4`), and the dense route's form,
+torch's packed int4 weight for its int4 weight-only matmul (``aten._weight_int4pack_mm``; the
+2:4 zeros stored as codes) or, where that kernel does not take the layer, the dequantized weight
+in 16 bits. Both compute ``x @ (q * s)^T`` for the same codes ``q`` and scales ``s``; torch's
+kernel holds the scales in bfloat16, so they agree to about 1e-2 relative, not bit for bit.
+Which runs at each token count, eagerly, compiled and in CUDA graphs, is
+:class:`~explorer.gpu.modules.int4_forward.Int4Forward`'s choice
+(:mod:`explorer.gpu.modules.int4_forward`).
 
-Under ``torch.compile`` the dense route up to 64 tokens is traced (the compiler's own op, no
-host cost of ours); above them, for symbolic sizes, and in ``mode="graphs"``, the layer is one
-opaque op (:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel. With an
-:class:`~explorer.lowbit.Int8Weight` (``sparsify(dtype="int8-weights")``) the decode route is
-the 2:4 + int8 kernel and the dense route the weight dequantized to 16 bits once, on cuBLAS
-(torch has no CUDA int8 weight-only kernel with group-wise scales).
+With an :class:`~explorer.lowbit.Int8Weight` (``sparsify(dtype="int8-weights")``) the decode
+route is the 2:4 + int8 kernel and the dense route the weight dequantized to 16 bits once, on
+cuBLAS (torch has no CUDA int8 weight-only kernel with group-wise scales).
 """
 
 from __future__ import annotations
@@ -29,19 +25,18 @@ from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import ops
 from explorer.gpu.cuda.code_tiles import tile_coded_weight
+from explorer.gpu.modules.int4_forward import Int4Forward
 from explorer.gpu.modules.torch_int4 import INNER_K_TILES, torch_int4_parts, torch_int4_takes
-from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
-from explorer.gpu.routes.route_timing import BOOK
+from explorer.gpu.routes.dispatch import check_mode
 from explorer.lowbit import CODED_WEIGHTS, GroupCodedWeight
 
-__all__ = ["DECODE_MAX_TOKENS", "INT8_DENSE", "Int4Linear"]
+__all__ = ["INT8_DENSE", "Int4Linear"]
 
-DECODE_MAX_TOKENS = 64  #: the most tokens the decode route takes; above them, dense
 INT8_DENSE = "torch has no CUDA int8 weight-only kernel with group scales; dense runs in 16 bits"
 _SPARSIFY_DTYPE = {"int4": "int4", "int8": "int8-weights"}
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(Int4Forward, nn.Module):
     """``y = x @ W^T + b`` for a 2:4 ``W`` with group-wise int4 kept values (see the module).
 
     Build it with :meth:`from_linear`; it holds the compressed weight (about 3.25 bits a
@@ -113,12 +108,14 @@ class Int4Linear(nn.Module):
         self._tiles = tile_coded_weight(self.coded_weight()) if self._tiled else None
         self._dequantizer = None  # the dense 16-bit weight above 64 tokens, made per call
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
+        # row counts a default-mode compiled model runs on the 2:4 kernel through the op
+        self._compiled_decode: tuple[int, ...] = ()
         self._op_id = ops.register(self)
 
     def __getstate__(self) -> dict:
         """A copy keeps the weights, not this process's launches or op id."""
         state = self.__dict__.copy()
-        for name in ("_routes", "_calls", "_tiles", "_dequantizer", "_fast"):
+        for name in ("_routes", "_calls", "_tiles", "_dequantizer", "_fast", "_compiled_decode"):
             state.pop(name, None)
         return state
 
@@ -230,227 +227,6 @@ class Int4Linear(nn.Module):
             (self.out_features, self.in_features),
             self.group_size,
         )
-
-    # -- routes ------------------------------------------------------------------------------
-    def set_mode(self, mode: str) -> None:
-        """Choose routes by the clock of ``mode`` from now on.
-
-        Parameters
-        ----------
-        mode : {"auto", "eager", "compile", "graphs"}
-        """
-        self.mode = check_mode(mode)
-        self._routes.clear()
-        self._fast.clear()
-
-    def route(self, tokens: int, clock: str) -> Route:
-        """The route (``DENSE`` or ``DECODE``) ``tokens`` rows take by ``clock``, measured once.
-
-        Both routes are timed by both clocks once per problem; inside a CUDA-graph capture the
-        nearest measured count decides, dense if none.
-
-        Parameters
-        ----------
-        tokens, clock : int, str
-            Rows of the input, and ``"gpu"`` or ``"wall"``.
-        """
-        if tokens > DECODE_MAX_TOKENS or self.decode_refusal is not None:
-            return DENSE
-        key = (tokens, clock)
-        found = self._routes.get(key)
-        if found is None:
-            problem = self._problem()
-            decision = BOOK.decided(problem, tokens)
-            if decision is None:
-                if torch.cuda.is_current_stream_capturing():
-                    return BOOK.nearest(problem, tokens, clock) or DENSE
-                x = torch.randn(
-                    tokens, self.in_features, device=self.codes.device, dtype=self.dtype
-                )
-                calls = {DENSE: lambda: self._dense(x), DECODE: lambda: self._decode(x)}
-                decision = BOOK.decide(problem, tokens, calls)
-            found = self._routes[key] = decision.route(clock)
-        return found
-
-    def decisions(self) -> dict:
-        """``{(tokens, clock): Route}`` chosen so far."""
-        return dict(self._routes)
-
-    def route_times(self, tokens: int, clock: str) -> dict:
-        """``{Route: ms}`` measured at ``tokens`` rows by ``clock`` (empty if not measured).
-
-        Parameters
-        ----------
-        tokens, clock : int, str
-            Rows of the input, and ``"gpu"`` or ``"wall"``.
-        """
-        decision = BOOK.decided(self._problem(), tokens)
-        return {} if decision is None else decision.times(clock)
-
-    def _problem(self) -> tuple:
-        dev = self.codes.device.index or 0
-        return (
-            self.format,
-            self.out_features,
-            self.in_features,
-            self.group_size,
-            self.dtype,
-            self.bias is not None,
-            dev,
-            self.torch_kernel_refusal is None,
-            True,  # the dense route is always open
-        )
-
-    def _clock(self) -> str:
-        if self.mode == "graphs":
-            return "gpu"
-        if self.mode == "auto" and torch.cuda.is_current_stream_capturing():
-            return "gpu"
-        return "wall"
-
-    # -- forward -----------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the layer to ``x[..., in_features]``."""
-        if torch.compiler.is_compiling():
-            if self.traces_dense(x.numel() // self.in_features):
-                return self._dense(x)  # traced: the compiler's own int4 op
-            return ops.forward(x, self._op_id)  # the chosen route (or dequantizing), one op
-        return self.run(x)
-
-    def traces_dense(self, tokens) -> bool:
-        """Whether a compiled model traces the dense route at ``tokens`` rows (else the op).
-
-        Traced up to 64 tokens, outside ``mode="graphs"``; symbolic sizes go to the op.
-
-        Parameters
-        ----------
-        tokens : int or symbolic size
-            Rows of the input.
-        """
-        return self.mode != "graphs" and isinstance(tokens, int) and not self._dequantizes(tokens)
-
-    def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
-        """The dense route as torch calls a compiler traces (where :meth:`traces_dense`).
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            The input, ``(..., in_features)``.
-        """
-        return self._dense(x)
-
-    def run(self, x: torch.Tensor) -> torch.Tensor:
-        """The eager forward: the route chosen for this row count.
-
-        An input seen before (same shape, device and dtype, same clock) goes straight to the call
-        its route makes: a decode step is host-bound in eager mode, so a repeated call costs
-        one dictionary lookup more than the kernel's own launch.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            The input, ``(..., in_features)``.
-
-        Returns
-        -------
-        torch.Tensor
-            ``(..., out_features)`` in the layer's dtype.
-        """
-        clock = self._clock()
-        fast = self._fast.get((x.shape, x.get_device(), x.dtype, clock))
-        if fast is not None:
-            return fast(x)
-        if x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"input has {x.shape[-1]} features in its last dimension, expected "
-                f"{self.in_features}"
-            )
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        if x2.dtype != self.dtype:
-            x2 = x2.to(self.dtype)
-        t = x2.shape[0]
-        if t == 0:
-            return x.new_empty(*lead, self.out_features, dtype=self.dtype)
-        route = self.route(t, clock)
-        y = self._decode(x2) if route == DECODE else self._dense(x2)
-        settled = t > DECODE_MAX_TOKENS or self.decode_refusal is not None
-        if x.dtype == self.dtype and x.is_cuda and (settled or (t, clock) in self._routes):
-            self._remember(x, route, clock)  # a measured decision, not a capture's nearest
-        return y.reshape(*lead, self.out_features)
-
-    def _remember(self, x: torch.Tensor, route: Route, clock: str) -> None:
-        """Keep the call ``x``'s route makes, for the next input like ``x``."""
-        t, k = x.numel() // self.in_features, self.in_features
-        out = (*x.shape[:-1], self.out_features)
-        if route == DECODE:
-            call = self._calls[t]
-            fast = lambda x: call(x.reshape(t, k)).view(out)  # noqa: E731
-        else:
-            fast = self._dense
-        self._fast[(x.shape, x.get_device(), x.dtype, clock)] = fast
-
-    def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """What the compiled op runs (``mode="graphs"``): :meth:`run`.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            The input, ``(..., in_features)``.
-        """
-        return self.run(x)
-
-    def fake_output(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty tensor shaped like the output for ``x``.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            The input, ``(..., in_features)``.
-        """
-        return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.dtype)
-
-    def _dequantizes(self, tokens: int) -> bool:
-        """Whether the dense route runs cuBLAS on the weight dequantized for the call."""
-        return tokens > DECODE_MAX_TOKENS and self._tiled and self._int4pack is not None
-
-    def _dense(self, x: torch.Tensor) -> torch.Tensor:
-        """The dense route, at int4.
-
-        torch's int4 kernel up to 64 tokens; above them cuBLAS on the weight dequantized for
-        the call (torch's kernel slows down with the tokens); the 16-bit dequantized weight
-        where torch's kernel does not take the layer.
-        """
-        if self._int4pack is None:
-            return nn.functional.linear(x, self._dense16, self.bias)
-        if self._dequantizes(x.numel() // self.in_features):
-            if self._dequantizer is None:
-                from explorer.gpu.cuda.int4_dequant import Int4Dequantizer
-
-                self._dequantizer = Int4Dequantizer(self._tiles, self.dtype)
-            return nn.functional.linear(x, self._dequantizer(), self.bias)
-        return self._torch_int4(x)
-
-    def _torch_int4(self, x: torch.Tensor) -> torch.Tensor:
-        """The product by torch's int4 weight-only kernel (the same codes, bf16 scales)."""
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        y = torch.ops.aten._weight_int4pack_mm(
-            x2.contiguous(), self._int4pack, self.group_size, self._int4scales
-        )
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.out_features)
-
-    def _decode(self, x2: torch.Tensor) -> torch.Tensor:
-        """The decode route: the 2:4 + int4 kernel on ``x2`` (at most 64 rows)."""
-        from explorer.gpu.cuda.decode_int4 import Int4DecodeCall
-
-        t = x2.shape[0]
-        call = self._calls.get(t)
-        if call is None:
-            call = self._calls[t] = Int4DecodeCall(self._tiles, self.bias, t, self.dtype)
-        return call(x2)
 
     # -- introspection -----------------------------------------------------------------------
     @property

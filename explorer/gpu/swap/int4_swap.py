@@ -41,7 +41,8 @@ from torch import nn
 
 from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
 from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
-from explorer.gpu.modules.int4_linear import DECODE_MAX_TOKENS, Int4Linear
+from explorer.gpu.modules.int4_forward import DECODE_MAX_TOKENS
+from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.modules.sparse_weight import stack_linears
 from explorer.gpu.routes.dispatch import DECODE, DENSE
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
@@ -78,7 +79,7 @@ def swap_int4_layers(
     report : SparsifyReport
         Gains the swapped, skipped and fused layers and the routes' times.
     counts : tuple of int
-        Token counts to choose routes at (those up to ``DECODE_MAX_TOKENS`` of ``int4_linear`` are timed).
+        Token counts to choose routes at (those up to ``DECODE_MAX_TOKENS`` of ``int4_forward`` are timed).
     mode : {"auto", "eager", "compile", "graphs"}
         The clock routes are chosen by.
     scales : mapping of str to torch.Tensor, optional
