@@ -13,15 +13,16 @@ kernel is measurably faster). Above 64 tokens the dense route is cuBLAS on the w
 dequantized for the call by one kernel (:mod:`explorer.gpu.cuda.int4_dequant`): torch's int4
 kernel slows down with the token count.
 
-Under ``torch.compile`` in its default mode a token count up to 64 is traced as the dense route
-(the compiler's own call of torch's int4 kernel, no host cost of ours) unless its measured
-decision says the 2:4 kernel pays there even with the op's host time on top
-(:meth:`~explorer.gpu.routes.dispatch.Decision.compiled_dense`, without the 16-bit layers'
-rule that decode sizes are host-bound: torch's int4 kernel slows down with the token count, to
-two or three times the 2:4 kernel's GPU time at 16 tokens on 8B-like layers, so such a step is
-bound by the GPU). Those counts (:meth:`Int4Forward.compiled_decode`), larger ones, symbolic
-sizes, and every count in ``mode="graphs"`` run as one opaque op (:mod:`explorer.gpu.cuda.ops`)
-that CUDA graphs capture like any kernel.
+Under ``torch.compile`` in its default mode every count up to 64 is traced as the dense route
+(the compiler's own call of torch's int4 kernel, no host cost of ours), even where the 2:4
+kernel is faster on the GPU: such a compiled decode step is bound by the host, as in 16 bits
+(:data:`~explorer.gpu.routes.dispatch.COMPILED_HOST_BOUND_UP_TO`). Measured on one H200 with
+the benchmark's LLaMA-3-8B-like model (4 layers, int4 at groups of 128): compiled by default,
+its int4 dense step took 2.2 ms at 16 x 1 and 1 x 1, against 1.48 and 0.65 ms of GPU time under
+CUDA graphs, and sending the layers whose 2:4 kernel gained more GPU time than the op costs in
+host time through the op made the step 0.77x and 0.86x of int4 dense (docs/quantized.md).
+Larger counts, symbolic sizes, and every count in ``mode="graphs"`` run as one opaque op
+(:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.cuda import ops
-from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route, check_mode
+from explorer.gpu.routes.dispatch import DECODE, DENSE, Route, check_mode
 from explorer.gpu.routes.route_timing import BOOK
 
 __all__ = ["DECODE_MAX_TOKENS", "Int4Forward"]
@@ -42,8 +43,7 @@ class Int4Forward:
     """The routes and forward paths of :class:`~explorer.gpu.modules.int4_linear.Int4Linear` (a base class).
 
     See the module's docstring. The layer's tables are ``_routes`` (``(tokens, clock) ->
-    Route``), ``_calls`` (decode launches by row count), ``_fast`` (remembered calls) and
-    ``_compiled_decode``.
+    Route``), ``_calls`` (decode launches by row count) and ``_fast`` (remembered calls).
     """
 
     # -- routes ----------------------------------------------------------------------------
@@ -84,38 +84,8 @@ class Int4Forward:
                 )
                 calls = {DENSE: lambda: self._dense(x), DECODE: lambda: self._decode(x)}
                 decision = BOOK.decide(problem, tokens, calls)
-            self._note_compiled(tokens, decision)
             found = self._routes[key] = decision.route(clock)
         return found
-
-    def _note_compiled(self, tokens: int, decision: Decision) -> None:
-        """Record whether a default-mode compiled model runs ``tokens`` rows on the 2:4 kernel.
-
-        It does where the decode kernel's GPU time, plus the op's host time where the product is
-        short, beats torch's int4 kernel (:meth:`Decision.compiled_dense`, no decode-size rule:
-        see the module). Not decided inside a CUDA-graph capture (the op's host time is measured
-        outside one).
-        """
-        if torch.cuda.is_current_stream_capturing():
-            return
-        op_ms = ops.call_overhead_us(measure=True) / 1e3
-        counts = set(self._compiled_decode) - {tokens}
-        if not decision.compiled_dense(op_ms):
-            counts.add(tokens)
-        self._compiled_decode = tuple(sorted(counts))
-
-    def compiled_decode(self) -> tuple[int, ...]:
-        """Row counts a model compiled in the default mode runs on the 2:4 kernel (the op).
-
-        Every other count up to 64 is traced as torch's int4 kernel, unless the layer runs in
-        ``mode="graphs"`` (then every count is the op, on its GPU-time route).
-
-        Returns
-        -------
-        tuple of int
-            Sorted row counts, from the decisions measured so far.
-        """
-        return self._compiled_decode
 
     def decisions(self) -> dict:
         """``{(tokens, clock): Route}`` chosen so far."""
@@ -165,20 +135,15 @@ class Int4Forward:
     def traces_dense(self, tokens) -> bool:
         """Whether a compiled model traces the dense route at ``tokens`` rows (else the op).
 
-        Traced up to 64 tokens outside ``mode="graphs"``, except the counts of
-        :meth:`compiled_decode`; symbolic sizes go to the op.
+        Traced up to 64 tokens, outside ``mode="graphs"`` (see the module); symbolic sizes go to
+        the op.
 
         Parameters
         ----------
         tokens : int or symbolic size
             Rows of the input.
         """
-        return (
-            self.mode != "graphs"
-            and isinstance(tokens, int)
-            and not self._dequantizes(tokens)
-            and tokens not in self._compiled_decode
-        )
+        return self.mode != "graphs" and isinstance(tokens, int) and not self._dequantizes(tokens)
 
     def traced_dense(self, x: torch.Tensor) -> torch.Tensor:
         """The dense route as torch calls a compiler traces (where :meth:`traces_dense`).
@@ -242,28 +207,14 @@ class Int4Forward:
         self._fast[(x.shape, x.get_device(), x.dtype, clock)] = fast
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        """What the compiled op runs: the 2:4 kernel at :meth:`compiled_decode`'s counts, else :meth:`run`.
-
-        A default-mode compiled model calls the op at those counts because the decode kernel
-        pays there by GPU time, whatever an eager call's wall time chose; inside a CUDA-graph
-        capture the GPU clock's route is :meth:`run`'s anyway.
+        """What the compiled op runs (``mode="graphs"``, above 64 tokens): :meth:`run`.
 
         Parameters
         ----------
         x : torch.Tensor
             The input, ``(..., in_features)``.
         """
-        t = x.numel() // self.in_features
-        if t not in self._compiled_decode or self._clock() == "gpu":
-            return self.run(x)
-        fast = self._fast.get((x.shape, x.get_device(), x.dtype, "compile"))
-        if fast is not None:
-            return fast(x)
-        x2 = x.reshape(t, self.in_features)
-        y = self._decode(x2 if x2.dtype == self.dtype else x2.to(self.dtype))
-        if x.dtype == self.dtype:
-            self._remember(x, DECODE, "compile")
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return self.run(x)
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
         """An empty tensor shaped like the output for ``x``.

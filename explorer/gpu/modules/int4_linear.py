@@ -108,14 +108,12 @@ class Int4Linear(Int4Forward, nn.Module):
         self._tiles = tile_coded_weight(self.coded_weight()) if self._tiled else None
         self._dequantizer = None  # the dense 16-bit weight above 64 tokens, made per call
         self._fast: dict = {}  # (shape, device, dtype, clock) -> the call its route makes
-        # row counts a default-mode compiled model runs on the 2:4 kernel through the op
-        self._compiled_decode: tuple[int, ...] = ()
         self._op_id = ops.register(self)
 
     def __getstate__(self) -> dict:
         """A copy keeps the weights, not this process's launches or op id."""
         state = self.__dict__.copy()
-        for name in ("_routes", "_calls", "_tiles", "_dequantizer", "_fast", "_compiled_decode"):
+        for name in ("_routes", "_calls", "_tiles", "_dequantizer", "_fast"):
             state.pop(name, None)
         return state
 

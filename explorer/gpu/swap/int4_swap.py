@@ -47,7 +47,7 @@ from explorer.gpu.modules.sparse_weight import stack_linears
 from explorer.gpu.routes.dispatch import DECODE, DENSE
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
-__all__ = ["swap_int4_layers"]
+__all__ = ["compiled_note", "swap_int4_layers"]
 
 #: How the report names a layer kept on the dense route.
 _DENSE_LABEL = {"int4": "int4 dense (torch)", "int8": "16-bit dense (int8 dequantized)"}
@@ -142,6 +142,8 @@ def swap_int4_layers(
         report.swapped.append((fqn, tuple(mod.weight.shape)))
         built.append((fqn, new))
     _record_routes(built, counts, report, fmt)
+    if mode != "graphs" and any(DECODE in layer.decisions().values() for _, layer in built):
+        report.notes.append(compiled_note(fmt))
     if fmt == "int4":
         report.notes.append(
             "int4: layers above 64 tokens run cuBLAS on the weight dequantized for the call; "
@@ -152,6 +154,38 @@ def swap_int4_layers(
             "int8 weights: the dense route is the 16-bit dequantized weight on cuBLAS (torch has "
             "no CUDA int8 weight-only kernel with group scales): speed-ups are over 16-bit dense"
         )
+
+
+def compiled_note(fmt: str) -> str:
+    """What a model compiled in ``torch.compile``'s default mode runs, and how to get the 2:4 gain.
+
+    Parameters
+    ----------
+    fmt : {"int4", "int8"}
+        The codes' format.
+
+    Returns
+    -------
+    str
+        The report's note.
+
+    Examples
+    --------
+    >>> print(compiled_note("int4"))  # doctest: +NORMALIZE_WHITESPACE
+    compiled with torch.compile's default mode, int4 layers at 1-64 tokens run int4 dense (torch's
+    kernel, traced): such a decode step is bound by the host, and the 2:4 kernel's op would cost
+    more host time than it saves. Hint: for the 2:4 kernel's gain, set_mode(model, 'graphs') and
+    compile with mode='reduce-overhead'
+    """
+    dense = (
+        "int4 dense (torch's kernel, traced)" if fmt == "int4" else "the 16-bit dequantized weight"
+    )
+    return (
+        f"compiled with torch.compile's default mode, {fmt} layers at 1-{DECODE_MAX_TOKENS} tokens "
+        f"run {dense}: such a decode step is bound by the host, and the 2:4 kernel's op would "
+        "cost more host time than it saves. Hint: for the 2:4 kernel's gain, "
+        "set_mode(model, 'graphs') and compile with mode='reduce-overhead'"
+    )
 
 
 class _Builder:

@@ -110,6 +110,9 @@ def test_q_k_v_and_gate_up_become_one_int4_product_with_the_same_codes():
         assert torch.equal(getattr(mlp.gate_up, name), torch.cat(parts)), name
     tokens = {t.tokens for t in report.timings if t.fqn == "0.self_attn.sparse_qkv"}
     assert tokens == {16, 1}
+    # the default compile mode's note comes exactly where some layer runs the 2:4 kernel eagerly
+    on_2_4 = any(t.route.startswith("2:4") for t in report.timings)
+    assert any("torch.compile's default mode" in n for n in report.notes) == on_2_4
 
 
 @pytest.mark.parametrize("tokens", [1, 16, 300])
