@@ -10,6 +10,11 @@ installed and the median time of a compiled call, side by side. No GPU is needed
 route the compressed operand is never read, so a placeholder stands in for it. Run::
 
     python benchmarks/compiled_guards_cpu.py --layers 16 --width 64
+
+``--device cuda`` runs the same stacks in bf16 on a GPU, where a call of such tiny layers is
+host time alone: what the compiled model's host pays there, on the host that runs it::
+
+    python benchmarks/compiled_guards_cpu.py --device cuda --rounds 7
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def traced_dense_stack(dense: nn.Sequential, tokens: int) -> nn.Sequential:
         layer = SparseLinear(
             linear.in_features,
             linear.out_features,
-            torch.zeros(8, dtype=torch.uint8),  # placeholder: the traced dense route never reads it
+            torch.zeros(8, dtype=torch.uint8, device=linear.weight.device),  # never read there
             linear.bias.detach().clone(),
             linear.weight.dtype,
             dense_weight=linear.weight.detach().clone(),
@@ -71,6 +76,8 @@ def guards_and_call_us(model: nn.Module, x: torch.Tensor, calls: int) -> tuple[i
     with torch.no_grad():
         for _ in range(50):
             compiled(x)
+        if x.is_cuda:
+            torch.cuda.synchronize()  # from here on a call's time is its host time
         for _ in range(calls):
             start = time.perf_counter()
             compiled(x)
@@ -85,20 +92,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=1)
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3, help="each model compiled and timed per round")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU here. Hint: run on a GPU machine, or drop --device")
     torch.manual_seed(0)
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     dense = nn.Sequential(*[nn.Linear(args.width, args.width) for _ in range(args.layers)])
+    dense = dense.to(args.device, dtype)
     models = {
         "nn.Linear": dense,
         "SparseLinear, traced dense": traced_dense_stack(dense, args.tokens),
     }
-    x = torch.randn(args.tokens, args.width)
+    x = torch.randn(args.tokens, args.width, device=args.device, dtype=dtype)
     found: dict[str, list[tuple[int, float]]] = {name: [] for name in models}
     for _ in range(args.rounds):
         for name, model in models.items():
             found[name].append(guards_and_call_us(model, x, args.calls))
     base = statistics.median(us for _, us in found["nn.Linear"])
-    print(f"{args.layers} layers of {args.width}x{args.width}, {args.tokens} tokens, float32, CPU:")
+    where = "CPU" if args.device == "cpu" else torch.cuda.get_device_name()
+    print(
+        f"{args.layers} layers of {args.width}x{args.width}, {args.tokens} tokens, "
+        f"{str(dtype).removeprefix('torch.')}, {where}:"
+    )
     for name, runs in found.items():
         us = statistics.median(u for _, u in runs)
         extra = (us - base) / args.layers
