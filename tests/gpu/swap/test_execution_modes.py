@@ -179,6 +179,37 @@ def test_compiled_default_mode_matches_eager():
     assert relerr(out, ref) < 3e-2
 
 
+@pytest.mark.parametrize("dtype", [None, "int4"])
+def test_a_model_compiled_before_sparsify_recompiles_with_its_new_layers(dtype):
+    """``torch.compile`` first, ``sparsify`` after: the compiled wrapper runs the swapped layers."""
+    from explorer.gpu import sparsify
+
+    torch.manual_seed(0)
+    dense = _Block()
+    model = copy.deepcopy(dense)
+    x = torch.randn(4, 16, 256, device=DEV, dtype=torch.bfloat16)
+    options = {"dtype": dtype} if dtype else {"tune": False, "measure": False}
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            compiled = torch.compile(model)
+            before = compiled(x).clone()
+            rep = sparsify(model, tokens=(64, 16), **options)
+            assert rep.swapped, rep
+            eager = model(x)
+            for _ in range(2):
+                after = compiled(x)
+            ref = dense(x)
+    finally:
+        torch._dynamo.reset()
+    assert relerr(before, ref) < 1e-2  # the dense model, compiled
+    assert relerr(after, eager) < 5e-2, (relerr(after, eager), relerr(eager, ref))
+    if dtype is None:
+        assert relerr(after, ref) < 3e-2  # int4's rounding keeps it further from the bf16 model
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert kinds & {"SparseLinear", "Int4Linear"}, kinds
+
+
 def test_reduce_overhead_after_every_plan_was_evicted_runs_and_matches():
     """A capture never builds a cuSPARSELt plan (its workspace would be left in the graph's
     private pool, which torch's CUDA-graph trees refuse): it runs dense instead."""
