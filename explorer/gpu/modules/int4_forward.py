@@ -18,8 +18,8 @@ Under ``torch.compile`` in its default mode every count up to 64 is traced as th
 kernel is faster on the GPU: such a compiled decode step is bound by the host, as in 16 bits
 (:data:`~explorer.gpu.routes.dispatch.COMPILED_HOST_BOUND_UP_TO`). Measured on one H200 with
 the benchmark's LLaMA-3-8B-like model (4 layers, int4 at groups of 128): compiled by default,
-its int4 dense step took 2.2 ms at 16 x 1 and 1 x 1, against 1.48 and 0.65 ms of GPU time under
-CUDA graphs, and sending the layers whose 2:4 kernel gained more GPU time than the op costs in
+its int4 dense step took 1.3-2.2 ms at 16 x 1 and 1 x 1 (two runs), against 1.47 and 0.65 ms
+of GPU time under CUDA graphs, and sending the layers whose 2:4 kernel gained more GPU time than the op costs in
 host time through the op made the step 0.77x and 0.86x of int4 dense (docs/quantized.md).
 Larger counts, symbolic sizes, and every count in ``mode="graphs"`` run as one opaque op
 (:mod:`explorer.gpu.cuda.ops`) that CUDA graphs capture like any kernel.
