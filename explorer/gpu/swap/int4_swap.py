@@ -174,8 +174,8 @@ def compiled_note(fmt: str) -> str:
     >>> print(compiled_note("int4"))  # doctest: +NORMALIZE_WHITESPACE
     compiled with torch.compile's default mode, int4 layers at 1-64 tokens run int4 dense (torch's
     kernel, traced): such a decode step is bound by the host, and the 2:4 kernel's op would cost
-    more host time than it saves. Hint: for the 2:4 kernel's gain, set_mode(model, 'graphs') and
-    compile with mode='reduce-overhead'
+    more host time than it saves. Hint: for the 2:4 kernel's gain, call
+    explorer.gpu.set_mode(model, 'graphs') and compile with mode='reduce-overhead'
     """
     dense = (
         "int4 dense (torch's kernel, traced)" if fmt == "int4" else "the 16-bit dequantized weight"
@@ -184,7 +184,7 @@ def compiled_note(fmt: str) -> str:
         f"compiled with torch.compile's default mode, {fmt} layers at 1-{DECODE_MAX_TOKENS} tokens "
         f"run {dense}: such a decode step is bound by the host, and the 2:4 kernel's op would "
         "cost more host time than it saves. Hint: for the 2:4 kernel's gain, "
-        "set_mode(model, 'graphs') and compile with mode='reduce-overhead'"
+        "call explorer.gpu.set_mode(model, 'graphs') and compile with mode='reduce-overhead'"
     )
 
 
