@@ -30,6 +30,10 @@ included). An int4 layer it cannot read still runs int4, on torch's kernel, rath
 dense (on an H200, a 2-layer hidden-2048 model ran 0.86x of int4 dense at one token when such
 layers stayed 16-bit). The notes name each such layer; int8 codes without the kernel stay 16-bit
 (their dense route is the 16-bit weight anyway).
+
+A GPU older than Ampere (compute capability below 8.0: a T4, a V100) runs neither the 2:4 kernels
+(their sparse tensor-core instruction) nor torch's int4 kernel, so there every layer is kept as
+it is, each with the reason (:func:`capability_refusal`), before anything is built.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from explorer.gpu.modules.sparse_weight import stack_linears
 from explorer.gpu.routes.dispatch import DECODE, DENSE
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
 
-__all__ = ["compiled_note", "swap_int4_layers"]
+__all__ = ["MIN_CAPABILITY", "capability_refusal", "compiled_note", "swap_int4_layers"]
 
 #: How the report names a layer kept on the dense route.
 _DENSE_LABEL = {"int4": "int4 dense (torch)", "int8": "16-bit dense (int8 dequantized)"}
@@ -96,6 +100,14 @@ def swap_int4_layers(
     >>> report.swapped
     []
     """
+    refused = _refused_devices(targets, fmt)
+    if refused:
+        report.skipped.extend(
+            (fqn, refused[mod.weight.device])
+            for fqn, mod in targets
+            if mod.weight.device in refused
+        )
+        targets = [(fqn, mod) for fqn, mod in targets if mod.weight.device not in refused]
     scales = scales or {}
     build = _Builder(mode, fmt, scales, report)
     wanted = {place: mod for _, mod in targets for place in places[id(mod)]}  # every place
@@ -154,6 +166,60 @@ def swap_int4_layers(
             "int8 weights: the dense route is the 16-bit dequantized weight on cuBLAS (torch has "
             "no CUDA int8 weight-only kernel with group scales): speed-ups are over 16-bit dense"
         )
+
+
+#: The oldest GPUs the 2:4 + int4/int8 kernels and torch's int4 kernel run on: Ampere (8.0).
+MIN_CAPABILITY = (8, 0)
+
+
+def capability_refusal(capability: tuple[int, int], name: str, fmt: str = "int4") -> str | None:
+    """Why a GPU of ``capability`` cannot run ``fmt`` 2:4 layers (None when it can).
+
+    Parameters
+    ----------
+    capability : tuple of int
+        The GPU's compute capability, ``(major, minor)``.
+    name : str
+        The GPU's name, for the message.
+    fmt : {"int4", "int8"}
+        The codes' format.
+
+    Returns
+    -------
+    str or None
+        The reason, naming the GPU, what is needed and what to do, or None.
+
+    Examples
+    --------
+    >>> capability_refusal((9, 0), "NVIDIA H100 80GB HBM3") is None
+    True
+    >>> print(capability_refusal((7, 5), "Tesla T4"))  # doctest: +NORMALIZE_WHITESPACE
+    Tesla T4 has compute capability 7.5; the 2:4 + int4 kernels and torch's int4 kernel need 8.0
+    or newer (A100, H100, RTX 30 series or later), so this layer is kept as it is. Hint: run on
+    such a GPU; on this one, quantize and prune on the CPU for accuracy (explorer.pruning.prune)
+    """
+    major, minor = (int(v) for v in capability)
+    if (major, minor) >= MIN_CAPABILITY:
+        return None
+    need = f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}"
+    return (
+        f"{name} has compute capability {major}.{minor}; the 2:4 + {fmt} kernels and torch's int4 "
+        f"kernel need {need} or newer (A100, H100, RTX 30 series or later), so this layer is kept "
+        "as it is. Hint: run on such a GPU; on this one, quantize and prune on the CPU for "
+        "accuracy (explorer.pruning.prune)"
+    )
+
+
+def _refused_devices(targets, fmt: str) -> dict:
+    """``{device: reason}`` for the CUDA devices of ``targets`` too old for the kernels."""
+    refused = {}
+    for device in {mod.weight.device for _, mod in targets if mod.weight.is_cuda}:
+        why = capability_refusal(
+            torch.cuda.get_device_capability(device), torch.cuda.get_device_name(device), fmt
+        )
+        if why is not None:
+            refused[device] = why
+    return refused
 
 
 def compiled_note(fmt: str) -> str:

@@ -279,3 +279,22 @@ def test_a_layer_no_2_4_kernel_reads_runs_int4_dense_not_16_bit(monkeypatch):
     x = torch.randn(3, 256, device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         assert torch.equal(model(x), dense(x))  # the same codes on the same kernel
+
+
+@pytest.mark.parametrize("dtype", ["int4", "int8-weights"])
+def test_a_gpu_before_ampere_keeps_the_model_as_it_is_with_the_reason(dtype, monkeypatch):
+    """Told it runs on a T4 (7.5), sparsify builds nothing and names the GPU in every reason."""
+    from explorer.gpu import sparsify
+
+    model = _model()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    types = [type(m) for m in model.modules()]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    report = sparsify(model, dtype=dtype, tokens=(16, 1))
+    assert report.swapped == [] and report.fused == []
+    assert len(report.skipped) == 14  # every Linear of the two blocks
+    assert all("Tesla T4 has compute capability 7.5" in why for _, why in report.skipped)
+    assert [type(m) for m in model.modules()] == types
+    after = model.state_dict()
+    assert all(torch.equal(weights[k], after[k]) for k in weights)

@@ -66,3 +66,21 @@ def test_stacking_can_be_turned_off(fuse):
     report = sparsify(model, dtype="int4", tokens=(1,), fuse_qkv=fuse[0], fuse_mlp=fuse[1])
     stacked_notes = [n for n in report.notes if "q/k/v" in n]
     assert bool(stacked_notes) == fuse[0]
+
+
+@pytest.mark.parametrize(("capability", "fmt"), [((7, 5), "int4"), ((7, 0), "int8")])
+def test_a_gpu_before_ampere_is_refused_naming_it_and_the_fix(capability, fmt):
+    from explorer.gpu.swap.int4_swap import capability_refusal
+
+    why = capability_refusal(capability, "Tesla T4", fmt)
+    major, minor = capability
+    assert f"Tesla T4 has compute capability {major}.{minor}" in why
+    assert f"2:4 + {fmt} kernels" in why and "need 8.0 or newer" in why
+    assert "kept as it is" in why and "Hint:" in why
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0)])
+def test_ampere_and_newer_gpus_are_taken(capability):
+    from explorer.gpu.swap.int4_swap import capability_refusal
+
+    assert capability_refusal(capability, "a GPU") is None
