@@ -156,18 +156,18 @@ class SparsifyReport:
         for n in sorted({t.tokens for t in self.timings} | set(measured) | set(checked)):
             speed = measured.get(n)
             if speed is not None:
-                parts.append(f"model at {n} tokens {speed.speedup:.2f}x measured ({speed.mode})")
+                parts.append(f"model at {_tokens(n)} {speed.speedup:.2f}x measured ({speed.mode})")
                 if speed.host_bound:
-                    parts.append(f"dense host-bound at {n} tokens")
+                    parts.append(f"dense host-bound at {_tokens(n)}")
                 continue  # no estimate beside a measurement of the same count
             if n in checked and checked[n].error is None:
                 check = checked[n]
                 kept = "" if check.kept else ", layers dense there"
-                parts.append(f"model at {n} tokens {check.speedup:.2f}x measured (eager{kept})")
+                parts.append(f"model at {_tokens(n)} {check.speedup:.2f}x measured (eager{kept})")
                 continue
             est = self.layer_estimate(n)
             if est:
-                parts.append(f"layers at {n} tokens {est[0] / est[1]:.2f}x (estimate)")
+                parts.append(f"layers at {_tokens(n)} {est[0] / est[1]:.2f}x (estimate)")
         return (
             f"SparsifyReport({', '.join(parts)}, mode={self.mode}, backend={self.backend}, "
             f"dtype={self.dtype})"
@@ -246,3 +246,8 @@ class SparsifyReport:
 
 def _ms(v: float | None) -> str:
     return "" if v is None else f"{v:.4f}"
+
+
+def _tokens(n: int) -> str:
+    """``"1 token"``, ``"16 tokens"``: a token count as the report's text reads it."""
+    return f"{n} token" if n == 1 else f"{n} tokens"
