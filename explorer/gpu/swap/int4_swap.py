@@ -50,8 +50,9 @@ from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.modules.sparse_weight import stack_linears
 from explorer.gpu.routes.dispatch import DECODE, DENSE
 from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
+from explorer.sparse_rules import capability_obstacles
 
-__all__ = ["MIN_CAPABILITY", "capability_refusal", "compiled_note", "swap_int4_layers"]
+__all__ = ["capability_refusal", "compiled_note", "swap_int4_layers"]
 
 #: How the report names a layer kept on the dense route.
 _DENSE_LABEL = {"int4": "int4 dense (torch)", "int8": "16-bit dense (int8 dequantized)"}
@@ -168,12 +169,11 @@ def swap_int4_layers(
         )
 
 
-#: The oldest GPUs the 2:4 + int4/int8 kernels and torch's int4 kernel run on: Ampere (8.0).
-MIN_CAPABILITY = (8, 0)
-
-
 def capability_refusal(capability: tuple[int, int], name: str, fmt: str = "int4") -> str | None:
     """Why a GPU of ``capability`` cannot run ``fmt`` 2:4 layers (None when it can).
+
+    The rule is :func:`explorer.sparse_rules.capability_obstacles`' (sparse tensor cores need
+    8.0); torch's int4 kernel, the dense route, needs the same.
 
     Parameters
     ----------
@@ -194,19 +194,16 @@ def capability_refusal(capability: tuple[int, int], name: str, fmt: str = "int4"
     >>> capability_refusal((9, 0), "NVIDIA H100 80GB HBM3") is None
     True
     >>> print(capability_refusal((7, 5), "Tesla T4"))  # doctest: +NORMALIZE_WHITESPACE
-    Tesla T4 has compute capability 7.5; the 2:4 + int4 kernels and torch's int4 kernel need 8.0
-    or newer (A100, H100, RTX 30 series or later), so this layer is kept as it is. Hint: run on
-    such a GPU; on this one, quantize and prune on the CPU for accuracy (explorer.pruning.prune)
+    Tesla T4 has compute capability 7.5; 2:4 sparse tensor cores need 8.0 (Ampere) or newer, as
+    do the 2:4 + int4 kernels and torch's int4 kernel: this layer is kept as it is. Hint: run on
+    an A100, L4, H100 or newer GPU, or keep the model dense on this one
     """
-    major, minor = (int(v) for v in capability)
-    if (major, minor) >= MIN_CAPABILITY:
+    found = capability_obstacles(tuple(int(v) for v in capability), torch.bfloat16, name)
+    if not found:
         return None
-    need = f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}"
     return (
-        f"{name} has compute capability {major}.{minor}; the 2:4 + {fmt} kernels and torch's int4 "
-        f"kernel need {need} or newer (A100, H100, RTX 30 series or later), so this layer is kept "
-        "as it is. Hint: run on such a GPU; on this one, quantize and prune on the CPU for "
-        "accuracy (explorer.pruning.prune)"
+        f"{found[0].message}, as do the 2:4 + {fmt} kernels and torch's int4 kernel: this layer "
+        f"is kept as it is. Hint: {found[0].fix}"
     )
 
 

@@ -75,7 +75,7 @@ def test_a_gpu_before_ampere_is_refused_naming_it_and_the_fix(capability, fmt):
     why = capability_refusal(capability, "Tesla T4", fmt)
     major, minor = capability
     assert f"Tesla T4 has compute capability {major}.{minor}" in why
-    assert f"2:4 + {fmt} kernels" in why and "need 8.0 or newer" in why
+    assert f"2:4 + {fmt} kernels" in why and "need 8.0 (Ampere) or newer" in why
     assert "kept as it is" in why and "Hint:" in why
 
 
