@@ -31,7 +31,9 @@ no GPU::
 32`` is a whole LLaMA-3-8B-like model, where the dense bf16 head weighs less); its rows name the
 model ``"llama-8b, 32 layers"``. ``--layer-by-layer`` also times a fourth variant, 2:4 with no
 q/k/v or gate/up stacked (``sparsify(..., fuse_qkv=False, fuse_mlp=False)``), side by side with the
-others: what stacking the layers gains.
+others: what stacking the layers gains. ``--ordinary-launches`` times another variant, the 2:4
+model with every kernel launched in order (``SPARSITY_EXPLORER_OVERLAP=0`` while it is built and
+warmed up), side by side: what overlapped launches gain (:mod:`explorer.gpu.cuda.launch`).
 
 ``--group-size G`` (``int4`` and ``int8-weights``) quantizes every pruned Linear in groups of G
 columns (32, 64 or a multiple of 128; round to nearest, given to both quantized copies as the
@@ -61,8 +63,10 @@ same precision dense one. Those rows go to the ``--json`` file under ``"generate
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -74,6 +78,7 @@ from explorer.bench import environment
 from explorer.bench.generate import interleaved_generate
 from explorer.bench.models import MODEL_SPECS, build_model
 from explorer.gpu import set_mode, sparsify
+from explorer.gpu.cuda.launch import OVERLAP_ENV
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 from explorer.gpu.swap import precision_dense
 from explorer.gpu.swap.precision_dense import DENSE_PRECISIONS
@@ -182,6 +187,21 @@ def dense_at(model: nn.Module, dtype: str, scales: dict | None = None) -> nn.Mod
     return dense
 
 
+@contextlib.contextmanager
+def ordinary_launches(enabled: bool = True):
+    """Launchers made inside launch every kernel in order (where ``enabled``)."""
+    before = os.environ.get(OVERLAP_ENV)
+    if enabled:
+        os.environ[OVERLAP_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(OVERLAP_ENV, None)
+        else:
+            os.environ[OVERLAP_ENV] = before
+
+
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -288,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         help="execution modes to time, comma-separated (default %(default)s)",
     )
     p.add_argument(
+        "--ordinary-launches",
+        action="store_true",
+        help="also time the 2:4 model with every kernel launched in order",
+    )
+    p.add_argument(
         "--batches",
         default=",".join(map(str, GENERATE_BATCHES)),
         help="--generate's batch sizes, comma-separated (default %(default)s)",
@@ -345,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             sparsify(single, filter_fn=_pruned, tokens=counts, **options, **UNSTACKED)
         variants[f"{sparse_key} layer by layer"] = single
+    ordinary = f"{sparse_key} ordinary launches"
+    if args.ordinary_launches:  # the same, launched in order: what overlapped launches gain
+        in_order = copy.deepcopy(dense)
+        with torch.no_grad(), ordinary_launches():
+            sparsify(in_order, filter_fn=_pruned, tokens=counts, **options)
+        variants[ordinary] = in_order
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 32000)
     rows = []
     env = {**environment(), "time": measured["time"], "command": command.strip()}
@@ -382,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                     with torch.no_grad():
                         return run(input_ids=ids)
 
-                for _ in range(3):  # compile, warm up, record the graph
-                    call()
+                with ordinary_launches(key == ordinary):
+                    for _ in range(3):  # compile, warm up, record the graph
+                        call()
                 fns[key] = call
             torch.cuda.synchronize()
             timed = interleaved_runs(fns, rounds=11, iters=5, lead_in=1)
@@ -393,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{how} {base_key} over bf16"] = paired_ratio(base, same)
             row[f"{how} {sparse_key} over bf16"] = paired_ratio(base, timed[sparse_key])
             row[f"{how} {sparse_key} over {base_key}"] = paired_ratio(same, timed[sparse_key])
+            if args.ordinary_launches:
+                row[f"{how} {sparse_key} over {ordinary}"] = paired_ratio(
+                    timed[ordinary], timed[sparse_key]
+                )
             if args.layer_by_layer:
                 single = timed[f"{sparse_key} layer by layer"]
                 row[f"{how} {sparse_key} layer by layer over {base_key}"] = paired_ratio(

@@ -110,6 +110,24 @@ __device__ __forceinline__ uint4 load_weight(const void* p) {
     return v;
 }
 
+// Overlapped launches (programmatic dependent launch, sm_90 and newer). A kernel launched with
+// the driver's programmatic stream serialization attribute may start while the kernel before it
+// in the stream finishes. It reads only its own constant weight before wait_for_inputs(), which
+// returns once the kernel before it has finished and its writes are visible; X is read and Y
+// written after it. allow_next_launch() lets a kernel launched the same way after this one start
+// once every block of this one has begun. Both are no-ops for an ordinary launch and before
+// sm_90.
+__device__ __forceinline__ void wait_for_inputs() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 d;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -524,6 +542,7 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
+    allow_next_launch();
     const int chunks = a.k >> 7;
     if constexpr (FEED == SPA) {
         // 1. main loop, staged: each warp keeps D chunks in flight in its own shared-memory
@@ -551,6 +570,7 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
             if (j < mine) issue(j);
             copy_commit();
         }
+        wait_for_inputs();  // the first stages of weight are on their way; X comes next
         for (int j = 0; j < mine; ++j) {
             copy_wait<D - 1>();
             __syncwarp();
@@ -586,6 +606,7 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
                 load_chunk<FEED == SP, INT8>(f[d], a, g, c, ch < chunks ? ch : base,
                                              ch < chunks);
             }
+            wait_for_inputs();  // returns at once after the first step
 #pragma unroll
             for (int d = 0; d < D; ++d) {  // 2. products
                 const int ch = base + d * warps < chunks ? base + d * warps : base;
@@ -598,6 +619,7 @@ __device__ __forceinline__ void decode24_int4(const Args& a) {
         }
     }
     // 3. add the warps' partial tiles, one token tile at a time, and write Y[token, row]
+    wait_for_inputs();  // a warp with no chunk has not waited yet: Y may still be read before
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         float* mine = partial + warp * 128;  // [16 rows][8 tokens]

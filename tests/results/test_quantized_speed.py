@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -301,3 +303,19 @@ def test_the_benchmark_keys_name_each_precision_or_refuse():
         benchmark_keys("fp4")
     with pytest.raises(ValueError, match=r"row 0 \(m 1x1\): precision 'fp4'"):
         rows_from_benchmark([{"model": "m", "dtype": "fp4", "batch": 1, "seq": 1}])
+
+
+def test_ordinary_launches_set_the_switch_inside_and_restore_it_after(monkeypatch):
+    from explorer.gpu.cuda.launch import OVERLAP_ENV
+
+    ordinary_launches = _script()["ordinary_launches"]
+    monkeypatch.delenv(OVERLAP_ENV, raising=False)
+    with ordinary_launches():
+        assert os.environ[OVERLAP_ENV] == "0"
+    assert OVERLAP_ENV not in os.environ
+    with ordinary_launches(False):
+        assert OVERLAP_ENV not in os.environ
+    monkeypatch.setenv(OVERLAP_ENV, "1")
+    with pytest.raises(KeyError), ordinary_launches():
+        raise KeyError("a failure inside")
+    assert os.environ[OVERLAP_ENV] == "1"

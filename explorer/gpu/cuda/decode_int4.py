@@ -15,8 +15,8 @@ fifth of a 16-bit dense weight. The kernel (``kernels/decode24_int4.cu``) turns 
 accumulation (the sparse ``mma.sp`` on the stored pairs up to 8 tokens, the weight staged
 through shared memory; a dense ``mma`` after expanding the pairs above), and applies each
 group's scale in fp32, once per group (per 128 columns for groups of 128 or more); the file's
-header documents the layout and the method. What it reaches against dense
-bf16 and torch's int4 kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
+header documents the layout and the method. What it reaches against dense bf16 and torch's int4
+kernel is measured by ``benchmarks/int4_decode.py``, never assumed.
 
 The kernel needs ``K % 128 == 0`` and a group size of 32, 64 or a multiple of 128 dividing ``K``
 (:func:`pack_int4_weight` checks; groups of 64 and 32 are read by a build of the kernels of their
@@ -46,12 +46,7 @@ from explorer.gpu.cuda.code_tiles import CodeTiles, layout_refusal, tile_coded_w
 from explorer.gpu.cuda.coded_launch import CHUNK, Int4LaunchConfig, launch_config
 from explorer.gpu.cuda.decode import MAX_TOKENS
 from explorer.gpu.cuda.launch import Launcher, current_stream
-from explorer.lowbit import (
-    GroupCodedWeight,
-    Int4Weight,
-    Int8Weight,
-    int4_reference,
-)
+from explorer.lowbit import GroupCodedWeight, Int4Weight, Int8Weight, int4_reference
 
 __all__ = [
     "Int4DecodeCall",
@@ -423,6 +418,9 @@ class Int4DecodeCall:
     module : cupy.RawModule, optional
         Another build of ``decode24_int4.cu`` to take the kernel from (benchmarks of its
         variants); the package's own build by default.
+    overlap : bool
+        Launch overlapped with the kernel before it where the GPU allows (for a call after one
+        of the explorer's kernels: :meth:`~explorer.gpu.cuda.launch.Launcher.for_kernel`).
 
     Examples
     --------
@@ -441,6 +439,7 @@ class Int4DecodeCall:
         dtype: torch.dtype,
         config: Int4LaunchConfig | None = None,
         module=None,
+        overlap: bool = False,
     ) -> None:
         from explorer.gpu.cuda.sources import compiled_function
 
@@ -475,7 +474,7 @@ class Int4DecodeCall:
             function = compiled_function("decode24_int4", name, dev, config.defines)
         else:
             function = module.get_function(name)
-        self._launcher = Launcher(function, _ARG_KINDS, fixed)
+        self._launcher = Launcher.for_kernel(function, _ARG_KINDS, fixed, dev, overlap)
         self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * config.warps, 1, 1)
         self._shared, self._dev = config.shared, dev
         self._shape, self._dtype, self._k = (tokens, n), dtype, k

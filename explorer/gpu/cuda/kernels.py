@@ -685,6 +685,8 @@ class SiluMulCall:
         float16 or bfloat16.
     device : torch.device
         The CUDA device.
+    overlap : bool
+        Launch overlapped after the gate/up kernel (one of the explorer's, which lets it).
 
     Examples
     --------
@@ -694,7 +696,7 @@ class SiluMulCall:
     True
     """
 
-    def __init__(self, tokens: int, hidden: int, dtype: torch.dtype, device) -> None:
+    def __init__(self, tokens: int, hidden: int, dtype: torch.dtype, device, overlap=False) -> None:
         if dtype not in _SILU_MUL or hidden % 8 or tokens < 1:
             raise ValueError(
                 f"SiluMulCall takes float16/bfloat16 and a hidden size that is a multiple of 8; "
@@ -704,11 +706,9 @@ class SiluMulCall:
         self._dev = self.device.index or 0
         # base, up, out, rows, vectors per row, row stride in vectors: the last three fixed
         fixed = {3: tokens, 4: hidden // 8, 5: 2 * hidden // 8}
-        self._launcher = Launcher(
-            compiled_function("silu_mul", _SILU_MUL[dtype], self._dev),
-            ("u64", "u64", "u64", "i64", "i64", "i64"),
-            fixed,
-        )
+        function = compiled_function("silu_mul", _SILU_MUL[dtype], self._dev)
+        kinds = ("u64", "u64", "u64", "i64", "i64", "i64")
+        self._launcher = Launcher.for_kernel(function, kinds, fixed, self._dev, overlap)
         self._grid = _dim3(_grid(tokens * (hidden // 8), self._dev))
         self._block = _dim3((_THREADS,))
         self._shape, self._dtype = (tokens, hidden), dtype

@@ -11,6 +11,15 @@ A :class:`Launcher` launches on the calling thread's current CUDA context (torch
 context of the current device). Where the driver refuses (no current context, another device),
 :meth:`Launcher.launch` raises :class:`LaunchRefused` and callers fall back to CuPy's launch.
 
+Overlapped launches. A kernel whose code waits for its inputs (PTX ``griddepcontrol.wait``
+before it reads anything the kernel before it writes, and before it writes anything) can be
+launched with ``overlap=True``: ``cuLaunchKernelEx`` with the driver's programmatic stream
+serialization attribute, so the GPU may start it while the kernel before it in the stream
+finishes, in a stream and in a CUDA graph captured from one (programmatic dependent launch,
+Hopper and newer, CUDA driver 12.3 or newer: :func:`overlap_supported`). A decode kernel uses
+that time to start reading its weight. ``SPARSITY_EXPLORER_OVERLAP=0`` in the environment turns
+it off for launchers made afterwards.
+
 Examples
 --------
 >>> slots = argument_slots(("u64", "i32", "i64"))
@@ -21,13 +30,28 @@ Examples
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from functools import cache
 
 import torch
 
-__all__ = ["LaunchRefused", "Launcher", "argument_slots", "current_stream"]
+__all__ = [
+    "OVERLAP_ENV",
+    "LaunchRefused",
+    "Launcher",
+    "argument_slots",
+    "current_stream",
+    "overlap_supported",
+]
+
+OVERLAP_ENV = "SPARSITY_EXPLORER_OVERLAP"
+"""The environment variable that turns overlapped launches off where it reads ``0``."""
+
+# CUDA 12.3: the first driver that captures programmatic dependencies into CUDA graphs
+_OVERLAP_DRIVER = 12030
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 _SLOT_TYPES = {
     "u64": ctypes.c_uint64,
@@ -97,6 +121,104 @@ def _driver():
     return fn
 
 
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute``: an id, padding, and a 64-byte value union (an int here)."""
+
+    _fields_ = [
+        ("id", ctypes.c_int),
+        ("pad", ctypes.c_char * 4),
+        ("value", ctypes.c_int),
+        ("rest", ctypes.c_char * 60),
+    ]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig``: grid, block, shared bytes, stream and the attributes."""
+
+    _fields_ = [
+        ("grid_x", ctypes.c_uint),
+        ("grid_y", ctypes.c_uint),
+        ("grid_z", ctypes.c_uint),
+        ("block_x", ctypes.c_uint),
+        ("block_y", ctypes.c_uint),
+        ("block_z", ctypes.c_uint),
+        ("shared", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_LaunchAttribute)),
+        ("num_attrs", ctypes.c_uint),
+    ]
+
+
+@cache
+def _driver_ex():
+    """``cuLaunchKernelEx``, or None where the driver library lacks it."""
+    lib = ctypes.PyDLL("libcuda.so.1")
+    fn = getattr(lib, "cuLaunchKernelEx", None)
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@cache
+def _driver_version() -> int:
+    """The CUDA driver's version, 1000 * major + 10 * minor (0 where it cannot be read)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    version = ctypes.c_int(0)
+    return version.value if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 else 0
+
+
+def overlap_supported(device: int) -> bool:
+    """Whether kernels on ``device`` can be launched overlapped (see the module's docstring).
+
+    True on a Hopper or newer GPU (compute capability 9.0) with a CUDA driver of 12.3 or newer
+    that has ``cuLaunchKernelEx``, unless ``SPARSITY_EXPLORER_OVERLAP=0``.
+
+    Parameters
+    ----------
+    device : int
+        The CUDA device index.
+
+    Returns
+    -------
+    bool
+    """
+    if os.environ.get(OVERLAP_ENV, "1").strip() == "0":
+        return False
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    return _driver_version() >= _OVERLAP_DRIVER and _driver_ex() is not None
+
+
+class _OverlappedDriver:
+    """A callable with ``cuLaunchKernel``'s signature that launches overlapped.
+
+    One per :class:`Launcher` (it keeps the launch's configuration between calls, so a call
+    writes only what changed).
+    """
+
+    def __init__(self, launch_ex) -> None:
+        self._launch_ex = launch_ex
+        self._attribute = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+        self._config = _LaunchConfig(attrs=ctypes.pointer(self._attribute), num_attrs=1)
+        self._config_ptr = ctypes.addressof(self._config)
+        self._shape = None
+
+    def __call__(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        config = self._config
+        if self._shape != (gx, gy, gz, bx, by, bz, shared):
+            self._shape = (gx, gy, gz, bx, by, bz, shared)
+            config.grid_x, config.grid_y, config.grid_z = gx, gy, gz
+            config.block_x, config.block_y, config.block_z = bx, by, bz
+            config.shared = shared
+        config.stream = stream
+        return self._launch_ex(self._config_ptr, function, params, extra)
+
+
 def current_stream(device: int) -> int:
     """Torch's current CUDA stream on ``device`` as a raw handle (no Python stream object).
 
@@ -130,10 +252,21 @@ class Launcher:
         What launches: ``cuLaunchKernel``'s signature (function, grid x/y/z, block x/y/z,
         shared bytes, stream, parameter array, extra) returning a CUDA error code. The CUDA
         driver's by default.
+    overlapped : callable, optional
+        What launches overlapped, with the same signature; given, every launch after the first
+        goes through it (the first is ordinary, so a weight written just before by the stream
+        is complete before any overlapped launch reads it). Where it returns an error the
+        launch is made again through ``driver`` and overlapped launches stop. Only for kernels
+        that wait for their inputs; see :meth:`for_kernel`.
     """
 
     def __init__(
-        self, function, kinds: Sequence[str], fixed: dict | None = None, driver=None
+        self,
+        function,
+        kinds: Sequence[str],
+        fixed: dict | None = None,
+        driver=None,
+        overlapped=None,
     ) -> None:
         self._slots = argument_slots(kinds)
         self.function = function
@@ -143,10 +276,56 @@ class Launcher:
         self._params = array(*(ctypes.addressof(s) for s in self._slots))
         self._params_ptr = ctypes.addressof(self._params)
         self._lock = threading.Lock()
-        self._launch = driver if driver is not None else _driver()
+        self._launch = self._plain = driver if driver is not None else _driver()
+        self._overlapped = overlapped
         for index, value in (fixed or {}).items():
             self._slots[index].value = value
         self._changing = [s for i, s in enumerate(self._slots) if i not in (fixed or {})]
+
+    @classmethod
+    def for_kernel(
+        cls,
+        function,
+        kinds: Sequence[str],
+        fixed: dict | None = None,
+        device: int = 0,
+        overlap: bool = True,
+    ) -> Launcher:
+        """A launcher of a kernel that waits for its inputs: overlapped where ``device`` allows.
+
+        An overlapped launch pays after one of the explorer's kernels, which lets the next one
+        start once all its blocks have begun (``griddepcontrol.launch_dependents``): the
+        SwiGLU kernel, or a decode kernel after the SwiGLU kernel. After another library's
+        kernel, which does not, it costs a little (measured on an H200: docs/gpu.md).
+
+        Parameters
+        ----------
+        function : cupy.RawKernel or cupy.cuda.Function
+            The kernel; its code must run ``griddepcontrol.wait`` before it reads what an
+            earlier kernel writes and before it writes anything.
+        kinds : sequence of str
+            The kernel's parameters in order (as for the constructor).
+        fixed : mapping of int to number, optional
+            Values of parameters that never change.
+        device : int
+            The CUDA device the kernel runs on (:func:`overlap_supported` decides).
+        overlap : bool
+            False gives an ordinary launcher (the caller's choice, e.g. a kernel after
+            another library's).
+
+        Returns
+        -------
+        Launcher
+        """
+        overlapped = None
+        if overlap and overlap_supported(device):
+            overlapped = _OverlappedDriver(_driver_ex())
+        return cls(function, kinds, fixed, overlapped=overlapped)
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether launches go, or will go after the first, overlapped."""
+        return self._overlapped is not None
 
     def launch(
         self,
@@ -212,9 +391,20 @@ class Launcher:
         with self._lock:  # the slots are shared: one launch writes them at a time
             for slot, value in zip(slots, values, strict=True):
                 slot.value = value
-            code = self._launch(self._handle, *grid, *block, shared, stream, self._params_ptr, None)
+            launch = self._launch
+            code = launch(self._handle, *grid, *block, shared, stream, self._params_ptr, None)
+            if code and launch is not self._plain:  # overlapped refused: ordinary from now on
+                self._launch, self._overlapped = self._plain, None
+                code = self._plain(
+                    self._handle, *grid, *block, shared, stream, self._params_ptr, None
+                )
+            elif not code and self._overlapped is not None:
+                self._launch = self._overlapped  # the first launch was ordinary
         if code:
             raise LaunchRefused(f"cuLaunchKernel returned CUDA error {code}")
 
     def __repr__(self) -> str:
-        return f"Launcher({len(self._slots)} arguments, {len(self._changing)} set per launch)"
+        overlap = ", overlapped" if self._overlapped is not None else ""
+        return (
+            f"Launcher({len(self._slots)} arguments, {len(self._changing)} set per launch{overlap})"
+        )

@@ -77,15 +77,16 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
         return nn.functional.silu(g) * u
 
 
-def _silu_call(gu: torch.Tensor, hidden: int):
+def _silu_call(gu: torch.Tensor, hidden: int, overlap: bool):
     """A set-up-once SwiGLU launch for ``gu``'s rows and dtype, or None where there is none.
 
     There is none without CuPy, or for a dtype or hidden size the kernel does not take.
+    ``overlap`` launches it overlapped with the gate/up kernel before it.
     """
     try:
         from explorer.gpu.cuda.kernels import SiluMulCall
 
-        return SiluMulCall(gu.shape[0], hidden, gu.dtype, gu.device)
+        return SiluMulCall(gu.shape[0], hidden, gu.dtype, gu.device, overlap)
     except (ImportError, ValueError):
         return None
 
@@ -116,6 +117,8 @@ class SparseGatedMLP(nn.Module):
     True
     """
 
+    _overlapped = False  # the SwiGLU kernel launched overlapped (int4 parts; see __init__)
+
     def __init__(self, gate_up: SparseLinear | Int4Linear, down: SparseLinear | Int4Linear) -> None:
         super().__init__()
         if gate_up.out_features != 2 * down.in_features:
@@ -128,6 +131,12 @@ class SparseGatedMLP(nn.Module):
         self.gate_up = gate_up
         self.down = down
         self.hidden = down.in_features
+        # int4 parts: the explorer's kernels, each letting the next start early, so the SwiGLU
+        # kernel and the down projection's launch overlapped (explorer.gpu.cuda.launch)
+        overlap = getattr(down, "set_overlapped_launch", None)
+        self._overlapped = overlap is not None
+        if overlap is not None:
+            overlap(True)
         self._op_id = ops.register(self)
         self._silu_calls: dict = {}  # (rows, dtype) -> kernels.SiluMulCall or None (this process)
 
@@ -272,7 +281,7 @@ class SparseGatedMLP(nn.Module):
         key = (gu.shape[0], gu.dtype)
         call = self._silu_calls.get(key, False)
         if call is False and gu.is_cuda and len(self._silu_calls) < 64:
-            call = self._silu_calls[key] = _silu_call(gu, self.hidden)
+            call = self._silu_calls[key] = _silu_call(gu, self.hidden, self._overlapped)
         if call and call.fits(gu):
             return call(gu)
         return _silu_mul(gu)

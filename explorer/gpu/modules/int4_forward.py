@@ -46,6 +46,29 @@ class Int4Forward:
     Route``), ``_calls`` (decode launches by row count) and ``_fast`` (remembered calls).
     """
 
+    #: Whether the decode kernel is launched overlapped with the kernel before it (see
+    #: :meth:`set_overlapped_launch`).
+    overlapped_launch = False
+
+    def set_overlapped_launch(self, enabled: bool) -> None:
+        """Launch the decode kernel overlapped with the kernel before it, or in order.
+
+        An overlapped launch (:mod:`explorer.gpu.cuda.launch`; Hopper and newer) lets the
+        kernel read its weight while the kernel before it finishes. That pays where the kernel
+        before is one of the explorer's own, which lets the next start early (a gated MLP's
+        down projection after its SwiGLU kernel: :class:`~explorer.gpu.modules.gated_mlp.
+        SparseGatedMLP` asks for it); after another library's kernel it costs a little. The
+        launches are set up again on the next call.
+
+        Parameters
+        ----------
+        enabled : bool
+            True to overlap.
+        """
+        self.overlapped_launch = bool(enabled)
+        self._calls.clear()
+        self._fast.clear()
+
     # -- routes ----------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
         """Choose routes by the clock of ``mode`` from now on.
@@ -265,5 +288,7 @@ class Int4Forward:
         t = x2.shape[0]
         call = self._calls.get(t)
         if call is None:
-            call = self._calls[t] = Int4DecodeCall(self._tiles, self.bias, t, self.dtype)
+            call = self._calls[t] = Int4DecodeCall(
+                self._tiles, self.bias, t, self.dtype, overlap=self.overlapped_launch
+            )
         return call(x2)

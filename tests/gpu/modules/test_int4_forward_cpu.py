@@ -55,3 +55,14 @@ def test_graphs_mode_symbolic_sizes_and_dequantized_counts_take_the_op():
     assert not _Layer().traces_dense(16.0)  # not an int: a size unknown while tracing
     assert not _Layer(dequantizes=True).traces_dense(DECODE_MAX_TOKENS + 1)  # one opaque kernel
     assert _Layer().traces_dense(DECODE_MAX_TOKENS + 1)  # the 16-bit dequantized weight: F.linear
+
+
+def test_asking_for_overlapped_launches_sets_the_calls_up_again():
+    layer = _Layer()
+    layer._calls = {1: "a launch made in order"}
+    layer._fast[("x", 0)] = "its remembered call"
+    assert not layer.overlapped_launch  # in order unless asked
+    layer.set_overlapped_launch(True)
+    assert layer.overlapped_launch and layer._calls == {} and layer._fast == {}
+    layer.set_overlapped_launch(False)
+    assert not layer.overlapped_launch
