@@ -29,6 +29,14 @@ LAYER_TOL = 2e-2
 #: moves this model 0.5-4.7% from its float64 product, so two models on different routes can be
 #: up to about 9.4% apart (one H200 run measured 9.2% at one token, over the former 8e-2).
 INT8_MODEL_TOL = 1.2e-1
+#: int4 models whose layers may take either route, against int4 dense everywhere: torch's kernel
+#: holds the scales in bfloat16 and the 2:4 kernel in float32, and this model amplifies every
+#: rounding between products. A CPU emulation of each of the 256 route choices of its 8 stacked
+#: layers (groups of 64, 20 inputs of 3 tokens; exact products, bfloat16 scales for torch's
+#: kernel, each output rounded to bfloat16) put the choices up to 13.95% from int4 dense
+#: everywhere, the 2:4 kernel everywhere up to 8.9% (median 4.2%); one H200 run measured 9.3%.
+#: A kernel reading a wrong input moves the output by the order of 100%.
+INT4_ROUTES_MODEL_TOL = 2e-1
 
 
 class Attention(nn.Module):
@@ -254,7 +262,7 @@ def test_groups_of_64_and_32_run_on_the_2_4_kernel_stacked(group):
             xin = torch.randn(16, layer.in_features, device=DEV, dtype=torch.bfloat16)
             ref = xin.double() @ layer.coded_weight().decompress().double().t()
             assert relerr(decode_int4_matmul(xin, layer.coded_weight()), ref) < 1e-2
-        assert relerr(model(x), dense(x)) < TOL  # the same codes; routes may differ
+        assert relerr(model(x), dense(x)) < INT4_ROUTES_MODEL_TOL  # same codes, other routes
 
 
 def test_a_layer_no_2_4_kernel_reads_runs_int4_dense_not_16_bit(monkeypatch):
