@@ -55,10 +55,10 @@ class Int4Forward:
 
         An overlapped launch (:mod:`explorer.gpu.cuda.launch`; Hopper and newer) lets the
         kernel read its weight while the kernel before it finishes. That pays where the kernel
-        before is one of the explorer's own, which lets the next start early (a gated MLP's
-        down projection after its SwiGLU kernel: :class:`~explorer.gpu.modules.gated_mlp.
-        SparseGatedMLP` asks for it); after another library's kernel it costs a little. The
-        launches are set up again on the next call.
+        before is one of the explorer's own, which lets the next start early: a gated MLP's
+        down projection after its SwiGLU kernel
+        (:class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP` asks for it). After another
+        library's kernel it costs a little. The launches are set up again on the next call.
 
         Parameters
         ----------
