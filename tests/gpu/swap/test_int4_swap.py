@@ -31,8 +31,8 @@ INT8_MODEL_TOL = 1.2e-1
 #: choices up to 13.95% from int4 dense everywhere in groups of 64 (20 inputs of 3 tokens; the
 #: 2:4 kernel everywhere up to 8.9%, median 4.2%; one H200 run measured 9.3%), and up to 10.2%
 #: from either extreme in groups of 128 (10 inputs of 1 and of 16 tokens). A kernel reading a
-#: wrong input moves the output by the order of 100%; a wrong stacking shows where each stacked
-#: product is held to its parts within LAYER_TOL and its codes are compared exactly.
+#: wrong input moves the output by the order of 100%; a wrong stacking shows in the stacked
+#: codes, metadata and scales, compared exactly with the parts' (the first test below).
 INT4_ROUTES_MODEL_TOL = 2e-1
 
 
