@@ -13,12 +13,13 @@ context of the current device). Where the driver refuses (no current context, an
 
 Overlapped launches. A kernel whose code waits for its inputs (PTX ``griddepcontrol.wait``
 before it reads anything the kernel before it writes, and before it writes anything) can be
-launched with ``overlap=True``: ``cuLaunchKernelEx`` with the driver's programmatic stream
-serialization attribute, so the GPU may start it while the kernel before it in the stream
-finishes, in a stream and in a CUDA graph captured from one (programmatic dependent launch,
-Hopper and newer, CUDA driver 12.3 or newer: :func:`overlap_supported`). A decode kernel uses
-that time to start reading its weight. ``SPARSITY_EXPLORER_OVERLAP=0`` in the environment turns
-it off for launchers made afterwards.
+launched overlapped (:meth:`Launcher.for_kernel`): ``cuLaunchKernelEx`` with the driver's
+programmatic stream serialization attribute, so the GPU may start it while the kernel before it
+in the stream finishes, in a stream and in a CUDA graph captured from one (programmatic
+dependent launch, Hopper and newer, CUDA driver 12.3 or newer: :func:`overlap_supported`). A
+decode kernel uses that time to start reading its weight; it pays only after one of the
+explorer's own kernels, which let the next start early. ``SPARSITY_EXPLORER_OVERLAP=0`` in the
+environment turns it off for launchers made afterwards.
 
 Examples
 --------
