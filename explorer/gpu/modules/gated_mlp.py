@@ -117,8 +117,6 @@ class SparseGatedMLP(nn.Module):
     True
     """
 
-    _overlapped = False  # the SwiGLU kernel launched overlapped (int4 parts; see __init__)
-
     def __init__(self, gate_up: SparseLinear | Int4Linear, down: SparseLinear | Int4Linear) -> None:
         super().__init__()
         if gate_up.out_features != 2 * down.in_features:
@@ -131,12 +129,10 @@ class SparseGatedMLP(nn.Module):
         self.gate_up = gate_up
         self.down = down
         self.hidden = down.in_features
-        # int4 parts: the explorer's kernels, each letting the next start early, so the SwiGLU
-        # kernel and the down projection's launch overlapped (explorer.gpu.cuda.launch)
-        overlap = getattr(down, "set_overlapped_launch", None)
-        self._overlapped = overlap is not None
-        if overlap is not None:
-            overlap(True)
+        # int4 parts are the explorer's kernels, each letting the next start early: the down
+        # projection launches overlapped, and so does the SwiGLU kernel (explorer.gpu.cuda.launch)
+        if hasattr(down, "set_overlapped_launch"):
+            down.set_overlapped_launch(True)
         self._op_id = ops.register(self)
         self._silu_calls: dict = {}  # (rows, dtype) -> kernels.SiluMulCall or None (this process)
 
@@ -281,7 +277,8 @@ class SparseGatedMLP(nn.Module):
         key = (gu.shape[0], gu.dtype)
         call = self._silu_calls.get(key, False)
         if call is False and gu.is_cuda and len(self._silu_calls) < 64:
-            call = self._silu_calls[key] = _silu_call(gu, self.hidden, self._overlapped)
+            overlap = getattr(self.down, "overlapped_launch", False)  # as the down projection
+            call = self._silu_calls[key] = _silu_call(gu, self.hidden, overlap)
         if call and call.fits(gu):
             return call(gu)
         return _silu_mul(gu)
