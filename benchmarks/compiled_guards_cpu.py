@@ -43,7 +43,7 @@ def traced_dense_stack(dense: nn.Sequential, tokens: int) -> nn.Sequential:
             linear.in_features,
             linear.out_features,
             torch.zeros(8, dtype=torch.uint8, device=linear.weight.device),  # never read there
-            linear.bias.detach().clone(),
+            None if linear.bias is None else linear.bias.detach().clone(),
             linear.weight.dtype,
             dense_weight=linear.weight.detach().clone(),
         )

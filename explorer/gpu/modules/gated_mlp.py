@@ -195,6 +195,12 @@ class SparseGatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
         if torch.compiler.is_compiling():
+            gate_up = self.gate_up.traced_small(x)  # a decode size: few reads, few guards
+            if gate_up is not None:
+                g, u = gate_up.chunk(2, dim=-1)
+                y = self.down.traced_small(nn.functional.silu(g) * u)
+                if y is not None:
+                    return y  # (else the compiler drops the unused product)
             tokens = x.numel() // self.gate_up.in_features
             if self.gate_up.traces_dense(tokens) and self.down.traces_dense(tokens):
                 # both products dense here: torch calls the compiler fuses (no op to call)

@@ -155,6 +155,23 @@ class Int4Forward:
             return ops.forward(x, self._op_id)  # the chosen route (or dequantizing), one op
         return self.run(x)
 
+    def traced_small(self, x: torch.Tensor) -> None:
+        """None: an int4 layer decides under the compiler by :meth:`traces_dense` alone.
+
+        The counterpart of ``SparseLinear.traced_small``, so a block of either kind of part asks
+        the same question; here the dense route is torch's int4 op, whatever the row count.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        None
+        """
+        return None
+
     def traces_dense(self, tokens) -> bool:
         """Whether a compiled model traces the dense route at ``tokens`` rows (else the op).
 

@@ -41,6 +41,7 @@ from explorer.gpu.modules.sparse_calls import (
     sparse_call,
 )
 from explorer.gpu.routes.dispatch import DENSE, clock_for
+from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
 
 __all__ = ["SparseForward"]
 
@@ -59,11 +60,46 @@ class SparseForward:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
         if torch.compiler.is_compiling():
+            small = self.traced_small(x)  # a decode size: few reads, few guards
+            if small is not None:
+                return small
             if self.traces_dense(x.numel() // self.in_features):
                 return self.traced_dense(x)  # the compiler's own matmul: no op to call
             # one opaque op for torch.compile and CUDA graphs (explorer.gpu.cuda.ops)
             return ops.forward(x, self._op_id)
         return self.run(x)
+
+    def traced_small(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The traced dense product of a decode-size compiled call, or None where it is not one.
+
+        Dynamo guards every attribute a traced call reads and checks the guards on each call of
+        the compiled model, and a compiled decode step is host-bound: the general path
+        (:meth:`traces_dense`, :meth:`traced_dense`) reads about thirty, ``nn.Linear`` about six.
+        This one reads the decisions' one-int verdict (``LayerDecisions.traced_small``), the
+        activation and the two tensors. It answers None where that does not settle it (more than
+        ``SMALL_ROWS_UP_TO`` rows, symbolic sizes, a fused activation, an fp8 or freed dense
+        weight, an input of another dtype), and the general path decides. A route imposed while
+        timing is not looked at: timing runs eagerly, never under the compiler.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The input, ``(..., in_features)``.
+
+        Returns
+        -------
+        torch.Tensor or None
+            ``F.linear`` on the dense weight, or None.
+        """
+        rows = x.shape[:-1].numel()
+        if type(rows) is not int or rows > SMALL_ROWS_UP_TO or rows < 1:
+            return None
+        if not self.decisions_made.traced_small >> rows & 1 or self.activation != "none":
+            return None
+        weight = self._dense
+        if weight is None or weight.dtype != x.dtype:
+            return None
+        return nn.functional.linear(x, weight, self.bias)
 
     def traces_dense(self, tokens) -> bool:
         """Whether a compiled model should run this layer as a traced matmul at ``tokens`` rows.

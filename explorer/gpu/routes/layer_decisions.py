@@ -23,7 +23,11 @@ from explorer.gpu.routes.dispatch import (
     shown_clock,
 )
 
-__all__ = ["LayerDecisions", "eager_verdict"]
+__all__ = ["SMALL_ROWS_UP_TO", "LayerDecisions", "eager_verdict"]
+
+#: Row counts up to this are their own decision count (``cusparselt.EXACT_TOKENS_UP_TO`` is at
+#: least this), so :attr:`LayerDecisions.traced_small` can name them one bit each.
+SMALL_ROWS_UP_TO = 64
 
 
 def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
@@ -91,6 +95,9 @@ class LayerDecisions:
     LayerDecisions(mode=graphs, 2 token counts: 16 sparse cc default, 4096 sparse cc default)
     """
 
+    #: No count traced (also what a pickle of an older version reads).
+    traced_small = 0
+
     def __init__(self, mode: str = "auto", decode_up_to: int = 64) -> None:
         self.mode = check_mode(mode)
         self.decode_up_to = decode_up_to
@@ -99,6 +106,9 @@ class LayerDecisions:
         self._dense_at: dict[int, dict[str, bool]] = {}
         # token counts a compiled model traces as a dense matmul (a tuple: one cheap guard)
         self._traced: tuple[int, ...] = ()
+        #: The traced counts up to :data:`SMALL_ROWS_UP_TO` as bits (bit ``t`` for ``t`` rows):
+        #: one int, so a compiled decode step reads its verdict with a single guard.
+        self.traced_small = 0
         self._dense_open = True
         # decision tokens -> True where a whole-model eager check kept the layer dense
         self._eager: dict[int, bool] = {}
@@ -141,7 +151,7 @@ class LayerDecisions:
     def close_dense(self) -> None:
         """The dense weight is gone: a compiled model traces no dense matmul from now on."""
         self._dense_open = False
-        self._traced = ()
+        self._set_traced(())
 
     def forget_decode(self) -> None:
         """Forget the decisions that timed the decode kernel (its weight is gone)."""
@@ -149,7 +159,8 @@ class LayerDecisions:
 
     def forget(self) -> None:
         """Forget every decision (the layer moved: times of another device do not hold)."""
-        self._found, self._dense_at, self._traced = {}, {}, ()
+        self._found, self._dense_at = {}, {}
+        self._set_traced(())
 
     def _update_traced(self) -> None:
         """Recount the token counts a compiled model traces as a dense matmul.
@@ -162,15 +173,20 @@ class LayerDecisions:
         eagerly and 0.78x compiled with sparse routes).
         """
         if not self._dense_open:
-            self._traced = ()
+            self._set_traced(())
             return
         if self.mode == "graphs":
-            self._traced = tuple(sorted(k for k, f in self._dense_at.items() if f["gpu"]))
+            self._set_traced(tuple(sorted(k for k, f in self._dense_at.items() if f["gpu"])))
             return
         eager_kept = {k for k, dense in self._eager.items() if dense}
-        self._traced = tuple(
-            sorted(k for k, f in self._dense_at.items() if f["compile"] or k in eager_kept)
+        self._set_traced(
+            tuple(sorted(k for k, f in self._dense_at.items() if f["compile"] or k in eager_kept))
         )
+
+    def _set_traced(self, counts: tuple[int, ...]) -> None:
+        """Keep the traced counts, and the small ones among them as :attr:`traced_small`'s bits."""
+        self._traced = counts
+        self.traced_small = sum(1 << k for k in counts if 0 < k <= SMALL_ROWS_UP_TO)
 
     def traces_dense(self, tokens: int) -> bool:
         """Whether a compiled model runs decision count ``tokens`` as a traced dense matmul.

@@ -113,3 +113,33 @@ def test_an_eager_verdict_keeps_a_dense_weight_no_clock_chose():
     assert book.needs_dense()  # the eager check runs the count dense: it needs the weight
     book.close_dense()
     assert not book.traces_dense(4096)  # nothing left to trace
+
+
+def _small(book: LayerDecisions) -> set[int]:
+    return {t for t in range(1, 65) if book.traced_small >> t & 1}
+
+
+@pytest.mark.parametrize("mode", ["auto", "compile", "eager", "graphs"])
+def test_the_one_int_verdict_names_the_traced_decode_sizes_and_no_other(mode):
+    book = _book(mode)
+    book.keep_dense_at(4096)
+    assert _small(book) == {t for t in range(1, 65) if book.traces_dense(t)}
+    assert not book.traced_small >> 4096 & 1 and book.traced_small < 1 << 65  # only small counts
+
+
+def test_the_one_int_verdict_follows_every_change_of_the_decisions():
+    book = _book("auto")
+    assert _small(book) == {16}
+    book.set_mode("graphs")  # the GPU clock chose the decode kernel at 16
+    assert _small(book) == set()
+    book.set_mode("auto")
+    book.remember(
+        1, Decision({DENSE: 0.010, SPARSE: 0.009}, {DENSE: 0.02, SPARSE: 0.05}), OP_MS, True
+    )
+    assert _small(book) == {1, 16}
+    book.close_dense()
+    assert book.traced_small == 0
+    other = _book()
+    other.forget()
+    assert other.traced_small == 0
+    assert pickle.loads(pickle.dumps(_book())).traced_small == 1 << 16
