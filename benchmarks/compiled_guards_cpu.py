@@ -53,15 +53,32 @@ def traced_dense_stack(dense: nn.Sequential, tokens: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def guards_and_call_us(model: nn.Module, x: torch.Tensor, calls: int) -> tuple[int, float]:
-    """Guard checks Dynamo installs for ``model`` compiled, and its median call (microseconds)."""
+def compiled_with_guards(
+    model: nn.Module, x: torch.Tensor, backend: str = "inductor"
+) -> tuple[nn.Module, int]:
+    """``model`` compiled and called once on ``x``, and the guard checks Dynamo installed.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model to compile (Dynamo's caches are reset first).
+    x : torch.Tensor
+        Its input.
+    backend : str, default "inductor"
+        ``torch.compile``'s backend; ``"eager"`` installs the same guards without generating code.
+
+    Returns
+    -------
+    tuple
+        The compiled model and its number of guard checks.
+    """
     torch._dynamo.reset()
     log = io.StringIO()
     handler = logging.StreamHandler(log)
     logging.getLogger("torch._dynamo").addHandler(handler)
     torch._logging.set_logs(guards=True)
     try:
-        compiled = torch.compile(model)
+        compiled = torch.compile(model, backend=backend)
         with torch.no_grad():
             compiled(x)
     finally:
@@ -72,6 +89,12 @@ def guards_and_call_us(model: nn.Module, x: torch.Tensor, calls: int) -> tuple[i
         for line in log.getvalue().splitlines()
         if "+- " in line and any(k in line for k in GUARD_KINDS)
     )
+    return compiled, guards
+
+
+def guards_and_call_us(model: nn.Module, x: torch.Tensor, calls: int) -> tuple[int, float]:
+    """Guard checks Dynamo installs for ``model`` compiled, and its median call (microseconds)."""
+    compiled, guards = compiled_with_guards(model, x)
     times = []
     with torch.no_grad():
         for _ in range(50):
