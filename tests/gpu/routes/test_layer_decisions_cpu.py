@@ -143,3 +143,12 @@ def test_the_one_int_verdict_follows_every_change_of_the_decisions():
     other.forget()
     assert other.traced_small == 0
     assert pickle.loads(pickle.dumps(_book())).traced_small == 1 << 16
+
+
+def test_decisions_pickled_before_the_one_int_verdict_trace_nothing_small_until_they_change():
+    book = _book()
+    del book.__dict__["traced_small"]  # what a pickle of an older version holds
+    twin = pickle.loads(pickle.dumps(book))
+    assert twin.traced_small == 0 and twin.traces_dense(16)  # the general path still decides
+    twin.set_mode("auto")
+    assert twin.traced_small == 1 << 16
