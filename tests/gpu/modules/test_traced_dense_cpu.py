@@ -83,3 +83,15 @@ def test_a_compiled_gated_mlp_at_a_decode_size_is_the_dense_swiglu():
         got = torch.compile(block, backend="eager")(x)
     torch._dynamo.reset()
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_every_small_row_count_is_its_own_decision_count():
+    """The one-int verdict names row counts, the decisions decision counts: equal up to 64."""
+    from explorer.gpu.library import cusparselt
+    from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
+
+    assert cusparselt.EXACT_TOKENS_UP_TO >= SMALL_ROWS_UP_TO
+    for dtype in (torch.float16, torch.bfloat16, torch.int8):
+        assert all(
+            cusparselt.decision_tokens(t, dtype) == t for t in range(1, SMALL_ROWS_UP_TO + 1)
+        )
