@@ -95,3 +95,19 @@ def test_every_small_row_count_is_its_own_decision_count():
         assert all(
             cusparselt.decision_tokens(t, dtype) == t for t in range(1, SMALL_ROWS_UP_TO + 1)
         )
+
+
+def test_the_step_guards_script_twins_the_layers_on_their_own_tensors_and_reads_one_graph():
+    step = runpy.run_path(str(SCRIPT.with_name("compiled_step_guards.py")), run_name="steps")
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Linear(32, 48), nn.Linear(48, 32))
+    sparse = _stack_script()["traced_dense_stack"](dense, tokens=2)
+    twin = step["twin"](dense, sparse)
+    assert all(
+        t.weight.data_ptr() == s.dense_weight().data_ptr()
+        for t, s in zip(twin, sparse, strict=True)
+    )
+    assert all(type(t) is nn.Linear for t in twin)
+    x = torch.randn(2, 32)
+    graphs, breaks, ops, calls = step["graph_summary"](sparse, x)
+    assert (graphs, breaks, ops) == (1, 0, 0) and calls == step["graph_summary"](twin, x)[3]
