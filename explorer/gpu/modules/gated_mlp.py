@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
 
+# bound here for the compiled decode step: Dynamo guards a function by its identity, where a
+# path through this module's ``torch`` and ``nn`` adds Python guards on those modules
+_is_compiling = torch.compiler.is_compiling
+_silu = nn.functional.silu
+
 #: Module classes known to compute ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``.
 GATED_MLP_CLASSES = frozenset(
     {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "SmolLM3MLP", "OlmoMLP", "Olmo2MLP"}
@@ -194,11 +199,11 @@ class SparseGatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             gate_up = self.gate_up.traced_small(x)  # a decode size: few reads, few guards
             if gate_up is not None:
                 g, u = gate_up.chunk(2, dim=-1)
-                y = self.down.traced_small(nn.functional.silu(g) * u)
+                y = self.down.traced_small(_silu(g) * u)
                 if y is not None:
                     return y  # (else the compiler drops the unused product)
             tokens = x.numel() // self.gate_up.in_features

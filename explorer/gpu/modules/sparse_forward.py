@@ -45,6 +45,12 @@ from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
 
 __all__ = ["SparseForward"]
 
+# the two torch functions a compiled decode step calls, bound here: Dynamo guards a function by
+# its identity, where a path through this module's ``torch`` and ``nn`` adds guards (Python ones)
+# that those modules are the ones other code reached by its own names
+_is_compiling = torch.compiler.is_compiling
+_linear = nn.functional.linear
+
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
 
@@ -59,7 +65,7 @@ class SparseForward:
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             small = self.traced_small(x)  # a decode size: few reads, few guards
             if small is not None:
                 return small
@@ -96,10 +102,13 @@ class SparseForward:
             return None
         if not self.decisions_made.traced_small >> rows & 1 or self.activation != "none":
             return None
-        weight = self._dense
+        # both tensors from the buffer table itself: through nn.Module's attribute lookup each
+        # read also guards the parameter and submodule tables it searches first
+        buffers = self._buffers
+        weight = buffers["_dense"]
         if weight is None or weight.dtype != x.dtype:
             return None
-        return nn.functional.linear(x, weight, self.bias)
+        return _linear(x, weight, buffers["bias"])
 
     def traces_dense(self, tokens) -> bool:
         """Whether a compiled model should run this layer as a traced matmul at ``tokens`` rows.
