@@ -18,12 +18,27 @@ from collections.abc import Callable
 
 import torch
 
-from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+from explorer.gpu.routes.timing import call_s, interleaved_runs, paired_ratio, rounds_within
 
-__all__ = ["COMPILE_MODES", "SPEEDUP_KEYS", "TIME_KEYS", "compiled_columns"]
+__all__ = [
+    "COMPILE_MODES",
+    "ROUNDS",
+    "SPEEDUP_KEYS",
+    "TIME_KEYS",
+    "TIMING_BUDGET_S",
+    "bench_rounds",
+    "compiled_columns",
+]
 
 #: Compile modes timed: ``torch.compile``'s default, and CUDA graphs (``"reduce-overhead"``).
 COMPILE_MODES = ("default", "reduce-overhead")
+
+#: Seconds one side-by-side timing of a run may take, and the bounds on its rounds. A decode
+#: step is host-bound, and its time scatters by a few percent from round to round (an H200, eager
+#: decode steps of the Phi-3-like model: an unchanged dense copy read 0.98x to 1.00x of dense
+#: over 21 rounds, in four timings), so short forwards get more rounds than the least.
+TIMING_BUDGET_S = 2.0
+ROUNDS = (11, 61)
 
 #: ``{compile mode: {variant: time key of the row}}``; dense's time key first.
 TIME_KEYS = {
@@ -52,11 +67,32 @@ SPEEDUP_KEYS = {
 }
 
 
+def bench_rounds(reference: Callable[[], object], calls_per_round: int) -> int:
+    """Rounds of a side-by-side timing whose rounds each make ``calls_per_round`` calls.
+
+    As many as :data:`TIMING_BUDGET_S` holds, given one synchronized call of ``reference`` (the
+    dense forward, already warm), within :data:`ROUNDS`.
+
+    Parameters
+    ----------
+    reference : callable
+        The call whose time stands for every call of a round, without arguments.
+    calls_per_round : int
+        Calls one round makes, of every callable timed.
+
+    Returns
+    -------
+    int
+        The number of rounds.
+    """
+    return rounds_within(TIMING_BUDGET_S, call_s(reference) * 1e3, calls_per_round, *ROUNDS)
+
+
 def compiled_columns(
     row: dict,
     call: Callable[[torch.nn.Module], Callable[[], object]],
     models: dict[str, torch.nn.Module | None],
-    rounds: int = 11,
+    rounds: int | None = None,
 ) -> None:
     """Add the ``torch.compile`` times and speed-ups of ``models`` to ``row``, pair by pair.
 
@@ -79,8 +115,9 @@ def compiled_columns(
     models : dict
         ``{"dense": ..., "sparse": ..., "control": ..., "decode": ...}``; a None entry is
         skipped.
-    rounds : int, default 11
-        Rounds of each pair's interleaved timing.
+    rounds : int, optional
+        Rounds of each pair's interleaved timing; by default as many as :func:`bench_rounds`
+        gives for the pair's dense forward.
     """
     from explorer.gpu import set_mode
 
@@ -106,7 +143,8 @@ def compiled_columns(
                     except Exception as exc:  # a compile failure is a result to report
                         row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {exc}"[:240]
                 if len(fns) == 2:
-                    runs = interleaved_runs(fns, rounds=rounds, iters=3, lead_in=1)
+                    n = rounds or bench_rounds(fns[keys["dense"]], 2 * 4)  # 3 timed, 1 lead-in
+                    runs = interleaved_runs(fns, rounds=n, iters=3, lead_in=1)
                     row.setdefault(keys["dense"], statistics.median(runs[keys["dense"]]))
                     row[keys[variant]] = statistics.median(runs[keys[variant]])
                     speedup = SPEEDUP_KEYS[keys[variant]]

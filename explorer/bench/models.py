@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from explorer.bench.compiled_pairs import compiled_columns
+from explorer.bench.compiled_pairs import bench_rounds, compiled_columns
 from explorer.dtypes import dtype_name
 from explorer.gpu.library.cusparselt import decision_tokens
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
@@ -360,8 +360,11 @@ def bench_whole_model(
             except (RuntimeError, NotImplementedError) as exc:
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         # side by side: each variant in turn, round after round (the host's speed drifts); a
-        # speedup is the median of the rounds' paired ratios; each turn after one untimed call
-        runs = interleaved_runs(eager, rounds=11, iters=3, lead_in=1)
+        # speedup is the median of the rounds' paired ratios; each turn after one untimed call;
+        # short (host-bound) forwards get more rounds
+        rounds = bench_rounds(eager["dense"], 4 * len(eager))
+        runs = interleaved_runs(eager, rounds=rounds, iters=3, lead_in=1)
+        row["rounds"] = rounds
         for key, times in runs.items():
             row[f"{key}_ms"] = statistics.median(times)
             if key != "dense":

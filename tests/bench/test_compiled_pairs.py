@@ -99,3 +99,27 @@ def test_a_missing_variant_is_skipped_and_a_failing_one_reported(stand_ins):
     assert "cannot trace this" in row["control_compiled_error"]
     assert "control_speedup_default" not in row
     assert row["speedup_default"] == pytest.approx(1.25)  # the others still ran
+
+
+def test_without_rounds_a_pair_gets_what_the_budget_holds_for_its_dense_forward(
+    stand_ins, monkeypatch
+):
+    rounds_seen = []
+
+    def timed(fns, rounds, iters, lead_in):
+        rounds_seen.append(rounds)
+        return {key: [TIMES[fn.__self__.name]] * rounds for key, fn in fns.items()}
+
+    monkeypatch.setattr(compiled_pairs, "interleaved_runs", timed)
+    monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 0.5e-3)  # a 0.5 ms forward
+    compiled_columns({}, Call, _models())
+    # 2 s over 8 calls of 0.5 ms holds 500 rounds: the most
+    assert rounds_seen == [compiled_pairs.ROUNDS[1]] * 6
+    rounds_seen.clear()
+    monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 20e-3)  # a 20 ms prefill
+    compiled_columns({}, Call, _models())
+    assert rounds_seen == [12] * 6  # int(2000 / (8 * 20))
+    rounds_seen.clear()
+    monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 1.0)
+    compiled_columns({}, Call, _models())
+    assert rounds_seen == [compiled_pairs.ROUNDS[0]] * 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ __all__ = [
     "interleaved_runs",
     "paired_ratio",
     "round_order",
+    "rounds_within",
 ]
 
 SLOW_S = 0.005  # calls slower than this on the host are timed with fewer repetitions
@@ -261,6 +263,43 @@ def interleaved_runs(
             b.synchronize()
             times[name].append(a.elapsed_time(b) / iters)
     return times
+
+
+def rounds_within(
+    budget_s: float, call_ms: float, calls_per_round: int, least: int, most: int
+) -> int:
+    """Rounds of a side-by-side timing that fit a time budget, within bounds.
+
+    A host-bound call's time scatters by a few percent from round to round, so short calls get
+    more rounds; a call of unknown time (not finite, or not positive) gets ``least``.
+
+    Parameters
+    ----------
+    budget_s : float
+        Seconds all the rounds may take.
+    call_ms : float
+        One call's time in milliseconds.
+    calls_per_round : int
+        Calls one round makes (timed, warm-up and lead-in, of every callable).
+    least, most : int
+        Bounds on the rounds.
+
+    Returns
+    -------
+    int
+        The number of rounds.
+
+    Examples
+    --------
+    >>> rounds_within(1.5, 5.0, 8, 9, 45), rounds_within(1.5, 0.1, 8, 9, 45)
+    (37, 45)
+    >>> rounds_within(1.5, float("nan"), 8, 9, 45)
+    9
+    """
+    if not math.isfinite(call_ms) or call_ms <= 0:
+        return least
+    fits = int(budget_s * 1e3 / (calls_per_round * call_ms))
+    return max(least, min(most, fits))
 
 
 def paired_ratio(base: list[float], other: list[float]) -> float:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio, rounds_within
 from explorer.gpu.swap.model_timing import call_model
 
 __all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "rounds_for", "synthetic_inputs"]
@@ -163,10 +163,7 @@ def rounds_for(forward_ms: float) -> int:
     >>> rounds_for(5.0), rounds_for(100.0), rounds_for(0.1), rounds_for(math.nan)
     (37, 9, 45, 9)
     """
-    if not math.isfinite(forward_ms) or forward_ms <= 0:
-        return MIN_ROUNDS
-    fits = int(PAIR_BUDGET_S * 1e3 / (8 * forward_ms))
-    return max(MIN_ROUNDS, min(MAX_ROUNDS, fits))
+    return rounds_within(PAIR_BUDGET_S, forward_ms, 8, MIN_ROUNDS, MAX_ROUNDS)
 
 
 def _paired_ms(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 
 import pytest
@@ -114,12 +115,14 @@ def test_plan_reuse_counts_hits():
 
 
 def test_thousands_of_plans_do_not_leak():
-    """Free device memory after a second round of plans is what it was after the first.
+    """Free device memory after a round of plans is what it was after the round before.
 
     The first round loads what the library keeps for the process (on an H200, 70 MiB after the
     first round of a fresh process and the same after the second and third; a single-round test
-    run alone read 206 MiB as "not returned"), so the memory is compared between two rounds of
-    the same plans; a leak per plan shows in the second round as in the first.
+    run alone read 206 MiB as "not returned"), so the memory is compared between later rounds of
+    the same plans. The device's free memory also moves with other processes on the GPU (run
+    beside four other test processes, one round read 1248 MiB less; run alone, the rounds read alike), so the test
+    fails only where each of two rounds loses memory: a leak per plan shows in every round.
     """
     C = _C()
     # a fixed number of plans, whatever the machine's speed (the time is not what is tested)
@@ -145,9 +148,9 @@ def test_thousands_of_plans_do_not_leak():
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info()[0]
 
-    free0 = one_round()
-    free1 = one_round()
-    assert free0 - free1 < 64 * 2**20, f"{(free0 - free1) / 2**20:.1f} MiB not returned"
+    free = [one_round() for _ in range(3)]
+    lost = [(before - after) / 2**20 for before, after in itertools.pairwise(free)]
+    assert min(lost) < 64, f"{lost[0]:.1f} and {lost[1]:.1f} MiB not returned in two rounds"
 
 
 def test_search_keeps_only_correct_algorithms():

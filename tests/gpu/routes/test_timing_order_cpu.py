@@ -56,3 +56,12 @@ def test_lead_in_calls_run_before_each_turns_start_event_and_are_not_timed(monke
     runs = interleaved_runs(fns, rounds=2, iters=2, warmup=0, lead_in=1)
     assert CALLS == [*["dense"] * 3, *["sparse"] * 3, *["sparse"] * 3, *["dense"] * 3]
     assert all(t == 1.0 for times in runs.values() for t in times)  # 2 timed calls / 2 iters
+
+
+def test_rounds_within_a_budget_are_bounded_and_fewer_for_longer_calls():
+    from explorer.gpu.routes.timing import rounds_within
+
+    got = [rounds_within(2.0, ms, 10, 11, 61) for ms in (0.01, 1.0, 5.0, 10.0, 50.0)]
+    assert got == [61, 61, 40, 20, 11]
+    for bad in (0.0, -3.0, float("nan"), float("inf")):
+        assert rounds_within(2.0, bad, 10, 11, 61) == 11
