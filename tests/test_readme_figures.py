@@ -4,7 +4,9 @@ A figure such as ``1.18x`` must equal (to the digits quoted) a speedup recorded 
 ``explorer/data/reference.db`` by a row that names the commit it was measured on, and the
 README must name that commit and that GPU, so a reader can tell where the number comes from.
 The same holds for the docs sections that hold the tables the README's figures come from
-(``FIGURE_PAGES``): each such section names the commit and the GPU of its figures.
+(``FIGURE_PAGES``), heading by heading: a figure must be a row of a commit and GPU named under
+the innermost heading it stands under, so that a diagnostic's ratio cannot pass for a row of some
+other commit the long section also names.
 """
 
 from __future__ import annotations
@@ -29,16 +31,48 @@ FIGURE_PAGES = {
     ),
     "docs/gpu-runs.md": ("Whole models in every mode: earlier runs",),
 }
-#: Ratios in those sections that are not measurements, each with what it is.
+#: Ratios under those headings that are not rows of the database, each with what it is, by page
+#: and innermost heading.
 NOT_MEASURED = {
-    ("docs/gpu-runs.md", "Whole models in every mode: earlier runs"): {
+    ("docs/gpu-runs.md", "An earlier run (H100, commit cc09f94)"): {
         "1.38": "the 8B-like model's decode step bounded by its weight bytes alone (an estimate)",
         "1.07": "a ceiling (estimate) column entry, computed from layer times, not a speedup row",
         "0.89": "the BERT-like model before the fix, dced48c, read off a printed table (modes table)",
         "0.78": "the same BERT-like rows of dced48c, compiled (modes table)",
     },
-    ("docs/gpu.md", "What was measured"): {
+    (
+        "docs/gpu.md",
+        "The benchmark's rounds on an H200 (commit 515775e): all four models",
+    ): {
+        "1.25": "the 8B-like model's decode=True target under CUDA graphs",
+    },
+    (
+        "docs/gpu.md",
+        "The guard change on an H200 (commits 45daee3 and 9d99c85): all four models",
+    ): {
+        "1.25": "the 8B-like model's decode=True target under CUDA graphs",
+        "1.007": "compiled_step_guards.py on 45daee3, a diagnostic's paired ratio (A/A)",
+        "1.009": "the same diagnostic's A/A at 1 x 1",
+        "0.977": "the same diagnostic in a second process, 1 x 1",
+        "0.961": "the same, its second reading at 1 x 1",
+        "0.988": "the same, 16 x 1",
+        "0.940": "a one-off variant holding the dense weight as nn.Parameter, not shipped",
+    },
+    (
+        "docs/gpu.md",
+        "Compiled decode steps: the graph is the dense one's, the difference is guards (H200, "
+        "commits e0d835c and 05e182d)",
+    ): {
         "0.930": "a diagnostic's paired ratio (e0d835c: a compiled step beside its nn.Linear twin)",
+        "0.938": "the same diagnostic on 05e182d, 16 x 1",
+        "0.932": "a diagnostic on e0d835c, dense, sparsified and A/A compiled in one process",
+    },
+    (
+        "docs/gpu.md",
+        "The H200 run (commits 21bbbd4 and 681c491): four models with no tuning table, "
+        "`generate()`, host time",
+    ): {
+        "0.94": "models_in_modes.py on 6d043b1, a decode=True reading not recorded",
     },
     ("docs/gpu.md", "Measured per layer (H100, commit 13196b2, one run)"): {
         "1.78": "16/9, the 16-bit decode kernel's limit over dense",
@@ -107,6 +141,20 @@ def section(text: str, heading: str) -> str:
     return text[found.start() : end.start() if end else len(text)]
 
 
+def subsections(text: str) -> list[tuple[str, str]]:
+    r"""``(heading, text)`` for each heading of Markdown ``text``: the text under it, heading
+    included, up to the next heading of any level (text before the first heading is left out).
+
+    Examples
+    --------
+    >>> subsections("# T\nintro\n## A\none\n### B\ntwo\n")
+    [('T', '# T\nintro\n'), ('A', '## A\none\n'), ('B', '### B\ntwo\n')]
+    """
+    heads = list(re.finditer(r"(?m)^#+ (.*?)[ \t]*$", text))
+    ends = [h.start() for h in heads[1:]] + [len(text)]
+    return [(h.group(1), text[h.start() : end]) for h, end in zip(heads, ends, strict=True)]
+
+
 def _gpu_named(gpu: str, text: str) -> bool:
     """Whether ``text`` names the GPU by its model (``H100`` for "NVIDIA H100 80GB HBM3")."""
     models = re.findall(r"\b[A-Z]\d{2,4}[A-Za-z]*\b", gpu)
@@ -161,15 +209,28 @@ def test_every_readme_speed_figure_is_a_measured_row(speedups):
 def test_every_speed_figure_of_the_docs_tables_is_a_measured_row(speedups, page, heading):
     text = section((ROOT / page).read_text(encoding="utf-8"), heading)
     assert text, f"{page} has no section {heading!r}; update FIGURE_PAGES if it moved"
-    figures = readme_figures(text)
-    assert figures, f"{page}, {heading!r} quotes no speed figure; update FIGURE_PAGES"
-    bounds = NOT_MEASURED.get((page, heading), {})
-    missing = sorted(set(bounds) - set(figures))
-    assert not missing, f"NOT_MEASURED lists {missing}, which {page}, {heading!r} no longer quotes"
-    measured = [f for f in figures if f not in bounds]
+    assert readme_figures(text), f"{page}, {heading!r} quotes no speed figure; update FIGURE_PAGES"
+    problems, measured = [], 0
+    for sub, body in subsections(text):
+        figures = readme_figures(body)
+        bounds = NOT_MEASURED.get((page, sub), {})
+        missing = sorted(set(bounds) - set(figures))
+        assert not missing, f"NOT_MEASURED lists {missing}, which {page}, {sub!r} no longer quotes"
+        rows = [f for f in figures if f not in bounds]
+        measured += len(rows)
+        problems += _problems(rows, body, speedups, f"{page}, under {sub!r}")
     assert measured, f"{page}, {heading!r} quotes no measured speed figure"
-    problems = _problems(measured, text, speedups, f"{page}, section {heading!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_not_measured_entry_names_a_heading_of_a_figure_page():
+    headings = {
+        (page, sub)
+        for page, tops in FIGURE_PAGES.items()
+        for top in tops
+        for sub, _ in subsections(section((ROOT / page).read_text(encoding="utf-8"), top))
+    }
+    assert not set(NOT_MEASURED) - headings, set(NOT_MEASURED) - headings
 
 
 def test_the_readme_links_to_every_section_that_holds_its_figures():
