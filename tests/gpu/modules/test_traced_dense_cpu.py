@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import runpy
 from pathlib import Path
 
@@ -16,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "compiled_guards_c
 
 
 def test_layers_trace_dense_at_the_timed_count_only_and_match_nn_linear():
-    stack = runpy.run_path(str(SCRIPT), run_name="compiled_guards_cpu")["traced_dense_stack"]
+    stack = _stack_script()["traced_dense_stack"]
     torch.manual_seed(0)
     dense = nn.Sequential(*[nn.Linear(32, 48), nn.Linear(48, 32)])
     sparse = stack(dense, tokens=4)
@@ -50,6 +51,62 @@ def test_a_compiled_decode_step_guards_little_more_than_nn_linear():
     extra = (_guard_checks(sparse, x) - _guard_checks(dense, x)) / len(dense)
     # the general path read 18 more a layer (its decisions, mode state, properties): 4.75 now
     assert extra <= 6, f"{extra:.1f} more guard checks a layer than nn.Linear"
+
+
+def test_a_compiled_prefill_guards_a_bounded_number_more_than_nn_linear():
+    """Above 64 rows the general path decides (``traces_dense``) and reads more than a decode
+    step's path: each layer adds 16 guard checks beyond an ``nn.Linear`` (a BERT-like model
+    compiled in the default mode at 4096 tokens has 24 such layers, checked on every call)."""
+    torch.manual_seed(0)
+    x = torch.randn(256, 32)
+
+    def checks(layers: int) -> tuple[int, int]:
+        dense = nn.Sequential(*[nn.Linear(32, 32) for _ in range(layers)])
+        sparse = _stack_script()["traced_dense_stack"](dense, tokens=256)
+        return _guard_checks(dense, x), _guard_checks(sparse, x)
+
+    (dense4, sparse4), (dense8, sparse8) = checks(4), checks(8)
+    per_layer = ((sparse8 - sparse4) - (dense8 - dense4)) / 4  # what four more layers add
+    assert 0 < per_layer <= 18, f"{per_layer:.1f} more guard checks a layer than nn.Linear"
+
+
+def _program(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+    """``model(x)`` compiled by Inductor, and the lines of the ``call`` function it wrote, with
+    its inputs' names and its comments and input checks left out (inputs are numbered in the
+    order Dynamo lifts them: parameters first, buffers after the input)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            out, codes = run_and_get_code(torch.compile(model), x)
+    finally:
+        torch._dynamo.reset()
+    lines = []
+    for code in codes:
+        body = code[code.index("def call(") :]
+        end = body.find("\ndef ", 1)  # the next function: the benchmark harness Inductor adds
+        body = body if end < 0 else body[:end]
+        for line in body.splitlines():
+            line = re.sub(r"arg\d+_1", "arg", line).strip()
+            if line and not line.startswith(("#", "assert_size_stride")):
+                lines.append(line)
+    return out, lines
+
+
+def test_a_compiled_prefill_of_layers_traced_dense_is_the_dense_models_code():
+    """The same kernels, in the same order, on the same shapes as the ``nn.Linear`` layers, a
+    GELU between them as in a BERT MLP: what a compiled model kept dense loses is host time."""
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+    layers = _stack_script()["traced_dense_stack"](nn.Sequential(dense[0], dense[2]), tokens=256)
+    sparse = nn.Sequential(layers[0], nn.GELU(), layers[1])
+    x = torch.randn(8, 32, 32)  # 256 rows, as batch x sequence
+    got, sparse_code = _program(sparse, x)
+    want, dense_code = _program(dense, x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert any("addmm" in line for line in dense_code)
+    assert sparse_code == dense_code
 
 
 def test_a_compiled_stack_traced_small_matches_nn_linear_and_declines_the_rest():
