@@ -41,7 +41,7 @@ NOT_MEASURED = {
         "0.78": "the same BERT-like rows of dced48c, compiled (modes table)",
     },
     ("docs/gpu.md", "Where the execution-mode targets stand"): {
-        "1.27": "generate() of the whole 32-layer model on 4ab5443, read off its log (not recorded)",
+        "1.27": "generate() of the 32-layer model on 4ab5443, read off its log (not recorded)",
     },
     (
         "docs/gpu.md",

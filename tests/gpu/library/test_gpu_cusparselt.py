@@ -121,8 +121,9 @@ def test_thousands_of_plans_do_not_leak():
     first round of a fresh process and the same after the second and third; a single-round test
     run alone read 206 MiB as "not returned"), so the memory is compared between later rounds of
     the same plans. The device's free memory also moves with other processes on the GPU (run
-    beside four other test processes, one round read 1248 MiB less; run alone, the rounds read alike), so the test
-    fails only where each of two rounds loses memory: a leak per plan shows in every round.
+    beside four other test processes, one round read 1248 MiB less; run alone, the rounds read
+    alike), so the test fails only where each of two rounds loses memory: a leak per plan shows
+    in every round.
     """
     C = _C()
     # a fixed number of plans, whatever the machine's speed (the time is not what is tested)
