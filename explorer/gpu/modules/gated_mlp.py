@@ -200,10 +200,10 @@ class SparseGatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
         if _is_compiling():
-            gate_up = self.gate_up.traced_small(x)  # a decode size: few reads, few guards
+            gate_up = self.gate_up.traced_linear(x)  # a settled dense verdict: few guards
             if gate_up is not None:
                 g, u = gate_up.chunk(2, dim=-1)
-                y = self.down.traced_small(_silu(g) * u)
+                y = self.down.traced_linear(_silu(g) * u)
                 if y is not None:
                     return y  # (else the compiler drops the unused product)
             tokens = x.numel() // self.gate_up.in_features

@@ -155,10 +155,10 @@ class Int4Forward:
             return ops.forward(x, self._op_id)  # the chosen route (or dequantizing), one op
         return self.run(x)
 
-    def traced_small(self, x: torch.Tensor) -> None:
+    def traced_linear(self, x: torch.Tensor) -> None:
         """None: an int4 layer decides under the compiler by :meth:`traces_dense` alone.
 
-        The counterpart of ``SparseLinear.traced_small``, so a block of either kind of part asks
+        The counterpart of ``SparseLinear.traced_linear``, so a block of either kind of part asks
         the same question; here the dense route is torch's int4 op, whatever the row count.
 
         Parameters

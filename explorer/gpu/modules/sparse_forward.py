@@ -45,11 +45,12 @@ from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
 
 __all__ = ["SparseForward"]
 
-# the two torch functions a compiled decode step calls, bound here: Dynamo guards a function by
-# its identity, where a path through this module's ``torch`` and ``nn`` adds guards (Python ones)
-# that those modules are the ones other code reached by its own names
+# the functions a compiled step calls on its traced path, bound here: Dynamo guards a function by
+# its identity, where a path through this module's ``torch``, ``nn`` and ``C`` adds guards (Python
+# ones) that those modules are the ones other code reached by its own names
 _is_compiling = torch.compiler.is_compiling
 _linear = nn.functional.linear
+_decision_tokens = C.decision_tokens
 
 # epilogues cuSPARSELt refused at least once: (dtype, activation)
 _UNFUSED: set[tuple] = set()
@@ -66,26 +67,28 @@ class SparseForward:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
         if _is_compiling():
-            small = self.traced_small(x)  # a decode size: few reads, few guards
-            if small is not None:
-                return small
+            traced = self.traced_linear(x)  # a settled dense verdict: few reads, few guards
+            if traced is not None:
+                return traced
             if self.traces_dense(x.numel() // self.in_features):
                 return self.traced_dense(x)  # the compiler's own matmul: no op to call
             # one opaque op for torch.compile and CUDA graphs (explorer.gpu.cuda.ops)
             return ops.forward(x, self._op_id)
         return self.run(x)
 
-    def traced_small(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The traced dense product of a decode-size compiled call, or None where it is not one.
+    def traced_linear(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The traced dense product of a compiled call its verdict settles, or None.
 
         Dynamo guards every attribute a traced call reads and checks the guards on each call of
-        the compiled model, and a compiled decode step is host-bound: the general path
+        the compiled model, and a compiled step whose host sets the pace (a decode step, a
+        BERT-like prefill of short sequences) pays for each. The general path
         (:meth:`traces_dense`, :meth:`traced_dense`) reads about thirty, ``nn.Linear`` about six.
-        This one reads the decisions' one-int verdict (``LayerDecisions.traced_small``), the
-        activation and the two tensors. It answers None where that does not settle it (more than
-        ``SMALL_ROWS_UP_TO`` rows, symbolic sizes, a fused activation, an fp8 or freed dense
-        weight, an input of another dtype), and the general path decides. A route imposed while
-        timing is not looked at: timing runs eagerly, never under the compiler.
+        This one reads the decisions' verdict (``LayerDecisions.traced_small``'s bit for up to
+        ``SMALL_ROWS_UP_TO`` rows, ``LayerDecisions.traced_large`` above), the weight's dtype,
+        the activation and the two tensors. It answers None where that does not settle it
+        (symbolic sizes, a fused activation, an fp8 or freed dense weight, an input of another
+        dtype, a count the verdict does not trace), and the general path decides. A route
+        imposed while timing is not looked at: timing runs eagerly, never under the compiler.
 
         Parameters
         ----------
@@ -98,15 +101,19 @@ class SparseForward:
             ``F.linear`` on the dense weight, or None.
         """
         rows = x.shape[:-1].numel()
-        if type(rows) is not int or rows > SMALL_ROWS_UP_TO or rows < 1:
-            return None
-        if not self.decisions_made.traced_small >> rows & 1 or self.activation != "none":
+        if type(rows) is not int or rows < 1 or self.activation != "none":
             return None
         # both tensors from the buffer table itself: through nn.Module's attribute lookup each
         # read also guards the parameter and submodule tables it searches first
         buffers = self._buffers
         weight = buffers["_dense"]
         if weight is None or weight.dtype != x.dtype:
+            return None
+        book = self.decisions_made
+        if rows <= SMALL_ROWS_UP_TO:
+            if not book.traced_small >> rows & 1:
+                return None
+        elif _decision_tokens(rows, self.dtype) not in book.traced_large:
             return None
         return _linear(x, weight, buffers["bias"])
 

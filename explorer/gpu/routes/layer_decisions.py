@@ -97,6 +97,7 @@ class LayerDecisions:
 
     #: No count traced (also what a pickle of an older version reads).
     traced_small = 0
+    traced_large: tuple[int, ...] = ()
 
     def __init__(self, mode: str = "auto", decode_up_to: int = 64) -> None:
         self.mode = check_mode(mode)
@@ -109,6 +110,9 @@ class LayerDecisions:
         #: The traced counts up to :data:`SMALL_ROWS_UP_TO` as bits (bit ``t`` for ``t`` rows):
         #: one int, so a compiled decode step reads its verdict with a single guard.
         self.traced_small = 0
+        #: The traced decision counts above :data:`SMALL_ROWS_UP_TO` (a tuple of a few ints):
+        #: a compiled prefill reads its verdict with a guard or two, as a decode step does.
+        self.traced_large: tuple[int, ...] = ()
         self._dense_open = True
         # decision tokens -> True where a whole-model eager check kept the layer dense
         self._eager: dict[int, bool] = {}
@@ -184,9 +188,10 @@ class LayerDecisions:
         )
 
     def _set_traced(self, counts: tuple[int, ...]) -> None:
-        """Keep the traced counts, and the small ones among them as :attr:`traced_small`'s bits."""
+        """Keep the traced counts (small ones as :attr:`traced_small`'s bits, others as a tuple)."""
         self._traced = counts
         self.traced_small = sum(1 << k for k in counts if 0 < k <= SMALL_ROWS_UP_TO)
+        self.traced_large = tuple(k for k in counts if k > SMALL_ROWS_UP_TO)
 
     def traces_dense(self, tokens: int) -> bool:
         """Whether a compiled model runs decision count ``tokens`` as a traced dense matmul.

@@ -125,6 +125,7 @@ def test_the_one_int_verdict_names_the_traced_decode_sizes_and_no_other(mode):
     book.keep_dense_at(4096)
     assert _small(book) == {t for t in range(1, 65) if book.traces_dense(t)}
     assert not book.traced_small >> 4096 & 1 and book.traced_small < 1 << 65  # only small counts
+    assert set(book.traced_large) == {t for t in (4096,) if book.traces_dense(t)}
 
 
 def test_the_one_int_verdict_follows_every_change_of_the_decisions():
@@ -145,10 +146,26 @@ def test_the_one_int_verdict_follows_every_change_of_the_decisions():
     assert pickle.loads(pickle.dumps(_book())).traced_small == 1 << 16
 
 
+def test_the_large_counts_verdict_follows_the_eager_check_and_the_dense_weight():
+    book = LayerDecisions("auto")
+    sparse_wins = Decision({DENSE: 0.40, SPARSE: 0.30}, {DENSE: 0.41, SPARSE: 0.31})
+    book.remember(4096, sparse_wins, OP_MS, True)
+    book.remember(1024, Decision({DENSE: 0.10, SPARSE: 0.12}, {}), OP_MS, True)
+    assert book.traced_large == (1024,)  # 4096: the sparse op pays there
+    book.keep_dense_at(4096)
+    assert book.traced_large == (1024, 4096)  # the whole-model check kept it dense
+    book.keep_dense_at(4096, keep=False)
+    assert book.traced_large == (1024,)
+    book.close_dense()
+    assert book.traced_large == () and book.traced_small == 0
+
+
 def test_decisions_pickled_before_the_one_int_verdict_trace_nothing_small_until_they_change():
     book = _book()
     del book.__dict__["traced_small"]  # what a pickle of an older version holds
+    del book.__dict__["traced_large"]
     twin = pickle.loads(pickle.dumps(book))
     assert twin.traced_small == 0 and twin.traces_dense(16)  # the general path still decides
+    assert twin.traced_large == ()
     twin.set_mode("auto")
     assert twin.traced_small == 1 << 16
