@@ -14,7 +14,7 @@ noise of such a pair.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -67,25 +67,28 @@ SPEEDUP_KEYS = {
 }
 
 
-def bench_rounds(reference: Callable[[], object], calls_per_round: int) -> int:
-    """Rounds of a side-by-side timing whose rounds each make ``calls_per_round`` calls.
+def bench_rounds(calls: Iterable[Callable[[], object]], calls_each: int) -> int:
+    """Rounds of a side-by-side timing whose rounds call each of ``calls`` ``calls_each`` times.
 
-    As many as :data:`TIMING_BUDGET_S` holds, given one synchronized call of ``reference`` (the
-    dense forward, already warm), within :data:`ROUNDS`.
+    As many as :data:`TIMING_BUDGET_S` holds, given one synchronized call of each (already
+    warm), within :data:`ROUNDS`. Every callable counts: a variant many times slower than dense
+    (torch's own 2:4 path, about 0.1x of dense on a BERT-like model in bf16, slower still in
+    fp16) takes that many times the budget if the rounds are sized by dense alone.
 
     Parameters
     ----------
-    reference : callable
-        The call whose time stands for every call of a round, without arguments.
-    calls_per_round : int
-        Calls one round makes, of every callable timed.
+    calls : iterable of callable
+        The calls a round makes, without arguments.
+    calls_each : int
+        Calls one round makes of each (timed, warm-up and lead-in).
 
     Returns
     -------
     int
         The number of rounds.
     """
-    return rounds_within(TIMING_BUDGET_S, call_s(reference) * 1e3, calls_per_round, *ROUNDS)
+    round_ms = sum(call_s(fn) for fn in calls) * 1e3
+    return rounds_within(TIMING_BUDGET_S, round_ms, calls_each, *ROUNDS)
 
 
 def compiled_columns(
@@ -117,7 +120,7 @@ def compiled_columns(
         skipped.
     rounds : int, optional
         Rounds of each pair's interleaved timing; by default as many as :func:`bench_rounds`
-        gives for the pair's dense forward.
+        gives for the pair's two forwards.
     """
     from explorer.gpu import set_mode
 
@@ -143,7 +146,7 @@ def compiled_columns(
                     except Exception as exc:  # a compile failure is a result to report
                         row[key.replace("_ms", "_error")] = f"{type(exc).__name__}: {exc}"[:240]
                 if len(fns) == 2:
-                    n = rounds or bench_rounds(fns[keys["dense"]], 2 * 4)  # 3 timed, 1 lead-in
+                    n = rounds or bench_rounds(fns.values(), 4)  # 3 timed, 1 lead-in each
                     runs = interleaved_runs(fns, rounds=n, iters=3, lead_in=1)
                     row.setdefault(keys["dense"], statistics.median(runs[keys["dense"]]))
                     row[keys[variant]] = statistics.median(runs[keys[variant]])

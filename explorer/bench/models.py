@@ -362,7 +362,7 @@ def bench_whole_model(
         # side by side: each variant in turn, round after round (the host's speed drifts); a
         # speedup is the median of the rounds' paired ratios; each turn after one untimed call;
         # short (host-bound) forwards get more rounds
-        rounds = bench_rounds(eager["dense"], 4 * len(eager))
+        rounds = bench_rounds(eager.values(), 4)  # 3 timed and 1 lead-in of each
         runs = interleaved_runs(eager, rounds=rounds, iters=3, lead_in=1)
         row["rounds"] = rounds
         for key, times in runs.items():

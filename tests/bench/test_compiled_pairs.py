@@ -101,7 +101,7 @@ def test_a_missing_variant_is_skipped_and_a_failing_one_reported(stand_ins):
     assert row["speedup_default"] == pytest.approx(1.25)  # the others still ran
 
 
-def test_without_rounds_a_pair_gets_what_the_budget_holds_for_its_dense_forward(
+def test_without_rounds_a_pair_gets_what_the_budget_holds_for_its_two_forwards(
     stand_ins, monkeypatch
 ):
     rounds_seen = []
@@ -113,7 +113,7 @@ def test_without_rounds_a_pair_gets_what_the_budget_holds_for_its_dense_forward(
     monkeypatch.setattr(compiled_pairs, "interleaved_runs", timed)
     monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 0.5e-3)  # a 0.5 ms forward
     compiled_columns({}, Call, _models())
-    # 2 s over 8 calls of 0.5 ms holds 500 rounds: the most
+    # 2 s over 4 calls each of two 0.5 ms forwards holds 500 rounds: the most
     assert rounds_seen == [compiled_pairs.ROUNDS[1]] * 6
     rounds_seen.clear()
     monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 20e-3)  # a 20 ms prefill
@@ -123,3 +123,19 @@ def test_without_rounds_a_pair_gets_what_the_budget_holds_for_its_dense_forward(
     monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: 1.0)
     compiled_columns({}, Call, _models())
     assert rounds_seen == [compiled_pairs.ROUNDS[0]] * 6
+
+
+def test_a_slow_variant_sizes_the_rounds_as_much_as_dense_does(monkeypatch):
+    """A variant ten times slower than dense (torch's own 2:4 path) must not take ten times the
+    budget: the rounds are sized by every call of a round."""
+    dense, slow = Call(Named("dense")), Call(Named("slow"))
+    times = {"dense": 4e-3, "slow": 40e-3}
+    monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: times[fn.__self__.name])
+    alone = compiled_pairs.bench_rounds([dense, dense], 4)
+    beside_slow = compiled_pairs.bench_rounds([dense, slow], 4)
+    assert alone == 61  # int(2000 / (4 * 8)) = 62, bounded
+    assert beside_slow == 11  # int(2000 / (4 * 44)) = 11
+    round_s = 4 * (times["dense"] + times["slow"])
+    assert beside_slow * round_s <= compiled_pairs.TIMING_BUDGET_S * 1.01
+    times["slow"] = 10.0  # far slower: the fewest rounds, never zero
+    assert compiled_pairs.bench_rounds([dense, slow], 4) == compiled_pairs.ROUNDS[0]
