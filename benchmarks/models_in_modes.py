@@ -32,12 +32,21 @@ def main() -> None:
     args = p.parse_args()
     runs = tuple(tuple(int(v) for v in r.split("x")) for r in args.runs.split(","))
     dtype = parse_dtype(args.dtype)
-    rows = []
-    for name in args.models.split(","):
-        rows += bench_whole_model(name, dtype, runs=runs, log=sys.stderr)
-        torch.cuda.empty_cache()
+    rows: list[dict] = []
+    env = environment()
+
+    def keep(row: dict | None = None) -> None:
+        """Write every row reached so far: a run stopped by a time limit keeps its rows."""
+        if row is not None:
+            rows.append(row)
         if args.json:
-            args.json.write_text(json.dumps({"env": environment(), "rows": rows}, default=str))
+            args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))
+
+    for name in args.models.split(","):
+        # the rows it returns are the ones passed to keep, completed after their last run
+        bench_whole_model(name, dtype, runs=runs, log=sys.stderr, on_row=keep)
+        torch.cuda.empty_cache()
+        keep()
     print(format_models(rows))
 
 

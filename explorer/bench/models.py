@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -237,6 +238,7 @@ def bench_whole_model(
     decode_kernel: bool = True,
     model_speed_modes: tuple[str, ...] = (),
     control_copy: bool = True,
+    on_row: Callable[[dict], None] | None = None,
 ) -> list[dict]:
     """Time one model of :data:`MODEL_SPECS` every way, at each of its runs.
 
@@ -263,6 +265,10 @@ def bench_whole_model(
         Also time an unchanged dense copy in every mode (``control_speedup*``: 1.0 but for noise).
     log : file-like, optional
         Where progress lines are printed; None prints nothing.
+    on_row : callable, optional
+        Called with each row once its eager and compiled times are in (before the
+        ``model_speed_*`` columns and the first row's timing tables, which come last), so a
+        caller can keep what a run reached if the process is stopped later.
 
     Returns
     -------
@@ -391,6 +397,8 @@ def bench_whole_model(
             f"{name} {row['dtype']} {row['batch']}x{row['seq']}: dense {row['dense_ms']:.3f} ms, "
             f"{shown}, err {row['relerr']:.1e}"
         )
+        if on_row is not None:
+            on_row(row)
     # 3. The shared whole-model timing, in the modes asked for.
     for row, ids in zip(rows, inputs, strict=True):
         _model_speed_columns(row, dense, ids, model_speed_modes, dtype, counts)
