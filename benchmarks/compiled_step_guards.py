@@ -15,7 +15,8 @@ still differ is host time before the graph runs, above all Dynamo's guards (docs
   (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``: a diagnostic, unsafe in use);
 * Dynamo's cache lookup per step under the profiler, dense against sparsified.
 
-Run on a GPU::
+``--decode`` sparsifies with ``decode=True`` (the decode kernel offered to every layer). Run on a
+GPU::
 
     python benchmarks/compiled_step_guards.py --model phi3-mini --runs 16x1,1x1
 """
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="phi3-mini", choices=sorted(MODEL_SPECS))
     p.add_argument("--runs", default="16x1,1x1", help="batch x sequence runs to compile")
     p.add_argument("--rounds", type=int, default=21)
+    p.add_argument("--decode", action="store_true", help="sparsify(decode=True) instead")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA GPU here: sparsify and the timed steps need one. Hint: run on a GPU")
@@ -151,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     dense = build_model(args.model, torch.bfloat16)
     sparse = copy.deepcopy(dense)
     with torch.no_grad():
-        report = sparsify(sparse, filter_fn=sparse_candidate, tokens=counts)
-    print(f"{args.model}, sparsified for {counts} tokens: {report!r}")
+        report = sparsify(sparse, filter_fn=sparse_candidate, tokens=counts, decode=args.decode)
+    with_decode = ", decode=True" * args.decode
+    print(f"{args.model}, sparsified for {counts} tokens{with_decode}: {report!r}")
     variants = {"sparsified": sparse, "twin": twin(dense, sparse), "A/A": copy.deepcopy(dense)}
     vocab = spec.config.get("vocab_size", 30522)
     for batch, seq in runs:

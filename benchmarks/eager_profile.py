@@ -1,6 +1,15 @@
-"""cProfile of eager forwards of a whole model, dense and after ``sparsify()``, side by side.
+"""Where an eager forward's time goes, dense and after ``sparsify()``, side by side.
 
-Run on a GPU: ``python benchmarks/eager_profile.py --model phi3-mini --batch 16 --seq 1``.
+For each model, after five untimed forwards:
+
+* the forward's time (CUDA events around ``--calls`` back-to-back forwards);
+* the GPU's own time per forward: the summed duration of its kernels under ``torch.profiler``,
+  and how many there are (if the two models' kernel times agree and their forwards do not, the
+  difference is host time);
+* a cProfile of the same forwards, sorted by each function's own time.
+
+Run on a GPU: ``python benchmarks/eager_profile.py --model phi3-mini --batch 16 --seq 1``;
+``--decode`` sparsifies with ``decode=True`` (the decode kernel offered to every layer).
 """
 
 from __future__ import annotations
@@ -16,25 +25,58 @@ from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
 
 
+def kernel_time(model, ids: torch.Tensor, calls: int) -> tuple[float, float]:
+    """``(GPU kernel ms, kernels)`` per forward of ``model`` on ``ids``, from ``torch.profiler``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, on the GPU.
+    ids : torch.Tensor
+        Its ``input_ids``.
+    calls : int
+        Forwards profiled.
+
+    Returns
+    -------
+    tuple of float
+        Milliseconds of kernel time and the number of kernels, each per forward.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            model(input_ids=ids)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total_us = sum(e.time_range.elapsed_us() for e in kernels)
+    return total_us / 1000 / calls, len(kernels) / calls
+
+
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", default="phi3-mini")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="phi3-mini", choices=sorted(MODEL_SPECS))
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--tokens", default="", help="token counts to sparsify for, e.g. 4096,16")
     p.add_argument("--tune", action="store_true", help="search untuned shapes (sparsify's default)")
+    p.add_argument("--decode", action="store_true", help="sparsify(decode=True)")
     args = p.parse_args()
+    if not torch.cuda.is_available():
+        p.error("no CUDA GPU here: sparsify and the timed forwards need one. Hint: run on a GPU")
     dense = build_model(args.model, torch.bfloat16)
     sparse = copy.deepcopy(dense)
     tokens = (
         tuple(int(t) for t in args.tokens.split(",")) if args.tokens else (args.batch * args.seq,)
     )
     with torch.no_grad():
-        rep = sparsify(sparse, filter_fn=sparse_candidate, tokens=tokens, tune=args.tune)
+        rep = sparsify(
+            sparse, filter_fn=sparse_candidate, tokens=tokens, tune=args.tune, decode=args.decode
+        )
     print(rep)
     print("\n".join(rep.notes))
-    vocab = MODEL_SPECS[args.model].config["vocab_size"]
+    vocab = MODEL_SPECS[args.model].config.get("vocab_size", 30522)
     ids = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
     with torch.no_grad():
         for name, model in (("dense", dense), ("sparse", sparse)):
@@ -53,7 +95,11 @@ def main() -> None:
                 model(input_ids=ids)
             end.record()
             end.synchronize()
-            print(f"== {name}: {start.elapsed_time(end) / args.calls:.3f} ms per forward")
+            gpu_ms, kernels = kernel_time(model, ids, args.calls)
+            print(
+                f"== {name}: {start.elapsed_time(end) / args.calls:.3f} ms per forward; "
+                f"GPU kernels {gpu_ms:.3f} ms in {kernels:.0f} kernels per forward"
+            )
             pstats.Stats(prof).sort_stats("tottime").print_stats(18)
 
 
