@@ -2,7 +2,9 @@
 
 For each model, after five untimed forwards:
 
-* the forward's time (CUDA events around ``--calls`` back-to-back forwards);
+* the forward's time, both models timed in turn over ``--rounds`` rounds of ``--calls``
+  back-to-back forwards (CUDA events, the median of the rounds' paired ratios), before any
+  profiler runs;
 * the GPU's own time per forward: the summed duration of its kernels under ``torch.profiler``,
   and how many there are (if the two models' kernel times agree and their forwards do not, the
   difference is host time);
@@ -18,11 +20,13 @@ import argparse
 import copy
 import cProfile
 import pstats
+import statistics
 
 import torch
 
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.gpu import sparsify
+from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
 
 def kernel_time(model, ids: torch.Tensor, calls: int) -> tuple[float, float]:
@@ -59,6 +63,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1)
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=21)
     p.add_argument("--tokens", default="", help="token counts to sparsify for, e.g. 4096,16")
     p.add_argument("--tune", action="store_true", help="search untuned shapes (sparsify's default)")
     p.add_argument("--decode", action="store_true", help="sparsify(decode=True)")
@@ -78,29 +83,36 @@ def main() -> None:
     print("\n".join(rep.notes))
     vocab = MODEL_SPECS[args.model].config.get("vocab_size", 30522)
     ids = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
+    calls = {"dense": forward(dense, ids), "sparse": forward(sparse, ids)}
     with torch.no_grad():
-        for name, model in (("dense", dense), ("sparse", sparse)):
-            for _ in range(5):
-                model(input_ids=ids)
-            torch.cuda.synchronize()
+        runs = interleaved_runs(calls, rounds=args.rounds, iters=args.calls, lead_in=1)
+    print(
+        f"== timed in turn ({args.rounds} rounds of {args.calls} forwards, before any profiling):"
+        f" dense {statistics.median(runs['dense']):.3f} ms, sparse "
+        f"{statistics.median(runs['sparse']):.3f} ms a forward, "
+        f"{paired_ratio(runs['dense'], runs['sparse']):.3f}x of dense"
+    )
+    with torch.no_grad():
+        for name, call in calls.items():
             prof = cProfile.Profile()
             prof.enable()
             for _ in range(args.calls):
-                model(input_ids=ids)
+                call()
             torch.cuda.synchronize()
             prof.disable()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(args.calls):
-                model(input_ids=ids)
-            end.record()
-            end.synchronize()
+            model = dense if name == "dense" else sparse
             gpu_ms, kernels = kernel_time(model, ids, args.calls)
-            print(
-                f"== {name}: {start.elapsed_time(end) / args.calls:.3f} ms per forward; "
-                f"GPU kernels {gpu_ms:.3f} ms in {kernels:.0f} kernels per forward"
-            )
+            print(f"== {name}: GPU kernels {gpu_ms:.3f} ms in {kernels:.0f} kernels a forward")
             pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+def forward(model, ids: torch.Tensor):
+    """``model(input_ids=ids)`` as a call without arguments."""
+
+    def call():
+        return model(input_ids=ids)
+
+    return call
 
 
 if __name__ == "__main__":

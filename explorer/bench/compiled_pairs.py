@@ -23,11 +23,13 @@ from explorer.gpu.routes.timing import call_s, interleaved_runs, paired_ratio, r
 __all__ = [
     "COMPILE_MODES",
     "ROUNDS",
+    "SLOWEST_TIMED",
     "SPEEDUP_KEYS",
     "TIME_KEYS",
     "TIMING_BUDGET_S",
     "bench_rounds",
     "compiled_columns",
+    "too_slow_to_time",
 ]
 
 #: Compile modes timed: ``torch.compile``'s default, and CUDA graphs (``"reduce-overhead"``).
@@ -39,6 +41,11 @@ COMPILE_MODES = ("default", "reduce-overhead")
 #: over 21 rounds, in four timings), so short forwards get more rounds than the least.
 TIMING_BUDGET_S = 2.0
 ROUNDS = (11, 61)
+
+#: A variant whose one call takes more than this many times dense's is left out of a timing: even
+#: the fewest rounds of it would take minutes per run (torch's own 2:4 path in fp16 on a BERT-like
+#: model held one run for over seven minutes on an H200; in bf16 it reads about 0.1x of dense).
+SLOWEST_TIMED = 50.0
 
 #: ``{compile mode: {variant: time key of the row}}``; dense's time key first.
 TIME_KEYS = {
@@ -89,6 +96,35 @@ def bench_rounds(calls: Iterable[Callable[[], object]], calls_each: int) -> int:
     """
     round_ms = sum(call_s(fn) for fn in calls) * 1e3
     return rounds_within(TIMING_BUDGET_S, round_ms, calls_each, *ROUNDS)
+
+
+def too_slow_to_time(
+    variant: Callable[[], object], dense: Callable[[], object], slowest: float = SLOWEST_TIMED
+) -> str | None:
+    """Why ``variant`` is left out of a side-by-side timing with ``dense``, or None to time it.
+
+    One synchronized call of each (after a warm-up call) decides: a variant more than ``slowest``
+    times slower than dense is left out, with its measured time in the reason.
+
+    Parameters
+    ----------
+    variant, dense : callable
+        The calls, without arguments.
+    slowest : float, default :data:`SLOWEST_TIMED`
+        The largest ratio of the variant's time to dense's that is still timed.
+
+    Returns
+    -------
+    str or None
+        The reason, for the row's ``*_error`` key; None where the variant is timed.
+    """
+    variant_s, dense_s = call_s(variant), call_s(dense)
+    if variant_s <= slowest * dense_s:
+        return None
+    return (
+        f"one forward took {variant_s * 1e3:.0f} ms, {variant_s / dense_s:.0f} times dense's "
+        f"{dense_s * 1e3:.2f} ms: too slow to time beside it (left out above {slowest:.0f} times)"
+    )
 
 
 def compiled_columns(

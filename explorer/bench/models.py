@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from explorer.bench.compiled_pairs import bench_rounds, compiled_columns
+from explorer.bench.compiled_pairs import bench_rounds, compiled_columns, too_slow_to_time
 from explorer.dtypes import dtype_name
 from explorer.gpu.library.cusparselt import decision_tokens
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
@@ -250,7 +250,9 @@ def bench_whole_model(
     compiled : bool
         Also time ``torch.compile`` of the dense and the sparsified model (both compile modes).
     torch_path : bool
-        Also time torch's semi-structured path (eager, prefill runs: it fails on decode).
+        Also time torch's semi-structured path (eager, prefill runs: it fails on decode); where
+        one forward of it takes more than :data:`~explorer.bench.compiled_pairs.SLOWEST_TIMED`
+        times dense's, the row's ``torch_error`` says so instead.
     runs : tuple of (batch, sequence), optional
         Defaults to the spec's.
     decode_kernel : bool
@@ -362,9 +364,14 @@ def bench_whole_model(
         if torch_model is not None and not decode:
             try:
                 call(torch_model)()
-                eager["torch"] = call(torch_model)
+                slow = too_slow_to_time(call(torch_model), call(dense))
             except (RuntimeError, NotImplementedError) as exc:
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+            else:
+                if slow is None:
+                    eager["torch"] = call(torch_model)
+                else:
+                    row["torch_error"] = slow
         # side by side: each variant in turn, round after round (the host's speed drifts); a
         # speedup is the median of the rounds' paired ratios; each turn after one untimed call;
         # short (host-bound) forwards get more rounds

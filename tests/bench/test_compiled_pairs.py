@@ -139,3 +139,16 @@ def test_a_slow_variant_sizes_the_rounds_as_much_as_dense_does(monkeypatch):
     assert beside_slow * round_s <= compiled_pairs.TIMING_BUDGET_S * 1.01
     times["slow"] = 10.0  # far slower: the fewest rounds, never zero
     assert compiled_pairs.bench_rounds([dense, slow], 4) == compiled_pairs.ROUNDS[0]
+
+
+def test_a_variant_far_slower_than_dense_is_left_out_with_its_time(monkeypatch):
+    dense, slow = Call(Named("dense")), Call(Named("slow"))
+    times = {"dense": 4e-3, "slow": 40e-3}
+    monkeypatch.setattr(compiled_pairs, "call_s", lambda fn: times[fn.__self__.name])
+    assert compiled_pairs.too_slow_to_time(slow, dense) is None  # 10 times: still timed
+    times["slow"] = 4.0  # 1000 times dense's
+    why = compiled_pairs.too_slow_to_time(slow, dense)
+    assert "4000 ms" in why and "1000 times" in why and "4.00 ms" in why
+    assert compiled_pairs.too_slow_to_time(slow, dense, slowest=2000) is None
+    times["slow"] = compiled_pairs.SLOWEST_TIMED * times["dense"]  # at the bound: timed
+    assert compiled_pairs.too_slow_to_time(slow, dense) is None
