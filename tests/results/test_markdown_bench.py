@@ -119,3 +119,15 @@ def test_models_table_and_ceiling():
     assert cells["sparsify() CUDA graphs"] == "1.01x (A/A 0.98x)"  # the graphs column's noise
     assert cells["sparsify() compile default"] == "1.06x (A/A 1.02x)"  # and the default mode's
     assert all(spec.runs for spec in MODEL_SPECS.values())
+
+
+def test_a_torch_column_left_out_for_its_time_says_not_timed_and_how_slow():
+    from explorer.results.markdown.bench import format_models
+
+    row = dict(suite="models", model="bert-base", dtype="float16", batch=8, seq=512, dense_ms=9.0)
+    row["torch_error"] = (
+        "one forward took 3024 ms, 243 times dense's 12.45 ms: too slow to time beside it"
+    )
+    text = format_models([row])
+    assert "not timed: one forward took 3024 ms, 243 times dense's 12.45 ms" in text
+    assert "fails" not in text
