@@ -20,7 +20,7 @@ import torch
 from explorer.bench import environment
 from explorer.bench.models import bench_whole_model
 from explorer.dtypes import parse_dtype
-from explorer.results.markdown.bench import format_models
+from explorer.results.markdown.models import format_models
 
 
 def main() -> None:

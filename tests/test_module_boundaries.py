@@ -43,7 +43,6 @@ LARGE_MODULES = {
     "explorer/gpu/cuda/decode_int4.py": 534,
     "explorer/gpu/cuda/kernels.py": 824,
     "explorer/gpu/library/tuning.py": 588,
-    "explorer/results/markdown/bench.py": 557,
     "explorer/results/speedup.py": 511,
     "explorer/results/store/db.py": 722,
     "explorer/widgets/mask_view.py": 713,

@@ -26,11 +26,11 @@ if TYPE_CHECKING:
 from explorer.bench.recording import read_bench_json, row_recorder
 from explorer.results.markdown.bench import (
     format_decode,
-    format_models,
     format_table,
     format_targets,
     render_markdown,
 )
+from explorer.results.markdown.models import format_models
 from explorer.results.markdown.serving import format_generate, format_host
 
 __all__ = ["main", "run_bench"]

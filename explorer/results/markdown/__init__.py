@@ -1,6 +1,7 @@
 """Markdown: the one table writer and number format, and the pages built from them.
 
 - :mod:`explorer.results.markdown.bench`: the benchmark's tables and page.
+- :mod:`explorer.results.markdown.models`: the benchmark's whole-model table.
 - :mod:`explorer.results.markdown.serving`: the benchmark's ``generate()`` and host-cost tables.
 - :mod:`explorer.results.markdown.accuracy`: the accuracy experiment's tables.
 

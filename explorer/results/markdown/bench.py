@@ -9,13 +9,13 @@ import time
 from collections import OrderedDict
 
 from explorer.results.markdown import markdown, speedup_cell
+from explorer.results.markdown.models import format_models
 from explorer.results.markdown.serving import format_generate, format_host
 
 __all__ = [
     "TARGETS",
     "format_decode",
     "format_mlp",
-    "format_models",
     "format_table",
     "format_targets",
     "render_markdown",
@@ -303,81 +303,6 @@ def format_decode(rows: list[dict]) -> str:
             "cuSPARSELt",
             "decode share of copy bandwidth",
             "dense share",
-        ],
-        out,
-    )
-
-
-def format_models(rows: list[dict]) -> str:
-    """Whole models, dense and sparse: eager, compile default and CUDA graphs, with the ceiling.
-
-    Parameters
-    ----------
-    rows : list[dict]
-        Benchmark rows; those of suite ``models`` are used.
-
-    Returns
-    -------
-    str
-
-    Examples
-    --------
-    >>> print(format_models([dict(suite="models", model="m", dtype="bfloat16", batch=4, seq=8,
-    ...     dense_ms=2.0, speedup=1.1, control_speedup=0.97, relerr=1e-3)]).splitlines()[2])
-    | m | bfloat16 | 4 x 8 | 2.000 | 1.10x | 0.97x | - | - | - | - | - | - | 1.0e-03 |
-    """
-    out = []
-    for r in rows:
-        if r.get("suite") != "models" or not r.get("model"):
-            continue
-        torch_cell = speedup_cell(r.get("torch_speedup"))
-        if r.get("torch_error"):
-            # left out for its time (explorer.bench.compiled_pairs.too_slow_to_time), or failed
-            slow = r["torch_error"].startswith("one forward took")
-            torch_cell = ("not timed: " if slow else "fails: ") + r["torch_error"].split(":")[0]
-        # each compile mode's speed-up with its A/A (the dense copy timed beside) where measured
-        comp = speedup_cell(r.get("speedup_compiled"), r.get("control_speedup_compiled"))
-        if r.get("explorer_compiled_error"):
-            comp = "fails: " + r["explorer_compiled_error"].split(":")[0]
-        default = speedup_cell(r.get("speedup_default"), r.get("control_speedup_default"))
-        if r.get("explorer_default_error"):
-            default = "fails: " + r["explorer_default_error"].split(":")[0]
-        keys = ("decode_speedup", "decode_speedup_default", "decode_speedup_compiled")
-        dec = (
-            " / ".join(speedup_cell(r.get(k)) for k in keys) if any(r.get(k) for k in keys) else "-"
-        )
-        out.append(
-            [
-                r["model"],
-                r.get("dtype"),
-                f"{r.get('batch')} x {r.get('seq')}",
-                r.get("dense_ms"),
-                speedup_cell(r.get("speedup")),
-                speedup_cell(r.get("control_speedup")),
-                default,
-                r.get("dense_compiled_ms"),
-                comp,
-                dec,
-                speedup_cell(r.get("ceiling_compiled") or r.get("ceiling")),
-                torch_cell,
-                "-" if r.get("relerr") is None else f"{r['relerr']:.1e}",
-            ]
-        )
-    return markdown(
-        [
-            "model",
-            "dtype",
-            "batch x seq",
-            "dense eager ms",
-            "sparsify() eager",
-            "dense copy eager (A/A)",
-            "sparsify() compile default",
-            "dense CUDA-graphs ms",
-            "sparsify() CUDA graphs",
-            "decode=True eager / default / graphs",
-            "ceiling (estimate)",
-            "torch 2:4 eager",
-            "rel. error",
         ],
         out,
     )
