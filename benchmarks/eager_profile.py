@@ -25,6 +25,7 @@ import statistics
 import torch
 
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
+from explorer.dtypes import parse_dtype
 from explorer.gpu import sparsify
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
 
@@ -67,10 +68,11 @@ def main() -> None:
     p.add_argument("--tokens", default="", help="token counts to sparsify for, e.g. 4096,16")
     p.add_argument("--tune", action="store_true", help="search untuned shapes (sparsify's default)")
     p.add_argument("--decode", action="store_true", help="sparsify(decode=True)")
+    p.add_argument("--dtype", default="bfloat16", help="the model's dtype: bfloat16 or float16")
     args = p.parse_args()
     if not torch.cuda.is_available():
         p.error("no CUDA GPU here: sparsify and the timed forwards need one. Hint: run on a GPU")
-    dense = build_model(args.model, torch.bfloat16)
+    dense = build_model(args.model, parse_dtype(args.dtype))
     sparse = copy.deepcopy(dense)
     tokens = (
         tuple(int(t) for t in args.tokens.split(",")) if args.tokens else (args.batch * args.seq,)
