@@ -35,6 +35,7 @@ __all__ = [
     "bench_generate",
     "generate_kwargs",
     "interleaved_generate",
+    "model_name",
     "static_in_pairs",
     "timed_generate",
 ]
@@ -202,6 +203,28 @@ def static_in_pairs(
     return timed, dense_rounds
 
 
+def model_name(name: str, layers: int | None = None) -> str:
+    """The model's name in a row: the spec's, with its layers where they are not the spec's.
+
+    Parameters
+    ----------
+    name : str
+        A model of :data:`explorer.bench.models.MODEL_SPECS`.
+    layers : int, optional
+        Transformer layers built instead of the spec's.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> model_name("llama-8b"), model_name("llama-8b", 32)
+    ('llama-8b', 'llama-8b, 32 layers')
+    """
+    return name if layers is None else f"{name}, {layers} layers"
+
+
 def bench_generate(
     name: str = "llama-8b",
     dtype: torch.dtype = torch.bfloat16,
@@ -211,6 +234,7 @@ def bench_generate(
     static: bool = True,
     ttft_prompt: int = 1024,
     log=None,
+    layers: int | None = None,
 ) -> list[dict]:
     """Tokens per second of ``generate`` for dense, ``sparsify()`` and ``decode=True``.
 
@@ -232,6 +256,10 @@ def bench_generate(
         Prompt length of the time-to-first-token row.
     log : file-like, optional
         Where progress lines are printed; None prints nothing.
+    layers : int, optional
+        Transformer layers instead of the spec's few (32 gives a whole LLaMA-3-8B-like model,
+        whose dense head weighs what it does in the real one); the rows' model is then named
+        with its layers (``"llama-8b, 32 layers"``).
 
     Returns
     -------
@@ -245,7 +273,8 @@ def bench_generate(
     say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     spec = MODEL_SPECS[name]
     counts = tuple(sorted({b * prompt for b in batches} | set(batches) | {ttft_prompt}))
-    dense = build_model(name, dtype)
+    dense = build_model(name, dtype, layers)
+    name = model_name(name, layers)  # the rows' model: the spec's, or with its own layers
     # an unchanged copy of the dense model, timed like the others: the A/A control whose ratio
     # to dense is the noise of equal work in this process (host-bound generate steps scatter)
     variants = {"dense": dense, "control": copy.deepcopy(dense)}
