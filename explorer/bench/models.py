@@ -362,8 +362,7 @@ def bench_whole_model(
         if with_decode is not None and decode:
             eager["decode"] = call(with_decode)
         if torch_model is not None and not decode:
-            try:
-                call(torch_model)()
+            try:  # its first call (call_s warms up) also shows whether torch's path runs here
                 slow = too_slow_to_time(call(torch_model), call(dense))
             except (RuntimeError, NotImplementedError) as exc:
                 row["torch_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
