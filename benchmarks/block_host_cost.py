@@ -16,6 +16,7 @@ import copy
 import torch
 
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
+from explorer.dtypes import parse_dtype
 from explorer.gpu import sparsify
 from explorer.gpu.routes.timing import host_us, interleaved_ms
 
@@ -24,6 +25,16 @@ def _parts(model, x):
     layer = model.model.layers[0]
     attn, mlp = layer.self_attn, layer.mlp
     parts = {"mlp": lambda: mlp(x), "o_proj": lambda: attn.o_proj(x)}
+    if hasattr(mlp, "gate_up"):  # the fused block's products, each as the block calls it
+        x2 = x.reshape(-1, x.shape[-1])
+        h = torch.zeros(x2.shape[0], mlp.down.in_features, dtype=x.dtype, device=x.device)
+        parts["mlp: gate+up product"] = lambda: mlp.gate_up.run(x2)
+        parts["mlp: down product"] = lambda: mlp.down.run(h)
+    else:
+        x2 = x.reshape(-1, x.shape[-1])
+        h = torch.zeros(x2.shape[0], mlp.down_proj.in_features, dtype=x.dtype, device=x.device)
+        parts["mlp: gate+up product"] = lambda: (mlp.gate_proj(x2), mlp.up_proj(x2))
+        parts["mlp: down product"] = lambda: mlp.down_proj(h)
     if hasattr(attn, "q_proj"):
         parts["q,k,v"] = lambda: (attn.q_proj(x), attn.k_proj(x), attn.v_proj(x))
     else:
@@ -36,8 +47,10 @@ def main() -> None:
     p.add_argument("--model", default="qwen2-1.5b")
     p.add_argument("--tokens", default="16,1")
     p.add_argument("--sparsify-tokens", default="4096,16")
+    p.add_argument("--dtype", default="bfloat16", help="the model's dtype: bfloat16 or float16")
     args = p.parse_args()
-    dense = build_model(args.model, torch.bfloat16)
+    dtype = parse_dtype(args.dtype)
+    dense = build_model(args.model, dtype)
     sparse = copy.deepcopy(dense)
     counts = tuple(int(t) for t in args.sparsify_tokens.split(","))
     with torch.no_grad():
@@ -47,7 +60,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     with torch.no_grad():
         for t in (int(v) for v in args.tokens.split(",")):
-            x = torch.randn(t, 1, d, device="cuda", dtype=torch.bfloat16)
+            x = torch.randn(t, 1, d, device="cuda", dtype=dtype)
             pd, ps = _parts(dense, x), _parts(sparse, x)
             for name in pd:
                 hd, hs = host_us(pd[name], iters=300), host_us(ps[name], iters=300)

@@ -8,7 +8,9 @@ For each model, after five untimed forwards:
 * the GPU's own time per forward: the summed duration of its kernels under ``torch.profiler``,
   and how many there are (if the two models' kernel times agree and their forwards do not, the
   difference is host time);
-* a cProfile of the same forwards, sorted by each function's own time.
+* a cProfile of the same forwards, sorted by each function's own time, taken for both models
+  before any ``torch.profiler`` session (a CUDA profiler session can leave the process's later
+  launches slower; both models are timed in turn again at the end to show by how much).
 
 Run on a GPU: ``python benchmarks/eager_profile.py --model phi3-mini --batch 16 --seq 1``;
 ``--decode`` sparsifies with ``decode=True`` (the decode kernel offered to every layer).
@@ -24,38 +26,11 @@ import statistics
 
 import torch
 
+from explorer.bench.kernel_profile import kernel_times
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.dtypes import parse_dtype
 from explorer.gpu import sparsify
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio
-
-
-def kernel_time(model, ids: torch.Tensor, calls: int) -> tuple[float, float]:
-    """``(GPU kernel ms, kernels)`` per forward of ``model`` on ``ids``, from ``torch.profiler``.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model, on the GPU.
-    ids : torch.Tensor
-        Its ``input_ids``.
-    calls : int
-        Forwards profiled.
-
-    Returns
-    -------
-    tuple of float
-        Milliseconds of kernel time and the number of kernels, each per forward.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            model(input_ids=ids)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    total_us = sum(e.time_range.elapsed_us() for e in kernels)
-    return total_us / 1000 / calls, len(kernels) / calls
 
 
 def main() -> None:
@@ -95,6 +70,7 @@ def main() -> None:
         f"{paired_ratio(runs['dense'], runs['sparse']):.3f}x of dense"
     )
     with torch.no_grad():
+        # every cProfile before any torch.profiler session: one may leave later launches slower
         for name, call in calls.items():
             prof = cProfile.Profile()
             prof.enable()
@@ -102,10 +78,19 @@ def main() -> None:
                 call()
             torch.cuda.synchronize()
             prof.disable()
-            model = dense if name == "dense" else sparse
-            gpu_ms, kernels = kernel_time(model, ids, args.calls)
-            print(f"== {name}: GPU kernels {gpu_ms:.3f} ms in {kernels:.0f} kernels a forward")
+            print(f"== {name}: cProfile of {args.calls} forwards")
             pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        for name, model in (("dense", dense), ("sparse", sparse)):
+            k = kernel_times(lambda m=model: m(input_ids=ids), args.calls)
+            print(
+                f"== {name}: GPU kernels {k.total_ms:.3f} ms in {k.launches:.0f} kernels a forward"
+            )
+        after = interleaved_runs(calls, rounds=args.rounds, iters=args.calls, lead_in=1)
+    print(
+        "== timed in turn again, after the profiler sessions: dense "
+        f"{statistics.median(after['dense']):.3f} ms, sparse "
+        f"{statistics.median(after['sparse']):.3f} ms a forward"
+    )
 
 
 def forward(model, ids: torch.Tensor):
