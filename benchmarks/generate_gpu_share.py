@@ -87,7 +87,12 @@ def main() -> None:
         print(f"| {key} | {wall:.3f} | {gpu:.3f} | {gpu / wall:.0%} | {mm:.3f} | {gpu - mm:.3f} |")
     wall = timed["dense"][0] / steps
     projections = kernels["dense"].matmul_ms / steps - head
+    swapped = kernels["sparse"].matmul_ms / steps - head
     print(f"lm_head alone at {args.batch} rows: {head:.3f} ms (dense, kept dense by sparsify)")
+    print(
+        f"swapped projections a step (products less lm_head): dense {projections:.3f} ms, "
+        f"sparse {swapped:.3f} ms, {projections / swapped:.2f}x"
+    )
     print(
         f"bound if every swapped projection took no time (estimate): {wall / (wall - projections):.2f}x"
         f" ({projections:.3f} ms of dense projections in a {wall:.3f} ms step)"

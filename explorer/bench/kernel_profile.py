@@ -18,10 +18,12 @@ import torch
 
 __all__ = ["MATMUL_KERNEL", "KernelTimes", "is_matmul", "kernel_times"]
 
-#: Names of matrix-product kernels: cuBLAS, CUTLASS, cuSPARSELt and the explorer's decode kernel.
-MATMUL_KERNEL = re.compile(r"gemm|gemv|xmma|cutlass|cublas|sparse|spmma|decode24", re.IGNORECASE)
-#: Names that contain one of the words above but are not matrix products (attention, copies).
-_NOT_MATMUL = re.compile(r"flash|fmha|attention|softmax|elementwise|reduce|copy|cat_", re.I)
+#: Names of matrix-product kernels: cuBLAS (nvJet, CUTLASS-based and its split-K reduction),
+#: cuSPARSELt and the explorer's decode kernel.
+MATMUL_KERNEL = re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas|cusparselt|decode24", re.I)
+#: Names that match the above but are not matrix products: attention kernels, and the compiler's
+#: fused kernels (named after the ops they fuse, which may include ``sparse_forward``).
+_NOT_MATMUL = re.compile(r"^triton_|flash|fmha|attention|sdpa|softmax", re.I)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def is_matmul(name: str) -> bool:
     Returns
     -------
     bool
-        True for cuBLAS, CUTLASS, cuSPARSELt and the explorer's decode kernels.
+        True for cuBLAS, cuSPARSELt and the explorer's decode kernels.
 
     Examples
     --------

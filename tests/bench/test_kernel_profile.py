@@ -15,6 +15,9 @@ from explorer.bench.kernel_profile import KernelTimes, is_matmul, kernel_times
         "sm90_xmma_sparse_gemm_bf16bf16_bf16f32_f32_tn_n",
         "decode24_bf16",
         "void gemv2T_kernel_val<int, int, __nv_bfloat16, float, float, float, 128, 16, 4>",
+        "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>",
+        "decode24_bf16_t8",
     ],
 )
 def test_products_are_matrix_products(name):
@@ -28,6 +31,8 @@ def test_products_are_matrix_products(name):
         "fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
         "void at::native::reduce_kernel<512, 1, ...>",
         "silu_mul_bf16",
+        "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_sparse_forward_14",
+        "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x128",
         "Memcpy HtoD (Pageable -> Device)",
     ],
 )
