@@ -54,7 +54,18 @@ class KernelTimes:
         return sum(n for _, n in self.by_name.values())
 
     def top(self, k: int = 10) -> list[tuple[str, float, float]]:
-        """The ``k`` kernels with the most time: ``(name, us per call, launches per call)``."""
+        """The kernels with the most time, most first.
+
+        Parameters
+        ----------
+        k : int, default 10
+            How many.
+
+        Returns
+        -------
+        list of tuple
+            ``(name, microseconds per call, launches per call)``.
+        """
         rows = sorted(self.by_name.items(), key=lambda kv: -kv[1][0])[:k]
         return [(name, us, n) for name, (us, n) in rows]
 
