@@ -25,13 +25,12 @@ def _parts(model, x):
     layer = model.model.layers[0]
     attn, mlp = layer.self_attn, layer.mlp
     parts = {"mlp": lambda: mlp(x), "o_proj": lambda: attn.o_proj(x)}
+    x2 = x.reshape(-1, x.shape[-1])
     if hasattr(mlp, "gate_up"):  # the fused block's products, each as the block calls it
-        x2 = x.reshape(-1, x.shape[-1])
         h = torch.zeros(x2.shape[0], mlp.down.in_features, dtype=x.dtype, device=x.device)
         parts["mlp: gate+up product"] = lambda: mlp.gate_up.run(x2)
         parts["mlp: down product"] = lambda: mlp.down.run(h)
     else:
-        x2 = x.reshape(-1, x.shape[-1])
         h = torch.zeros(x2.shape[0], mlp.down_proj.in_features, dtype=x.dtype, device=x.device)
         parts["mlp: gate+up product"] = lambda: (mlp.gate_proj(x2), mlp.up_proj(x2))
         parts["mlp: down product"] = lambda: mlp.down_proj(h)

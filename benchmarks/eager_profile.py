@@ -80,8 +80,8 @@ def main() -> None:
             prof.disable()
             print(f"== {name}: cProfile of {args.calls} forwards")
             pstats.Stats(prof).sort_stats("tottime").print_stats(18)
-        for name, model in (("dense", dense), ("sparse", sparse)):
-            k = kernel_times(lambda m=model: m(input_ids=ids), args.calls)
+        for name, call in calls.items():
+            k = kernel_times(call, args.calls)
             print(
                 f"== {name}: GPU kernels {k.total_ms:.3f} ms in {k.launches:.0f} kernels a forward"
             )
