@@ -2,12 +2,15 @@
 
 Usage: python benchmarks/decode_kernel.py [--out DIR] [--quick] [--skip-sweep]
        [--sweep-only --shapes 28672x4096,6144x4096 --tokens 1,8,16]
+       [--builds shipped,unroll4,prefetch --shapes ... --tokens 1,8 --dtype float16]
 Prints the largest errors of the checks, a sweep of warps per block against the default (each
 shape and token count beside dense ``F.linear`` timed the same way), and the per-layer decode
 table (dense, cuSPARSELt, decode 16-bit and int8); writes JSON to --out. ``--sweep-only`` runs
 the checks and the warps sweep alone, for the shapes and token counts given (by default
 LLaMA-3-8B's four layer shapes at 1 and 16 tokens): the way to see whether
 :func:`~explorer.gpu.cuda.decode.default_warps` suits another GPU or a model's fused shapes.
+``--builds`` times builds of the kernel (:data:`BUILDS`: unrolling, chunk order, load hints)
+side by side at three warp counts, each checked against a float64 product first.
 """
 
 from __future__ import annotations
@@ -78,41 +81,96 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> l
     return rows
 
 
-def sweep_unroll(tokens=(1, 16), dtype=torch.bfloat16) -> list[dict]:
-    """Per-layer time of builds of the kernel with the main loop unrolled 1, 2, 4 or 8 times."""
+#: Builds of ``kernels/decode24.cu`` that ``--builds`` times side by side (its ``-D`` values).
+BUILDS = {
+    "shipped": (),
+    "unroll1": (("DECODE24_UNROLL", 1),),
+    "unroll4": (("DECODE24_UNROLL", 4),),
+    "contiguous": (("DECODE24_CONTIGUOUS", 1),),
+    "contiguous-unroll4": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_UNROLL", 4)),
+    "prefetch": (("DECODE24_LOAD", 2),),
+    "prefetch-noL1": (("DECODE24_LOAD", 1),),
+    "contiguous-prefetch": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 2)),
+    "contiguous-prefetch-noL1": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 1)),
+}
+
+
+def sweep_builds(
+    builds=tuple(BUILDS), tokens=(1, 8), dtype=torch.bfloat16, shapes=DECODE_SHAPES
+) -> list[dict]:
+    """Per-layer time of builds of the kernel (:data:`BUILDS`) at three warp counts, beside dense.
+
+    Each build's output at the default warps is compared with a float64 product first; a build
+    that fails to compile or to match is reported and left out.
+    """
     import cupy as cp
 
     from explorer.bench.decode import _rotating_ms
-    from explorer.gpu.cuda.decode import _launch, pack
+    from explorer.gpu.cuda.decode import _MAX_WARPS, _launch, _sms, _tiles, default_warps, pack
     from explorer.gpu.cuda.sources import kernel_dir
 
     src = (kernel_dir() / "decode24.cu").read_text()
-    assert "#pragma unroll 2\n    for (int ch" in src
     mods = {}
-    for u in (1, 2, 4, 8):
-        mods[u] = cp.RawModule(
-            code=src.replace(
-                "#pragma unroll 2\n    for (int ch", f"#pragma unroll {u}\n    for (int ch"
-            ),
-            options=("-std=c++17",),
-        )
+    for name in builds:
+        options = ("-std=c++17", *(f"-D{k}={v}" for k, v in BUILDS[name]))
+        try:
+            mods[name] = cp.RawModule(code=src, options=options)
+            mods[name].compile()
+        except Exception as exc:  # a build that does not compile is a result, not a crash
+            print(f"build {name}: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+            mods.pop(name, None)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for n, k, t, w, x in _problems(tokens, dtype, 6):
-        times = {}
-        for u, mod in mods.items():
+    for n, k, t, w, x in _problems(tokens, dtype, 7, shapes):
 
-            def make(mod=mod, w=w, x=x):
-                p = pack(w)
-                y = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
-                return lambda: _launch(x, p, None, y, None, module=mod)
+        def dense_call(w=w, x=x):
+            copy = w.clone()
+            return lambda: torch.nn.functional.linear(x, copy)
 
-            times[u] = _rotating_ms(make, pack(w).nbytes, l2) * 1e3
-        rows.append(dict(n=n, k=k, t=t, times_us=times))
-        print(
-            f"unroll {n}x{k}@{t}: " + " ".join(f"{u}:{v:.1f}" for u, v in times.items()),
-            flush=True,
-        )
+        dense_us = _rotating_ms(dense_call, w.numel() * w.element_size(), l2) * 1e3
+        dflt = default_warps(n, k, t, _sms(0))
+        top = min(_MAX_WARPS[_tiles(t)], max(1, k // 64))
+        warp_counts = sorted({max(1, dflt // 2), dflt, min(top, 2 * dflt)})
+        ref = (x.double() @ w.double().t()).float()
+        p = pack(w)
+        for name, mod in mods.items():
+            y = torch.empty(t, n, dtype=dtype, device="cuda")
+            _launch(x, p, None, y, dflt, module=mod)
+            torch.cuda.synchronize()
+            err = ((y.float() - ref).norm() / ref.norm()).item()
+            if not err < 2e-3:
+                print(f"build {name} {n}x{k}@{t}: relerr {err:.2e}, left out", flush=True)
+                continue
+            times = {}
+            for warps in warp_counts:
+
+                def make(mod=mod, w=w, x=x, warps=warps):
+                    q = pack(w)
+                    out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
+                    return lambda: _launch(x, q, None, out, warps, module=mod)
+
+                times[warps] = _rotating_ms(make, p.nbytes, l2) * 1e3
+            best = min(times, key=times.get)
+            rows.append(
+                dict(
+                    n=n,
+                    k=k,
+                    t=t,
+                    build=name,
+                    relerr=err,
+                    dense_us=dense_us,
+                    times_us=times,
+                    default=dflt,
+                    best=best,
+                )
+            )
+            print(
+                f"build {name:26s} {n}x{k}@{t}: dense {dense_us:6.1f} | "
+                + " ".join(f"{wc}:{v:6.1f}" for wc, v in times.items())
+                + f" | default {dense_us / times[dflt]:.3f}x, best {best} "
+                f"{dense_us / times[best]:.3f}x dense | relerr {err:.1e}",
+                flush=True,
+            )
     return rows
 
 
@@ -124,6 +182,12 @@ def main() -> int:
     ap.add_argument("--sweep-only", action="store_true", help="checks and the warps sweep only")
     ap.add_argument("--shapes", default="", help="out x in shapes for the sweep, e.g. 28672x4096")
     ap.add_argument("--tokens", default="1,16", help="token counts for the sweep")
+    ap.add_argument(
+        "--builds",
+        default="",
+        help=f"time these builds of the kernel side by side and stop: {','.join(BUILDS)}",
+    )
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     a = ap.parse_args()
     shapes = (
         tuple(tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s)
@@ -132,6 +196,14 @@ def main() -> int:
     sweep_tokens = tuple(int(t) for t in a.tokens.split(",") if t)
     out = Path(a.out)
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
+    if a.builds:
+        names = tuple(b for b in a.builds.split(",") if b)
+        unknown = [b for b in names if b not in BUILDS]
+        if unknown:
+            ap.error(f"--builds {unknown}: expected names from {', '.join(BUILDS)}")
+        rows = sweep_builds(names, sweep_tokens, getattr(torch, a.dtype), shapes)
+        (out / f"decode_builds_{a.dtype}.json").write_text(json.dumps(rows, default=str))
+        return 0
     checks = check_decode()
     worst = max(r["relerr"] for r in checks)
     worst8 = max(r["relerr_int8"] for r in checks)
@@ -149,7 +221,7 @@ def main() -> int:
     if a.sweep_only:
         (out / "decode_warps.json").write_text(json.dumps(dict(checks=checks, sweep=sweep)))
         return 1 if bad else 0
-    unroll = [] if a.skip_sweep else sweep_unroll()
+    unroll = [] if a.skip_sweep else sweep_builds(("shipped", "unroll1", "unroll4"))
     dts = (torch.bfloat16,) if a.quick else (torch.bfloat16, torch.float16)
     rows = bench_decode(dtypes=dts, log=sys.stdout)
     (out / "decode_kernel.json").write_text(

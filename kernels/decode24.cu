@@ -21,11 +21,81 @@
 // The warps of a block split K and add their partial tiles through shared memory; a block
 // covers 16 rows, so the grid is ceil(N / 16) blocks of WARPS warps.
 //
+// Build options (benchmarks/decode_kernel.py --builds times other settings side by side):
+//   DECODE24_UNROLL      main-loop unroll (default 2)
+//   DECODE24_CONTIGUOUS  1: warp w takes chunks w*P .. w*P+P-1 (P = ceil(chunks / warps)), so
+//                        the positions' 32-byte sectors are read by one warp; 0 (default):
+//                        chunks w, w + warps, ...
+//   DECODE24_LOAD        how weight bytes are loaded: 0 (default) __ldg; 1 non-coherent with no
+//                        L1 allocation and a 256-byte L2 prefetch; 2 with the L2 prefetch only
+//
 // Requirements (checked by the caller): K % 16 == 0, X rows 16-byte aligned with a row stride
 // that is a multiple of 8 elements, bf16/f16 tensor cores (sm_80 or newer).
 
 typedef unsigned short u16;
 typedef unsigned int u32;
+
+#ifndef DECODE24_UNROLL
+#define DECODE24_UNROLL 2
+#endif
+#ifndef DECODE24_CONTIGUOUS
+#define DECODE24_CONTIGUOUS 0
+#endif
+#ifndef DECODE24_LOAD
+#define DECODE24_LOAD 0
+#endif
+#define DECODE24_PRAGMA(x) _Pragma(#x)
+#define DECODE24_UNROLL_BY(n) DECODE24_PRAGMA(unroll n)
+
+#if DECODE24_LOAD == 1
+#define DECODE24_HINT ".L1::no_allocate.L2::256B"
+#elif DECODE24_LOAD == 2
+#define DECODE24_HINT ".L2::256B"
+#endif
+
+// Weight loads (values and positions): read once per call, so they may skip L1. Not volatile:
+// the compiler may move them ahead of the previous chunk's mma, as it does __ldg.
+__device__ __forceinline__ uint4 load_w(const uint4* p) {
+#if DECODE24_LOAD == 0
+    return __ldg(p);
+#else
+    uint4 v;
+    asm("ld.global.nc" DECODE24_HINT ".v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ uint2 load_w(const uint2* p) {
+#if DECODE24_LOAD == 0
+    return __ldg(p);
+#else
+    uint2 v;
+    asm("ld.global.nc" DECODE24_HINT ".v2.u32 {%0,%1}, [%2];"
+        : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ u32 load_w(const u32* p) {
+#if DECODE24_LOAD == 0
+    return __ldg(p);
+#else
+    u32 v;
+    asm("ld.global.nc" DECODE24_HINT ".u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ u32 load_w(const u16* p) {
+#if DECODE24_LOAD == 0
+    return __ldg(p);
+#else
+    u16 v;
+    asm("ld.global.nc" DECODE24_HINT ".u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+#endif
+}
 
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 sel) {
@@ -124,14 +194,21 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
     // lane c owns GL = CW / 16 consecutive groups of a chunk, one per mma
     constexpr int CW = WIDE ? 128 : 64, GL = CW / 16;
     const int chunks = k / CW;
-#pragma unroll 2
+#if DECODE24_CONTIGUOUS
+    const int per = (chunks + warps - 1) / warps, first = warp * per;
+    const int last = min(chunks, first + per);
+    DECODE24_UNROLL_BY(DECODE24_UNROLL)
+    for (int ch = first; ch < last; ++ch) {
+#else
+    DECODE24_UNROLL_BY(DECODE24_UNROLL)
     for (int ch = warp; ch < chunks; ch += warps) {
+#endif
         u32 w0[GL], w1[GL];  // kept pairs of groups GL*c .. GL*c + GL-1 of rows r0, r1
         if (INT8 && WIDE) {  // 16 int8 values (8 groups) a row: one 16-byte load
             const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
             uint4 q0 = make_uint4(0, 0, 0, 0), q1 = make_uint4(0, 0, 0, 0);
-            if (ok0) q0 = __ldg(reinterpret_cast<const uint4*>(v + r0 * half_k + ch * 64 + c * 16));
-            if (ok1) q1 = __ldg(reinterpret_cast<const uint4*>(v + r1 * half_k + ch * 64 + c * 16));
+            if (ok0) q0 = load_w(reinterpret_cast<const uint4*>(v + r0 * half_k + ch * 64 + c * 16));
+            if (ok1) q1 = load_w(reinterpret_cast<const uint4*>(v + r1 * half_k + ch * 64 + c * 16));
             const u32 a[4] = {q0.x, q0.y, q0.z, q0.w}, b[4] = {q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -143,8 +220,8 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
         } else if (INT8) {
             const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
             uint2 q0 = make_uint2(0, 0), q1 = make_uint2(0, 0);
-            if (ok0) q0 = __ldg(reinterpret_cast<const uint2*>(v + r0 * half_k + ch * 32 + c * 8));
-            if (ok1) q1 = __ldg(reinterpret_cast<const uint2*>(v + r1 * half_k + ch * 32 + c * 8));
+            if (ok0) q0 = load_w(reinterpret_cast<const uint2*>(v + r0 * half_k + ch * 32 + c * 8));
+            if (ok1) q1 = load_w(reinterpret_cast<const uint2*>(v + r1 * half_k + ch * 32 + c * 8));
             w0[0] = int8_pair<BF16>(q0.x);
             w0[1] = int8_pair<BF16>(q0.x >> 16);
             w0[2] = int8_pair<BF16>(q0.y);
@@ -156,18 +233,18 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
         } else {
             const u16* v = reinterpret_cast<const u16*>(values_);
             uint4 p0 = make_uint4(0, 0, 0, 0), p1 = make_uint4(0, 0, 0, 0);
-            if (ok0) p0 = __ldg(reinterpret_cast<const uint4*>(v + r0 * half_k + ch * 32 + c * 8));
-            if (ok1) p1 = __ldg(reinterpret_cast<const uint4*>(v + r1 * half_k + ch * 32 + c * 8));
+            if (ok0) p0 = load_w(reinterpret_cast<const uint4*>(v + r0 * half_k + ch * 32 + c * 8));
+            if (ok1) p1 = load_w(reinterpret_cast<const uint4*>(v + r1 * half_k + ch * 32 + c * 8));
             w0[0] = p0.x; w0[1] = p0.y; w0[2] = p0.z; w0[3] = p0.w;
             w1[0] = p1.x; w1[1] = p1.y; w1[2] = p1.z; w1[3] = p1.w;
         }
         u32 m0 = 0, m1 = 0;  // the lane's GL nibbles of each row
         if (WIDE) {
-            if (ok0) m0 = __ldg(reinterpret_cast<const u32*>(meta + r0 * meta_k + ch * 16 + c * 4));
-            if (ok1) m1 = __ldg(reinterpret_cast<const u32*>(meta + r1 * meta_k + ch * 16 + c * 4));
+            if (ok0) m0 = load_w(reinterpret_cast<const u32*>(meta + r0 * meta_k + ch * 16 + c * 4));
+            if (ok1) m1 = load_w(reinterpret_cast<const u32*>(meta + r1 * meta_k + ch * 16 + c * 4));
         } else {
-            if (ok0) m0 = __ldg(reinterpret_cast<const u16*>(meta + r0 * meta_k + ch * 8 + c * 2));
-            if (ok1) m1 = __ldg(reinterpret_cast<const u16*>(meta + r1 * meta_k + ch * 8 + c * 2));
+            if (ok0) m0 = load_w(reinterpret_cast<const u16*>(meta + r0 * meta_k + ch * 8 + c * 2));
+            if (ok1) m1 = load_w(reinterpret_cast<const u16*>(meta + r1 * meta_k + ch * 8 + c * 2));
         }
         // B: token g + 8j, columns of the lane's groups (4 * GL contiguous values, 16-byte loads)
         uint4 xb[NT][GL / 2];
