@@ -84,21 +84,25 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> l
 #: Builds of ``kernels/decode24.cu`` that ``--builds`` times side by side (its ``-D`` values).
 BUILDS = {
     "shipped": (),
+    "ldg": (("DECODE24_LOAD", 0),),
     "unroll1": (("DECODE24_UNROLL", 1),),
     "unroll4": (("DECODE24_UNROLL", 4),),
     "contiguous": (("DECODE24_CONTIGUOUS", 1),),
     "contiguous-unroll4": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_UNROLL", 4)),
     "prefetch": (("DECODE24_LOAD", 2),),
     "prefetch-noL1": (("DECODE24_LOAD", 1),),
+    "unroll1-prefetch-noL1": (("DECODE24_UNROLL", 1), ("DECODE24_LOAD", 1)),
     "contiguous-prefetch": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 2)),
     "contiguous-prefetch-noL1": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 1)),
 }
 
 
 def sweep_builds(
-    builds=tuple(BUILDS), tokens=(1, 8), dtype=torch.bfloat16, shapes=DECODE_SHAPES
+    builds=tuple(BUILDS), tokens=(1, 8), dtype=torch.bfloat16, shapes=DECODE_SHAPES, int8=False
 ) -> list[dict]:
     """Per-layer time of builds of the kernel (:data:`BUILDS`) at three warp counts, beside dense.
+
+    ``int8`` times the weights with int8 values (and per-row scales) instead of 16-bit ones.
 
     Each build's output at the default warps is compared with a float64 product first; a build
     that fails to compile or to match is reported and left out.
@@ -131,8 +135,8 @@ def sweep_builds(
         dflt = default_warps(n, k, t, _sms(0))
         top = min(_MAX_WARPS[_tiles(t)], max(1, k // 64))
         warp_counts = sorted({max(1, dflt // 2), dflt, min(top, 2 * dflt)})
-        ref = (x.double() @ w.double().t()).float()
-        p = pack(w)
+        p = pack(w, int8=int8)
+        ref = (x.double() @ _dequantized(p, w).double().t()).float()
         for name, mod in mods.items():
             y = torch.empty(t, n, dtype=dtype, device="cuda")
             _launch(x, p, None, y, dflt, module=mod)
@@ -145,7 +149,7 @@ def sweep_builds(
             for warps in warp_counts:
 
                 def make(mod=mod, w=w, x=x, warps=warps):
-                    q = pack(w)
+                    q = pack(w, int8=int8)
                     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
                     return lambda: _launch(x, q, None, out, warps, module=mod)
 
@@ -174,6 +178,11 @@ def sweep_builds(
     return rows
 
 
+def _dequantized(packed, w):
+    """The weight ``packed`` holds: ``w`` itself, or its int8 values times their row scales."""
+    return w if packed.scale is None else packed.decompress().to(w.device)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -188,6 +197,7 @@ def main() -> int:
         help=f"time these builds of the kernel side by side and stop: {','.join(BUILDS)}",
     )
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    ap.add_argument("--int8", action="store_true", help="--builds with int8 weight values")
     a = ap.parse_args()
     shapes = (
         tuple(tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s)
@@ -201,8 +211,10 @@ def main() -> int:
         unknown = [b for b in names if b not in BUILDS]
         if unknown:
             ap.error(f"--builds {unknown}: expected names from {', '.join(BUILDS)}")
-        rows = sweep_builds(names, sweep_tokens, getattr(torch, a.dtype), shapes)
-        (out / f"decode_builds_{a.dtype}.json").write_text(json.dumps(rows, default=str))
+        rows = sweep_builds(names, sweep_tokens, getattr(torch, a.dtype), shapes, a.int8)
+        (out / f"decode_builds_{a.dtype}{'_int8' if a.int8 else ''}.json").write_text(
+            json.dumps(rows, default=str)
+        )
         return 0
     checks = check_decode()
     worst = max(r["relerr"] for r in checks)
