@@ -11,27 +11,37 @@ in :mod:`explorer.gpu.routes.dispatch`; this module only measures and remembers.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from functools import partial
 
 import torch
 
 from explorer.gpu.routes.dispatch import DENSE, Decision, Route, nearest_route
-from explorer.gpu.routes.timing import eager_ms, graph_ms
+from explorer.gpu.routes.timing import cold_graph_ms, eager_ms, graph_ms
 
-__all__ = ["BOOK", "RouteBook", "time_both_clocks"]
+__all__ = ["BOOK", "COLD_UP_TO", "RouteBook", "time_both_clocks"]
+
+#: Token counts up to which the GPU clock times a route with its weight evicted from L2 first:
+#: at decode sizes the weight's bytes are the time, and a model finds them in memory.
+COLD_UP_TO = 64
 
 
-def time_both_clocks(fn: Callable[[], object]) -> tuple[float | None, float]:
+def time_both_clocks(fn: Callable[[], object], cold: bool = False) -> tuple[float | None, float]:
     """``fn``'s time by both clocks a route is chosen by (milliseconds per call).
 
     GPU: CUDA-graph replay (median of 3 x 10 calls), what a model under CUDA graphs pays, host
-    cost excluded; ``None`` where ``fn`` cannot be captured. Wall: back-to-back eager calls
-    (median of 3 x 10), what eager mode and ``torch.compile``'s default mode pay, the host's
-    time to issue each call included wherever it is longer than the GPU's.
+    cost excluded; ``None`` where ``fn`` cannot be captured. With ``cold``, each call follows
+    a read that evicts its operands from L2 (:func:`~explorer.gpu.routes.timing.cold_graph_ms`),
+    as in a model, where the other layers' weights pass through L2 between two calls of one.
+    Wall: back-to-back eager calls (median of 3 x 10), what eager mode and ``torch.compile``'s
+    default mode pay, the host's time to issue each call included wherever it is longer than
+    the GPU's.
 
     Parameters
     ----------
     fn : callable
         The call to time, without arguments.
+    cold : bool, default False
+        Evict L2 before each call timed by the GPU clock.
 
     Returns
     -------
@@ -40,7 +50,7 @@ def time_both_clocks(fn: Callable[[], object]) -> tuple[float | None, float]:
     """
     wall = eager_ms(fn, iters=10, reps=3, warmup=2)
     try:
-        gpu = graph_ms(fn, iters=10, reps=3)
+        gpu = cold_graph_ms(fn, iters=10, reps=3) if cold else graph_ms(fn, iters=10, reps=3)
     except RuntimeError:  # not capturable here
         torch.cuda.synchronize()
         gpu = None
@@ -124,7 +134,7 @@ class RouteBook:
         problem: Hashable,
         tokens: int,
         calls: Mapping[Route, Callable[[], object]],
-        timer: Callable[[Callable[[], object]], tuple[float | None, float]] = time_both_clocks,
+        timer: Callable[[Callable[[], object]], tuple[float | None, float]] | None = None,
     ) -> Decision | None:
         """Time ``calls`` by both clocks, keep and return the decision (None if no call).
 
@@ -136,8 +146,10 @@ class RouteBook:
             Rows of the input.
         calls : mapping of Route to callable
             The call of each route, without arguments.
-        timer : callable, default time_both_clocks
-            ``timer(call)`` -> ``(gpu ms or None, wall ms)``.
+        timer : callable, optional
+            ``timer(call)`` -> ``(gpu ms or None, wall ms)``; by default
+            :func:`time_both_clocks`, with L2 evicted before each GPU-clock call up to
+            :data:`COLD_UP_TO` tokens.
 
         Returns
         -------
@@ -155,6 +167,8 @@ class RouteBook:
         """
         if not calls:
             return None
+        if timer is None:
+            timer = partial(time_both_clocks, cold=tokens <= COLD_UP_TO)
         timed = {route: timer(call) for route, call in calls.items()}
         found = Decision(
             {r: g for r, (g, _) in timed.items() if g is not None},

@@ -84,3 +84,15 @@ def test_default_warps_fills_the_gpu():
         assert 1 <= w <= 32 and w & (w - 1) == 0
     assert default_warps(1024, 4096, 1, 132) > default_warps(14336, 4096, 1, 132)
     assert default_warps(48, 16, 1, 132) == 1  # one 16-column tile: one warp has all of K
+
+
+def test_default_warps_gives_wide_layers_eight_warps_up_to_16_tokens():
+    assert default_warps(28672, 4096, 8, 132) == 8
+    assert default_warps(14336, 4096, 16, 132) == 8
+    assert default_warps(14336, 4096, 32, 132) == 4  # more tokens: the SM count decides
+    assert default_warps(16, 64, 1, 132) == 1  # one chunk: one warp however few the rows
+
+
+def test_default_warps_may_round_chunks_up():
+    assert default_warps(1536, 1536, 8, 132) == 32  # 24 chunks: 32 warps, 8 of them idle
+    assert default_warps(1536, 1536, 64, 132) == 8  # capped by the register budget

@@ -58,3 +58,19 @@ def test_carry_without_dense_moves_only_sparse_choices():
     assert book.decided(("other", 1024, False), 16) is None  # not matched
     book.clear()
     assert len(book) == 0
+
+
+def test_the_default_timer_evicts_l2_only_at_decode_sizes(monkeypatch):
+    from explorer.gpu.routes import route_timing
+
+    seen = []
+
+    def fake(call, cold=False):
+        seen.append((call(), cold))
+        return 1.0, 1.0
+
+    monkeypatch.setattr(route_timing, "time_both_clocks", fake)
+    book = RouteBook()
+    for tokens in (1, route_timing.COLD_UP_TO, route_timing.COLD_UP_TO + 1, 4096):
+        book.decide("p", tokens, {DENSE: lambda t=tokens: t})
+    assert seen == [(1, True), (64, True), (65, False), (4096, False)]
