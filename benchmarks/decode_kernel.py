@@ -37,6 +37,22 @@ def _problems(tokens, dtype, seed, shapes=DECODE_SHAPES):
             yield n, k, t, w, torch.randn(t, k, device="cuda", generator=gen).to(dtype)
 
 
+def _dense_us(w, x, l2) -> float:
+    """Per-call microseconds of ``F.linear(x, w)``, cycling through copies of ``w``."""
+    from explorer.bench.decode import _rotating_ms
+
+    def dense_call():
+        copy = w.clone()
+        return lambda: torch.nn.functional.linear(x, copy)
+
+    return _rotating_ms(dense_call, w.numel() * w.element_size(), l2) * 1e3
+
+
+def _times(times: dict) -> str:
+    """``warps:us`` pairs of one line."""
+    return " ".join(f"{warps}:{us:6.1f}" for warps, us in times.items())
+
+
 def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> list[dict]:
     """Per-layer time of each warp count beside dense, to check :func:`default_warps` picks well."""
     from explorer.bench.decode import _rotating_ms
@@ -52,12 +68,7 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> l
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for n, k, t, w, x in _problems(tokens, dtype, 5, shapes):
-
-        def dense_call(w=w, x=x):
-            copy = w.clone()
-            return lambda: torch.nn.functional.linear(x, copy)
-
-        dense_us = _rotating_ms(dense_call, w.numel() * w.element_size(), l2) * 1e3
+        dense_us = _dense_us(w, x, l2)
         times = {}
         for warps in (1, 2, 4, 8, 16, 32):
             if warps > _MAX_WARPS[_tiles(t)]:
@@ -73,7 +84,7 @@ def sweep_warps(tokens=(1, 16), dtype=torch.bfloat16, shapes=DECODE_SHAPES) -> l
         rows.append(dict(n=n, k=k, t=t, dense_us=dense_us, times_us=times, best=best, default=dflt))
         print(
             f"warps {n}x{k}@{t}: dense {dense_us:.1f} | "
-            + " ".join(f"{w}:{v:.1f}" for w, v in times.items())
+            + _times(times)
             + f" | best {best} ({dense_us / times[best]:.2f}x dense), default {dflt} "
             f"({dense_us / times[dflt]:.2f}x dense, {times[dflt] / times[best]:.2f}x best)",
             flush=True,
@@ -126,12 +137,7 @@ def sweep_builds(
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for n, k, t, w, x in _problems(tokens, dtype, 7, shapes):
-
-        def dense_call(w=w, x=x):
-            copy = w.clone()
-            return lambda: torch.nn.functional.linear(x, copy)
-
-        dense_us = _rotating_ms(dense_call, w.numel() * w.element_size(), l2) * 1e3
+        dense_us = _dense_us(w, x, l2)
         dflt = default_warps(n, k, t, _sms(0))
         top = min(_MAX_WARPS[_tiles(t)], max(1, k // 64))
         warp_counts = sorted({max(1, dflt // 2), dflt, min(top, 2 * dflt)})
@@ -160,6 +166,7 @@ def sweep_builds(
                     n=n,
                     k=k,
                     t=t,
+                    int8=int8,
                     build=name,
                     relerr=err,
                     dense_us=dense_us,
@@ -170,7 +177,7 @@ def sweep_builds(
             )
             print(
                 f"build {name:26s} {n}x{k}@{t}: dense {dense_us:6.1f} | "
-                + " ".join(f"{wc}:{v:6.1f}" for wc, v in times.items())
+                + _times(times)
                 + f" | default {dense_us / times[dflt]:.3f}x, best {best} "
                 f"{dense_us / times[best]:.3f}x dense | relerr {err:.1e}",
                 flush=True,
@@ -205,12 +212,12 @@ def main() -> int:
     )
     sweep_tokens = tuple(int(t) for t in a.tokens.split(",") if t)
     out = Path(a.out)
+    names = tuple(b for b in a.builds.split(",") if b)
+    unknown = [b for b in names if b not in BUILDS]
+    if unknown:
+        ap.error(f"--builds {unknown}: expected names from {', '.join(BUILDS)}")
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     if a.builds:
-        names = tuple(b for b in a.builds.split(",") if b)
-        unknown = [b for b in names if b not in BUILDS]
-        if unknown:
-            ap.error(f"--builds {unknown}: expected names from {', '.join(BUILDS)}")
         rows = sweep_builds(names, sweep_tokens, getattr(torch, a.dtype), shapes, a.int8)
         (out / f"decode_builds_{a.dtype}{'_int8' if a.int8 else ''}.json").write_text(
             json.dumps(rows, default=str)
