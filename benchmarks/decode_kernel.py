@@ -142,7 +142,7 @@ def sweep_builds(
         top = min(_MAX_WARPS[_tiles(t)], max(1, k // 64))
         warp_counts = sorted({max(1, dflt // 2), dflt, min(top, 2 * dflt)})
         p = pack(w, int8=int8)
-        ref = (x.double() @ _dequantized(p, w).double().t()).float()
+        ref = (x.double() @ p.decompress().double().t()).float()  # int8: values x scales
         for name, mod in mods.items():
             y = torch.empty(t, n, dtype=dtype, device="cuda")
             _launch(x, p, None, y, dflt, module=mod)
@@ -183,11 +183,6 @@ def sweep_builds(
                 flush=True,
             )
     return rows
-
-
-def _dequantized(packed, w):
-    """The weight ``packed`` holds: ``w`` itself, or its int8 values times their row scales."""
-    return w if packed.scale is None else packed.decompress().to(w.device)
 
 
 def main() -> int:

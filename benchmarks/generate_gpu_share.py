@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 
 import torch
 
@@ -30,22 +29,14 @@ from explorer.bench.kernel_profile import kernel_times
 from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
 from explorer.dtypes import parse_dtype
 from explorer.gpu import set_mode, sparsify
-from explorer.gpu.routes.timing import paired_ratio
+from explorer.gpu.routes.timing import eager_ms, paired_ratio
 
 
 def lm_head_ms(model, batch: int, dtype: torch.dtype) -> float:
-    """Median CUDA-event milliseconds of the model's ``lm_head`` on ``batch`` rows."""
+    """CUDA-event milliseconds per call of the model's ``lm_head`` on ``batch`` rows (median)."""
     head = model.get_output_embeddings()
     x = torch.randn(batch, head.in_features, dtype=dtype, device="cuda")
-    times = []
-    for _ in range(60):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        head(x)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times[10:])
+    return eager_ms(lambda: head(x), iters=10, reps=5, warmup=10)
 
 
 def main() -> None:
