@@ -57,6 +57,12 @@ WIDGET_ERRORS = ("could not create", "model not found", "not found in module", "
 #: What a page logs when it asks for a widget the kernel has already replaced (a known race of
 #: the checkpoint page, docs/dashboard.md): the ipywidgets and the anywidget forms.
 REPLACED_WIDGET_ERRORS = ("widget model not found", "[anywidget] Failed to initialize model")
+#: How often a wait re-checks the page, in milliseconds: on a timer, since a browser may pause
+#: the animation frames Playwright polls on by default.
+POLL_MS = 250
+#: What a kernel message carries when a widget callback failed or wrote to stderr: the page
+#: shows neither, so the tests collect them from the websocket to explain a page that froze.
+KERNEL_ERROR_MARKERS = ('"msg_type": "error"', '"msg_type":"error"', "Traceback", '"stderr"')
 #: The three panels a first-time visitor must see without scrolling.
 PANELS = {
     "layer picker": ".explorer-layer",
@@ -188,10 +194,17 @@ def _open(browser, url: str, started: float):
     )
     page.on("pageerror", lambda exc: page.console_errors.append(f"pageerror: {exc}"))
     page.frames_seen = frames = []
+    page.kernel_errors = kernel_errors = []
+
+    def on_frame(payload) -> None:
+        frames.append(time.monotonic())
+        text = payload if isinstance(payload, str) else payload.decode("utf-8", "replace")
+        if any(marker in text for marker in KERNEL_ERROR_MARKERS):
+            kernel_errors.append(text[:2000])
 
     def on_socket(ws):
         if "/api/kernels/" in ws.url:
-            ws.on("framereceived", lambda _payload: frames.append(time.monotonic()))
+            ws.on("framereceived", on_frame)
 
     page.on("websocket", on_socket)
     requested = time.monotonic()
@@ -219,6 +232,7 @@ def _dense_point(page, timeout_ms: int = 180_000) -> None:
     page.wait_for_function(
         "() => /dense /.test((document.querySelector('.explorer-status') || {}).textContent"
         " || '') || document.querySelectorAll('.explorer-tradeoff path.point').length > 0",
+        polling=POLL_MS,
         timeout=timeout_ms,
     )
 
@@ -291,6 +305,7 @@ def page(browser, tmp_path_factory, shots, timings, jupyter_dirs):
     server = Voila(env, cache / "voila-cold.log")
     try:
         page, cold, request = _open(browser, server.base, server.started)
+        page.server_log = cache / "voila-cold.log"
         timings["cold_start_to_interactive"] = cold
         timings["page_request_to_interactive"] = request
         page.screenshot(path=str(shots / "first-page.png"))
@@ -313,6 +328,10 @@ def _title(page) -> str:
     return page.locator(".explorer-mask .gtitle").first.text_content() or ""
 
 
+def _status(page) -> str:
+    return " ".join((page.locator(".explorer-status").text_content() or "").split())
+
+
 def _points(page) -> int:
     """Markers on the trade-off plot, every speed source's trace and the no-data strip."""
     return page.locator(".explorer-tradeoff .scatterlayer .trace path.point").count()
@@ -330,6 +349,7 @@ def _wait_points(page, more_than: int) -> None:
         "n => document.querySelectorAll('.explorer-tradeoff .scatterlayer .trace path.point')"
         ".length > n",
         arg=more_than,
+        polling=POLL_MS,
         timeout=60_000,
     )
 
@@ -391,6 +411,49 @@ def test_page_loads_without_errors(page):
     assert not errors, errors
 
 
+def _page_state(page, since: float) -> str:
+    """What the page and its kernel showed, to explain a wait that timed out."""
+    select = page.locator(".explorer-layer select")
+    log = getattr(page, "server_log", None)
+    server = log.read_text(errors="replace")[-3000:] if log and log.exists() else "(no log)"
+    return "\n".join(
+        [
+            f"mask title: {_title(page)!r}",
+            f"layer picker shows: {select.input_value()!r}",
+            f"status: {_status(page)!r}",
+            f"kernel messages since the action: {sum(t >= since for t in page.frames_seen)}",
+            f"kernel errors: {page.kernel_errors[-5:]}",
+            f"console errors: {_unexpected(page.console_errors)}",
+            f"server log (end): {server}",
+        ]
+    )
+
+
+def _wait_title(page, test: str, arg: str, since: float) -> None:
+    """Wait up to 60 s for the mask's title to pass ``test`` (JS, of the title and ``arg``).
+
+    On a timeout the failure says what the page and its kernel showed.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "arg => { const t = document.querySelector('.explorer-mask .gtitle');"
+            f" return t && ({test}); }}",
+            arg=arg,
+            polling=POLL_MS,
+            timeout=60_000,
+        )
+    except PlaywrightTimeout:
+        timed_out = True
+    else:
+        timed_out = False
+    if timed_out:  # outside the handler: the report shows the page, not Playwright's stack
+        pytest.fail(
+            f"the mask's title never passed {test!r} with {arg!r}:\n" + _page_state(page, since)
+        )
+
+
 def test_selecting_a_layer_redraws_the_heatmap(page):
     before = _title(page)
     select = page.locator(".explorer-layer select")
@@ -402,21 +465,14 @@ def test_selecting_a_layer_redraws_the_heatmap(page):
         for i in range(options.count())
         if options.nth(i).get_attribute("value") != current
     )
+    since = time.monotonic()
     select.select_option(value=target)
-    page.wait_for_function(
-        "prev => { const t = document.querySelector('.explorer-mask .gtitle');"
-        " return t && t.textContent !== prev; }",
-        arg=before,
-        timeout=60_000,
-    )
+    _wait_title(page, "t.textContent !== arg", before, since)
     assert _title(page) != before
+    since = time.monotonic()
     select.select_option(value=current)  # back to the layer the page opened on
-    page.wait_for_function(
-        "prev => { const t = document.querySelector('.explorer-mask .gtitle');"
-        " return t && t.textContent.startsWith(prev); }",
-        arg=current.split()[0],  # the option's label starts with the layer's name
-        timeout=60_000,
-    )
+    # the option's label starts with the layer's name
+    _wait_title(page, "t.textContent.startsWith(arg)", current.split()[0], since)
 
 
 def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
@@ -426,6 +482,7 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
     page.wait_for_function(
         "() => /speedup|failed|cancelled/.test("
         "(document.querySelector('.explorer-status') || {}).textContent || '')",
+        polling=POLL_MS,
         timeout=180_000,
     )
     status = page.locator(".explorer-status").text_content() or ""
@@ -436,6 +493,7 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
     page.wait_for_function(
         "() => /magnitude/.test("
         "(document.querySelector('.explorer-mask .gtitle') || {}).textContent || '')",
+        polling=POLL_MS,
         timeout=60_000,
     )
     # MiniLM's MLP shapes are measured per layer: the run's point is an estimate
@@ -450,6 +508,7 @@ def test_running_a_method_adds_a_tradeoff_point(page, shots, timings):
     page.wait_for_function(
         "() => /4:8 .*(speed|failed)/.test("
         "(document.querySelector('.explorer-status') || {}).textContent || '')",
+        polling=POLL_MS,
         timeout=180_000,
     )
     status = page.locator(".explorer-status").text_content() or ""
@@ -523,10 +582,6 @@ def own_page(browser, own_checkpoint, tmp_path_factory, shots, timings, jupyter_
         server.stop()
 
 
-def _status(page) -> str:
-    return " ".join((page.locator(".explorer-status").text_content() or "").split())
-
-
 class TestYourOwnCheckpoint:
     """The page serves a checkpoint folder named by path and draws its measured speed."""
 
@@ -563,6 +618,7 @@ class TestYourOwnCheckpoint:
         own_page.wait_for_function(
             "() => /speedup|failed|cancelled/.test("
             "(document.querySelector('.explorer-status') || {}).textContent || '')",
+            polling=POLL_MS,
             timeout=120_000,
         )
         status = _status(own_page)
@@ -580,6 +636,7 @@ class TestYourOwnCheckpoint:
                     "note => ((document.querySelector('.explorer-tradeoff .hoverlayer') || {})"
                     ".textContent || '').includes(note)",
                     arg=note,
+                    polling=POLL_MS,
                     timeout=5_000,
                 )
                 break
