@@ -272,11 +272,19 @@ def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int, k: int) -> str:
     return f"decode24_{kind}{values}_t{8 * _tiles(tokens)}"
 
 
-def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
+def _launch(
+    x2, weight: CompressedWeight, bias, y, warps: int | None, module=None, row_tiles: int = 1
+) -> None:
     """Launch the kernel for ``x2``'s dtype and row count.
 
-    ``module`` is another build of ``decode24.cu``, for benchmarks of its variants.
+    ``module`` is another build of ``decode24.cu``, for benchmarks of its variants;
+    ``row_tiles`` is its ``DECODE24_ROW_TILES`` (a block then covers ``16 * row_tiles`` rows).
     """
+    if row_tiles not in (1, 2) or (row_tiles != 1 and module is None):
+        raise ValueError(
+            f"row_tiles = {row_tiles}; expected 1, or 2 for a module built with "
+            "DECODE24_ROW_TILES=2 (the shipped build has one 16-row tile a warp)"
+        )
     n, k = weight.shape
     t = x2.shape[0]
     dev = x2.device.index or 0
@@ -303,8 +311,9 @@ def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=Non
     if module is not None:
         from explorer.gpu.cuda.kernels import cupy_stream
 
+        grid = (math.ceil(n / (16 * row_tiles)),)
         with cupy_stream(dev):
-            module.get_function(name)(grid, block, args, shared_mem=512 * warps)
+            module.get_function(name)(grid, block, args, shared_mem=512 * warps * row_tiles)
         return
     from explorer.gpu.cuda.kernels import launch
 

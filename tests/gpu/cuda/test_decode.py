@@ -209,3 +209,50 @@ def test_drop_decode_frees_and_remeasures():
     assert not sl.decode_kept
     assert relerr(sl(x), before) < TOL
     assert all(r.kind != "decode" for r, _ in sl.decisions().values())
+
+
+@pytest.fixture(scope="module")
+def two_row_tiles():
+    """``decode24.cu`` built with ``DECODE24_ROW_TILES=2`` (a benchmark build, not shipped)."""
+    cp = pytest.importorskip("cupy")
+    from explorer.gpu.cuda.sources import kernel_dir
+
+    module = cp.RawModule(
+        code=(kernel_dir() / "decode24.cu").read_text(),
+        options=("-std=c++17", "-DDECODE24_ROW_TILES=2"),
+    )
+    module.compile()
+    return module
+
+
+@pytest.mark.parametrize(
+    ("n", "k"), [(16, 16), (17, 32), (48, 4096 + 16), (1000, 4096 + 48), (4096, 4096)]
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("int8", [False, True])
+def test_two_row_tiles_build_matches_reference(two_row_tiles, n, k, dtype, int8):
+    """Two 16-row tiles a warp: every row (a last tile half outside the weight, K tails), token
+    count, warp count, int8 values and bias against a float64 product."""
+    D = _decode()
+    p = D.pack(_weight(n, k, dtype), int8=int8)
+    b = torch.randn(n, device=DEV).to(dtype)
+    tol = 4e-3 if int8 and dtype == torch.bfloat16 else TOL
+    for t in (1, 8, 9, 16, 33, 64):
+        x = torch.randn(t, k, device=DEV).to(dtype)
+        ref = x.double() @ p.decompress().double().t() + b.double()
+        for warps in (1, 4, 8):
+            y = torch.full((t, n), float("nan"), device=DEV, dtype=dtype)
+            D._launch(x, p, b, y, warps, module=two_row_tiles, row_tiles=2)
+            assert bool(torch.isfinite(y).all()), (n, k, t, warps)  # every output written
+            assert relerr(y, ref) < tol, (n, k, t, warps)
+
+
+def test_row_tiles_need_their_build():
+    D = _decode()
+    p = D.pack(_weight(64, 64, torch.float16))
+    x = torch.randn(1, 64, device=DEV, dtype=torch.float16)
+    y = torch.empty(1, 64, device=DEV, dtype=torch.float16)
+    with pytest.raises(ValueError, match="row_tiles = 2"):
+        D._launch(x, p, None, y, 4, row_tiles=2)
+    with pytest.raises(ValueError, match="row_tiles = 3"):
+        D._launch(x, p, None, y, 4, row_tiles=3)
