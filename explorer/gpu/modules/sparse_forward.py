@@ -40,8 +40,9 @@ from explorer.gpu.modules.sparse_calls import (
     run_plan,
     sparse_call,
 )
-from explorer.gpu.routes.dispatch import DENSE, clock_for
+from explorer.gpu.routes.dispatch import DENSE
 from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
+from explorer.gpu.routes.mode_check import mode_mismatch
 
 __all__ = ["SparseForward"]
 
@@ -181,7 +182,7 @@ class SparseForward:
         )
         if fast is not None:
             return fast(x)
-        self._warn_if_mode_differs("eager")
+        self._warn_if_mode_differs("eager", x)
         return self._forward(x)
 
     def run_compiled(self, x: torch.Tensor) -> torch.Tensor:
@@ -197,11 +198,11 @@ class SparseForward:
         if fast is not None:
             if self.mode == "graphs" and not self._warned:
                 # a second call of this input outside a capture: no CUDA graph replays it
-                self._warn_if_mode_differs("compile")  # (inside a capture it says nothing)
+                self._warn_if_mode_differs("compile", x)  # (inside a capture it says nothing)
             return fast(x)
         if self.mode != "graphs":
             # in "graphs" the first call of an input may be the CUDA-graph warm-up
-            self._warn_if_mode_differs("compile")
+            self._warn_if_mode_differs("compile", x)
         return self._forward(x)
 
     def _clock_now(self) -> str:
@@ -214,26 +215,21 @@ class SparseForward:
     def _fast_table(self, clock: str) -> dict:
         return self._fast_graph if clock == "gpu" else self._fast
 
-    def _warn_if_mode_differs(self, running: str) -> None:
+    def _warn_if_mode_differs(self, running: str, x: torch.Tensor) -> None:
         """Warn once per process when the model runs in a mode its routes were not chosen for.
 
-        ``running`` is ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture.
+        ``running`` is ``"eager"`` or ``"compile"``, or ``"graphs"`` inside a capture; the rule
+        and the text are :func:`~explorer.gpu.routes.mode_check.mode_mismatch`'s.
         """
         if torch.cuda.is_current_stream_capturing():
             running = "graphs"
-        if self.mode in ("auto", running) or clock_for(self.mode) == clock_for(running):
-            return
         if running in self._warned:
             return
+        text = mode_mismatch(self.mode, running, x.numel() // max(1, x.shape[-1]))
+        if text is None:
+            return
         self._warned.add(running)
-        warnings.warn(
-            f"this model was sparsified for mode={self.mode!r} but runs as {running!r}: its "
-            f"layers take the routes measured for {self.mode!r}, which may be slower here. "
-            f"Hint: sparsify(model, mode={running!r}) (or mode='auto'), or call "
-            f"explorer.gpu.set_mode(model, {running!r}).",
-            RuntimeWarning,
-            stacklevel=4,
-        )
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
         """An empty tensor shaped like the output for ``x`` (what the compiled op returns).

@@ -347,6 +347,19 @@ def test_running_in_another_mode_warns_once():
     assert any("sparsified for mode='graphs'" in str(w.message) for w in caught)
 
 
+def test_a_graphs_layer_runs_a_long_eager_prompt_quietly_and_explains_a_short_one():
+    """A static-cache generate() runs its prompt eagerly before it replays the decode steps."""
+    from explorer.gpu import SparseLinear
+
+    sl = SparseLinear.from_linear(_linear(256, 512), keep_dense=True, mode="graphs")
+    prompt = torch.randn(128, 256, device=DEV, dtype=torch.bfloat16)
+    assert _mode_warnings(lambda: sl(prompt)) == []
+    step = torch.randn(8, 256, device=DEV, dtype=torch.bfloat16)
+    found = _mode_warnings(lambda: sl(step))
+    assert len(found) == 1 and "runs as 'eager'" in found[0] and "warm-up" in found[0]
+    assert _mode_warnings(lambda: sl(step)) == []  # once per mode
+
+
 def _mode_warnings(run) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
