@@ -39,6 +39,7 @@ from explorer.results.quantized_points import QuantizedPoint, quantized_points
 from explorer.results.speedup import estimate_speedup, recorded_model_speed
 from explorer.results.store import StoreError
 from explorer.results.tradeoff import SpeedChoice, TradeoffPoint, choose_speed
+from explorer.widgets._quiet import hidden_displays
 from explorer.widgets.dashboard_status import summary
 from explorer.widgets.method_picker import MethodConfig
 
@@ -73,7 +74,8 @@ class Points:
         """Evaluate the dense model and add its point (a failure is a warning in the status)."""
         bundle, state = self.state.bundle, self.state
         try:
-            score = float(bundle.evaluate(bundle.model)[bundle.metric])
+            with hidden_displays():  # the evaluation's own bars: the page has its bar
+                score = float(bundle.evaluate(bundle.model)[bundle.metric])
         except (ValueError, RuntimeError, TypeError) as exc:
             self.events.say("warn", f"could not evaluate the dense model: {exc}")
             return

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from explorer.widgets._quiet import hidden_displays
 from explorer.widgets.dashboard_state import Run
 from explorer.widgets.method_picker import MethodConfig, min_calibration
 
@@ -140,7 +141,8 @@ class Pruning:
             calibration = None
             if config.calibration and (min_calibration(config.method) or config.update):
                 events.report(0.15, f"calibration: {config.calibration} samples")
-                calibration = bundle.calibration(config.calibration)
+                with hidden_displays():  # the loader's own bars: the page has its bar
+                    calibration = bundle.calibration(config.calibration)
             self._check_cancel()
             events.report(0.25, f"pruning: {config.label}")
             result = prune(
@@ -156,7 +158,8 @@ class Pruning:
             )
             self._check_cancel()
             events.report(0.8, "evaluating the pruned model")
-            score = float(bundle.evaluate(bundle.model)[bundle.metric])
+            with hidden_displays():
+                score = float(bundle.evaluate(bundle.model)[bundle.metric])
             masks = {k: v.detach().cpu() for k, v in result.masks.items()}
             events.report(0.9, "checking the pruned layers")
             state.layer_picker.refresh()
