@@ -32,6 +32,7 @@ from torch import nn
 from explorer.bench.model_speed import TIMED_DTYPES, measure_model_speed
 from explorer.bench.model_timer import CudaModelTimer
 from explorer.results.model_speed import DEFAULT_SPEED_MODE, MeasuredSpeed
+from explorer.widgets._quiet import hidden_displays
 
 __all__ = ["NO_GPU", "Measure", "MeasureCancelled", "example_input"]
 
@@ -218,7 +219,8 @@ class Measure:
 
     def _job(self, run) -> None:
         try:
-            self.measure(run)
+            with hidden_displays():  # a search's own bars: the page has its bar
+                self.measure(run)
         finally:
             self.state.busy = False
             self.events.emit("busy")
