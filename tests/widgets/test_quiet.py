@@ -86,3 +86,35 @@ def test_an_error_inside_still_restores(pub):
             raise RuntimeError("boom")
     _show(pub, "after")
     assert pub.sent == ["after"]
+
+
+def test_the_dashboards_evaluation_and_calibration_publish_no_display(pub, tmp_path, monkeypatch):
+    """A bundle whose evaluation and calibration show a bar (as tqdm's notebook bar does): the
+    dashboard's dense point and a calibrated run leave nothing for the page to draw."""
+    import torch
+    from torch import nn
+
+    from explorer.models.bundle import ModelBundle
+    from explorer.widgets import Dashboard, MethodConfig
+
+    monkeypatch.setenv("SPARSITY_EXPLORER_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+    x = torch.randn(16, 32)
+    reference = model(x).detach()
+
+    def evaluate(m):
+        _show(pub, "evaluation bar")
+        return float(torch.nn.functional.cosine_similarity(m(x), reference).mean())
+
+    def calibration(n, seed=0):
+        _show(pub, "calibration bar")
+        return [torch.randn(4, 32) for _ in range(n)]
+
+    bundle = ModelBundle.from_module(model, evaluate, calibration, name="toy", metric="cosine")
+    dash = Dashboard(bundle)
+    dash.run(MethodConfig("wanda", "2:4", calibration=2), wait=True)
+    assert "speedup" in dash.status.text or "wanda" in dash.status.text, dash.status.text
+    assert pub.sent == []
+    _show(pub, "the page's own output")
+    assert pub.sent == ["the page's own output"]
