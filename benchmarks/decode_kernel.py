@@ -134,9 +134,9 @@ def sweep_builds(
 
     from explorer.bench.decode import _rotating_ms
     from explorer.gpu.cuda.decode import _MAX_WARPS, _launch, _sms, _tiles, default_warps, pack
-    from explorer.gpu.cuda.sources import kernel_dir
+    from explorer.gpu.cuda.sources import kernel_source
 
-    src = (kernel_dir() / "decode24.cu").read_text()
+    src = kernel_source("decode24")
     mods = {}
     for name in builds:
         options = ("-std=c++17", *(f"-D{k}={v}" for k, v in BUILDS[name]))

@@ -254,9 +254,9 @@ def load_variants(gen: torch.Generator, l2: int) -> list[dict]:
     """The weight loads with L2 prefetch hints, against the shipped build (1 and 16 tokens)."""
     import cupy as cp
 
-    from explorer.gpu.cuda.sources import kernel_dir
+    from explorer.gpu.cuda.sources import kernel_source
 
-    src = (kernel_dir() / "decode24_int4.cu").read_text()
+    src = kernel_source("decode24_int4")
     line = '#define INT4_WEIGHT_LOAD "ld.global.nc.L1::no_allocate.v4.u32"'
     assert line in src
     variants = {

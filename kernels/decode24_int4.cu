@@ -110,23 +110,9 @@ __device__ __forceinline__ uint4 load_weight(const void* p) {
     return v;
 }
 
-// Overlapped launches (programmatic dependent launch, sm_90 and newer). A kernel launched with
-// the driver's programmatic stream serialization attribute may start while the kernel before it
-// in the stream finishes. It reads only its own constant weight before wait_for_inputs(), which
-// returns once the kernel before it has finished and its writes are visible; X is read and Y
-// written after it. allow_next_launch() lets a kernel launched the same way after this one start
-// once every block of this one has begun. Both are no-ops for an ordinary launch and before
-// sm_90.
-__device__ __forceinline__ void wait_for_inputs() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_next_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Overlapped launches (overlap.cuh): this kernel reads only its own constant weight before
+// wait_for_inputs(); X is read and Y written after it.
+#include "overlap.cuh"
 
 __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 d;

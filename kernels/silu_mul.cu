@@ -24,19 +24,9 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     return b;
 }
 
-// Overlapped launches (sm_90 and newer; see decode24_int4.cu): read gate/up only once the kernel
-// before has finished, and let the next overlapped kernel start once every block has begun.
-// No-ops for an ordinary launch.
-__device__ __forceinline__ void wait_for_inputs() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_next_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Overlapped launches (overlap.cuh): read gate/up only once the kernel before has finished,
+// and let the next overlapped kernel start once every block has begun.
+#include "overlap.cuh"
 
 template <bool BF16>
 __device__ __forceinline__ void silu_mul_vec(const uint4* __restrict__ gate,

@@ -9,12 +9,16 @@ kernels.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
 from explorer.errors import require
 
-__all__ = ["compiled_function", "kernel_dir"]
+__all__ = ["compiled_function", "kernel_dir", "kernel_source"]
+
+#: A line that pastes one of the folder's headers: ``#include "name.cuh"``.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
 
 
 def kernel_dir() -> Path:
@@ -35,10 +39,53 @@ def kernel_dir() -> Path:
     )
 
 
+def kernel_source(name: str) -> str:
+    """The text of ``kernels/<name>.cu`` with each ``#include "x.cuh"`` replaced by that header.
+
+    The headers are pasted in rather than found by the compiler, so the source CuPy compiles
+    (and keys its cache of compiled code on) is the whole program: an edited header is a new
+    source, never a stale cached build.
+
+    Parameters
+    ----------
+    name : str
+        The kernel file's name, without ``.cu``.
+
+    Returns
+    -------
+    str
+        The source to compile.
+
+    Raises
+    ------
+    FileNotFoundError
+        Where the file or one of its headers is not in :func:`kernel_dir`.
+
+    Examples
+    --------
+    >>> src = kernel_source("silu_mul")
+    >>> '#include "' in src, "griddepcontrol.wait" in src
+    (False, True)
+    """
+    folder = kernel_dir()
+    src = (folder / f"{name}.cu").read_text()
+
+    def paste(match: re.Match) -> str:
+        header = folder / match.group(1)
+        if not header.is_file():
+            raise FileNotFoundError(
+                f"{name}.cu includes {match.group(1)!r}, which is not in {folder}; "
+                "reinstall sparsity-explorer."
+            )
+        return header.read_text().rstrip("\n")
+
+    return _INCLUDE.sub(paste, src)
+
+
 @cache
 def _module(name: str, device: int, defines: tuple = ()):
     cp = require("cupy", "gpu")
-    src = (kernel_dir() / f"{name}.cu").read_text()
+    src = kernel_source(name)
     options = ("-std=c++17", *(f"-D{key}={value}" for key, value in defines))
     with cp.cuda.Device(device):
         mod = cp.RawModule(code=src, options=options)

@@ -215,10 +215,10 @@ def test_drop_decode_frees_and_remeasures():
 def two_row_tiles():
     """``decode24.cu`` built with ``DECODE24_ROW_TILES=2`` (a benchmark build, not shipped)."""
     cp = pytest.importorskip("cupy")
-    from explorer.gpu.cuda.sources import kernel_dir
+    from explorer.gpu.cuda.sources import kernel_source
 
     module = cp.RawModule(
-        code=(kernel_dir() / "decode24.cu").read_text(),
+        code=kernel_source("decode24"),
         options=("-std=c++17", "-DDECODE24_ROW_TILES=2"),
     )
     module.compile()

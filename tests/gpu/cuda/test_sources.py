@@ -2,7 +2,31 @@
 
 import pytest
 
-from explorer.gpu.cuda.sources import compiled_function, kernel_dir
+from explorer.gpu.cuda.sources import compiled_function, kernel_dir, kernel_source
+
+
+def test_headers_are_pasted_in_place_of_their_include_lines():
+    d = kernel_dir()
+    header = (d / "overlap.cuh").read_text().rstrip("\n")
+    for name in ("decode24_int4", "silu_mul"):
+        raw = (d / f"{name}.cu").read_text()
+        assert raw.count('#include "overlap.cuh"') == 1
+        src = kernel_source(name)
+        assert '#include "' not in src and src.count(header) == 1
+        before, after = raw.split('#include "overlap.cuh"')
+        assert src == before + header + after
+    # a file without includes is compiled as it is
+    assert kernel_source("decode24") == (d / "decode24.cu").read_text()
+
+
+def test_a_missing_header_is_named(tmp_path, monkeypatch):
+    from explorer.gpu.cuda import sources
+
+    (tmp_path / "nm_check.cu").write_text("// marks the folder\n")
+    (tmp_path / "broken.cu").write_text('#include "gone.cuh"\n__global__ void k() {}\n')
+    monkeypatch.setattr(sources, "kernel_dir", lambda: tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"broken\.cu includes 'gone\.cuh'"):
+        kernel_source("broken")
 
 
 def test_kernel_sources_found():
