@@ -101,14 +101,7 @@ def graph_ms(fn: Callable[[], object], iters: int = 20, reps: int = 7) -> float:
         Milliseconds per call.
     """
     g = _captured(fn, iters)
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / iters)
+    times = [_replay_ms(g) / iters for _ in range(reps)]
     del g
     return statistics.median(times)
 
@@ -157,17 +150,20 @@ def cold_graph_ms(
     graphs = [_captured(both, iters), _captured(evict, iters)]
     diffs = []
     for _ in range(reps):
-        pair = []
-        for g in graphs:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            pair.append(a.elapsed_time(b))
-        diffs.append((pair[0] - pair[1]) / iters)
+        with_fn, alone = (_replay_ms(g) for g in graphs)
+        diffs.append((with_fn - alone) / iters)
     del graphs
     return max(statistics.median(diffs), 1e-4)
+
+
+def _replay_ms(g: torch.cuda.CUDAGraph) -> float:
+    """Milliseconds of one replay of ``g``, between CUDA events on the current stream."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
 
 
 def _captured(fn: Callable[[], object], iters: int) -> torch.cuda.CUDAGraph:

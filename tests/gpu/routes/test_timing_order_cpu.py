@@ -65,3 +65,28 @@ def test_rounds_within_a_budget_are_bounded_and_fewer_for_longer_calls():
     assert got == [61, 61, 40, 20, 11]
     for bad in (0.0, -3.0, float("nan"), float("inf")):
         assert rounds_within(2.0, bad, 10, 11, 61) == 11
+
+
+class _Graph:
+    """A stand-in for a captured CUDA graph: a replay makes the captured calls again."""
+
+    def __init__(self, fn, iters: int) -> None:
+        self.fn, self.iters = fn, iters
+
+    def replay(self) -> None:
+        for _ in range(self.iters):
+            self.fn()
+
+
+def test_graph_replays_are_timed_per_call(monkeypatch):
+    """graph_ms and cold_graph_ms divide a replay's events by the calls it holds; the cold one
+    takes off the replays of its eviction reads alone (here: no time)."""
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    monkeypatch.setattr(timing, "_captured", _Graph)
+    CALLS.clear()
+    assert timing.graph_ms(lambda: CALLS.append("call"), iters=4, reps=3) == 1.0
+    assert CALLS == ["call"] * 12
+    CALLS.clear()
+    cold = timing.cold_graph_ms(lambda: CALLS.append("call"), iters=5, reps=3, evict_bytes=64)
+    assert cold == 1.0 and CALLS == ["call"] * 15
