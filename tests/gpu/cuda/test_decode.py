@@ -256,3 +256,18 @@ def test_row_tiles_need_their_build():
         D._launch(x, p, None, y, 4, row_tiles=2)
     with pytest.raises(ValueError, match="row_tiles = 3"):
         D._launch(x, p, None, y, 4, row_tiles=3)
+
+
+@pytest.mark.parametrize("n", [17, 1000, 4096])
+def test_the_variable_sends_decode_calls_to_the_two_row_tiles_build(monkeypatch, n):
+    """With ``EXPLORER_DECODE24_ROW_TILES=2``, ``decode_matmul`` and ``DecodeCall`` take that
+    build (grid and shared memory for 32-row blocks) and still match a float64 product."""
+    D = _decode()
+    monkeypatch.setenv(D.ROW_TILES_VARIABLE, "2")
+    assert D.row_tiles_in_use() == 2
+    p = D.pack(_weight(n, 4096, torch.bfloat16))
+    for t in (1, 8, 16):
+        x = torch.randn(t, 4096, device=DEV, dtype=torch.bfloat16)
+        ref = x.double() @ p.decompress().double().t()
+        assert relerr(D.decode_matmul(x, p), ref) < TOL, (n, t)
+        assert relerr(D.DecodeCall(p, None, t, torch.bfloat16)(x), ref) < TOL, (n, t)
