@@ -9,9 +9,8 @@ table (dense, cuSPARSELt, decode 16-bit and int8); writes JSON to --out. ``--swe
 the checks and the warps sweep alone, for the shapes and token counts given (by default
 LLaMA-3-8B's four layer shapes at 1 and 16 tokens): the way to see whether
 :func:`~explorer.gpu.cuda.decode.default_warps` suits another GPU or a model's fused shapes.
-``--builds`` times builds of the kernel (:data:`BUILDS`: unrolling, chunk order, load hints,
-two row tiles a warp) side by side at three warp counts, each checked against a float64
-product first.
+``--builds`` times builds of the kernel (:data:`BUILDS`: unrolling, chunk order, load hints)
+side by side at three warp counts, each checked against a float64 product first.
 """
 
 from __future__ import annotations
@@ -106,18 +105,7 @@ BUILDS = {
     "unroll1-prefetch-noL1": (("DECODE24_UNROLL", 1), ("DECODE24_LOAD", 1)),
     "contiguous-prefetch": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 2)),
     "contiguous-prefetch-noL1": (("DECODE24_CONTIGUOUS", 1), ("DECODE24_LOAD", 1)),
-    "rows32": (("DECODE24_ROW_TILES", 2),),
-    "rows32-unroll1": (("DECODE24_ROW_TILES", 2), ("DECODE24_UNROLL", 1)),
 }
-
-
-def row_tiles(build: str) -> int:
-    """The 16-row tiles a warp of ``build`` computes (its ``DECODE24_ROW_TILES``; 1 by default).
-
-    >>> row_tiles("rows32"), row_tiles("shipped")
-    (2, 1)
-    """
-    return dict(BUILDS[build]).get("DECODE24_ROW_TILES", 1)
 
 
 def sweep_builds(
@@ -157,8 +145,7 @@ def sweep_builds(
         ref = (x.double() @ p.decompress().double().t()).float()  # int8: values x scales
         for name, mod in mods.items():
             y = torch.empty(t, n, dtype=dtype, device="cuda")
-            tiles = row_tiles(name)
-            _launch(x, p, None, y, dflt, module=mod, row_tiles=tiles)
+            _launch(x, p, None, y, dflt, module=mod)
             torch.cuda.synchronize()
             err = ((y.float() - ref).norm() / ref.norm()).item()
             if not err < 2e-3:
@@ -167,10 +154,10 @@ def sweep_builds(
             times = {}
             for warps in warp_counts:
 
-                def make(mod=mod, w=w, x=x, warps=warps, tiles=tiles):
+                def make(mod=mod, w=w, x=x, warps=warps):
                     q = pack(w, int8=int8)
                     out = torch.empty(x.shape[0], w.shape[0], dtype=x.dtype, device="cuda")
-                    return lambda: _launch(x, q, None, out, warps, module=mod, row_tiles=tiles)
+                    return lambda: _launch(x, q, None, out, warps, module=mod)
 
                 times[warps] = _rotating_ms(make, p.nbytes, l2) * 1e3
             best = min(times, key=times.get)

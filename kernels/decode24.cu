@@ -19,7 +19,7 @@
 // wide int8 kernels (K % 32 == 0, up to 16 tokens) take 128-column chunks instead, lane c
 // owning groups 8c..8c+7: 16 bytes of int8 values and 4 of metadata a row per load.
 // The warps of a block split K and add their partial tiles through shared memory; a block
-// covers 16 rows (16 * DECODE24_ROW_TILES), so the grid is ceil(N / 16) blocks of WARPS warps.
+// covers 16 rows, so the grid is ceil(N / 16) blocks of WARPS warps.
 //
 // Build options (benchmarks/decode_kernel.py --builds times other settings side by side):
 //   DECODE24_UNROLL      main-loop unroll (default 2)
@@ -29,10 +29,6 @@
 //   DECODE24_LOAD        how weight bytes are loaded: 0 __ldg; 1 (default) non-coherent with no
 //                        L1 allocation and a 256-byte L2 prefetch (2-5% faster than __ldg on an
 //                        H200 at 1-16 tokens); 2 with the L2 prefetch only
-//   DECODE24_ROW_TILES   16-row tiles a warp computes: 1 (default) or 2. With 2 a block covers
-//                        32 rows and each load of X feeds both tiles' mma, halving the reads of
-//                        X (at 8 tokens as many bytes as the weight's); the grid is
-//                        ceil(N / 32) blocks and the shared memory twice as large
 //
 // Requirements (checked by the caller): K % 16 == 0, X rows 16-byte aligned with a row stride
 // that is a multiple of 8 elements, bf16/f16 tensor cores (sm_80 or newer).
@@ -48,12 +44,6 @@ typedef unsigned int u32;
 #endif
 #ifndef DECODE24_LOAD
 #define DECODE24_LOAD 1
-#endif
-#ifndef DECODE24_ROW_TILES
-#define DECODE24_ROW_TILES 1
-#endif
-#if DECODE24_ROW_TILES != 1 && DECODE24_ROW_TILES != 2
-#error "DECODE24_ROW_TILES must be 1 or 2"
 #endif
 #define DECODE24_PRAGMA(x) _Pragma(#x)
 #define DECODE24_UNROLL_BY(n) DECODE24_PRAGMA(unroll n)
@@ -337,200 +327,6 @@ __device__ __forceinline__ void decode24(const void* __restrict__ values_,
     }
 }
 
-#if DECODE24_ROW_TILES > 1
-// decode24 for DECODE24_ROW_TILES 16-row tiles a warp: the weight's loads and mma of every tile
-// share one load of X per chunk. Under measurement (benchmarks/decode_kernel.py --builds
-// rows32): the shipped build compiles decode24 above until a measurement shows the tiles faster
-// on every decode shape, when this function, which gives decode24's code at one tile, replaces it.
-template <bool BF16, bool INT8, bool WIDE, int NT>
-__device__ __forceinline__ void decode24_tiles(const void* __restrict__ values_,
-                                               const unsigned char* __restrict__ meta,
-                                               const float* __restrict__ scale,
-                                               const u16* __restrict__ x,
-                                               const u16* __restrict__ bias,
-                                               u16* __restrict__ y, int n_rows, int k, int tokens,
-                                               long long ldx, long long ldy) {
-    extern __shared__ float partial[];  // [warps][RT * 16][8] per token tile
-    constexpr int RT = DECODE24_ROW_TILES, TILE = 128 * RT;  // a warp's partial: TILE floats
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int g = lane >> 2, c = lane & 3;
-    const int row0 = blockIdx.x * 16 * RT;
-    const int r0 = row0 + g, r1 = r0 + 8;  // the lane's rows in tile rt: r0 + 16 rt, r1 + 16 rt
-    const long long half_k = k >> 1, meta_k = k >> 3;
-
-    float acc[RT][NT][4];
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-            acc[rt][j][0] = acc[rt][j][1] = acc[rt][j][2] = acc[rt][j][3] = 0.0f;
-
-    // 1. main loop: chunks of CW columns (64; 128 for WIDE int8), split over the block's warps;
-    // lane c owns GL = CW / 16 consecutive groups of a chunk, one per mma
-    constexpr int CW = WIDE ? 128 : 64, GL = CW / 16;
-    const int chunks = k / CW;
-#if DECODE24_CONTIGUOUS
-    const int per = (chunks + warps - 1) / warps, first = warp * per;
-    const int last = min(chunks, first + per);
-    DECODE24_UNROLL_BY(DECODE24_UNROLL)
-    for (int ch = first; ch < last; ++ch) {
-#else
-    DECODE24_UNROLL_BY(DECODE24_UNROLL)
-    for (int ch = warp; ch < chunks; ch += warps) {
-#endif
-        u32 w0[RT * GL], w1[RT * GL];  // kept pairs of groups GL*c .. GL*c + GL-1 of each tile's rows
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-            const int ra = r0 + 16 * rt, rb = r1 + 16 * rt;
-            const bool oka = ra < n_rows, okb = rb < n_rows;
-            if (INT8 && WIDE) {  // 16 int8 values (8 groups) a row: one 16-byte load
-                const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
-                uint4 q0 = make_uint4(0, 0, 0, 0), q1 = make_uint4(0, 0, 0, 0);
-                if (oka) q0 = load_w(reinterpret_cast<const uint4*>(v + ra * half_k + ch * 64 + c * 16));
-                if (okb) q1 = load_w(reinterpret_cast<const uint4*>(v + rb * half_k + ch * 64 + c * 16));
-                const u32 a[4] = {q0.x, q0.y, q0.z, q0.w}, b[4] = {q1.x, q1.y, q1.z, q1.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    w0[GL * rt + 2 * i] = int8_pair<BF16>(a[i]);
-                    w0[GL * rt + 2 * i + 1] = int8_pair<BF16>(a[i] >> 16);
-                    w1[GL * rt + 2 * i] = int8_pair<BF16>(b[i]);
-                    w1[GL * rt + 2 * i + 1] = int8_pair<BF16>(b[i] >> 16);
-                }
-            } else if (INT8) {
-                const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
-                uint2 q0 = make_uint2(0, 0), q1 = make_uint2(0, 0);
-                if (oka) q0 = load_w(reinterpret_cast<const uint2*>(v + ra * half_k + ch * 32 + c * 8));
-                if (okb) q1 = load_w(reinterpret_cast<const uint2*>(v + rb * half_k + ch * 32 + c * 8));
-                w0[GL * rt + 0] = int8_pair<BF16>(q0.x);
-                w0[GL * rt + 1] = int8_pair<BF16>(q0.x >> 16);
-                w0[GL * rt + 2] = int8_pair<BF16>(q0.y);
-                w0[GL * rt + 3] = int8_pair<BF16>(q0.y >> 16);
-                w1[GL * rt + 0] = int8_pair<BF16>(q1.x);
-                w1[GL * rt + 1] = int8_pair<BF16>(q1.x >> 16);
-                w1[GL * rt + 2] = int8_pair<BF16>(q1.y);
-                w1[GL * rt + 3] = int8_pair<BF16>(q1.y >> 16);
-            } else {
-                const u16* v = reinterpret_cast<const u16*>(values_);
-                uint4 p0 = make_uint4(0, 0, 0, 0), p1 = make_uint4(0, 0, 0, 0);
-                if (oka) p0 = load_w(reinterpret_cast<const uint4*>(v + ra * half_k + ch * 32 + c * 8));
-                if (okb) p1 = load_w(reinterpret_cast<const uint4*>(v + rb * half_k + ch * 32 + c * 8));
-                w0[GL * rt + 0] = p0.x; w0[GL * rt + 1] = p0.y; w0[GL * rt + 2] = p0.z; w0[GL * rt + 3] = p0.w;
-                w1[GL * rt + 0] = p1.x; w1[GL * rt + 1] = p1.y; w1[GL * rt + 2] = p1.z; w1[GL * rt + 3] = p1.w;
-            }
-        }
-        u32 m0[RT], m1[RT];  // the lane's GL nibbles of each row
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-            const int ra = r0 + 16 * rt, rb = r1 + 16 * rt;
-            const bool oka = ra < n_rows, okb = rb < n_rows;
-            m0[rt] = 0;
-            m1[rt] = 0;
-            if (WIDE) {
-                if (oka) m0[rt] = load_w(reinterpret_cast<const u32*>(meta + ra * meta_k + ch * 16 + c * 4));
-                if (okb) m1[rt] = load_w(reinterpret_cast<const u32*>(meta + rb * meta_k + ch * 16 + c * 4));
-            } else {
-                if (oka) m0[rt] = load_w(reinterpret_cast<const u16*>(meta + ra * meta_k + ch * 8 + c * 2));
-                if (okb) m1[rt] = load_w(reinterpret_cast<const u16*>(meta + rb * meta_k + ch * 8 + c * 2));
-            }
-        }
-        // B: token g + 8j, columns of the lane's groups (4 * GL contiguous values, 16-byte
-        // loads), loaded once for every row tile of the warp
-        uint4 xb[NT][GL / 2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int t = g + 8 * j;
-#pragma unroll
-            for (int h = 0; h < GL / 2; ++h) {
-                if (t < tokens) {
-                    xb[j][h] = __ldg(
-                        reinterpret_cast<const uint4*>(x + t * ldx + ch * CW + c * 4 * GL) + h);
-                } else {
-                    xb[j][h] = make_uint4(0, 0, 0, 0);
-                }
-            }
-        }
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-            for (int s = 0; s < GL; ++s) {  // 2. one mma per group slot s (16 K columns)
-                u32 a0, a1, a2, a3;
-                expand(w0[GL * rt + s], (m0[rt] >> (4 * s)) & 15u, a0, a2);
-                expand(w1[GL * rt + s], (m1[rt] >> (4 * s)) & 15u, a1, a3);
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    const u32* xw = reinterpret_cast<const u32*>(&xb[j][0]);
-                    mma16816<BF16>(acc[rt][j], a0, a1, a2, a3, xw[2 * s], xw[2 * s + 1]);
-                }
-            }
-        }
-    }
-    // 3. tail: the last (k % CW) / 16 tiles of 16 columns, lane c owning group c of the tile
-    const int tail0 = chunks * CW, tiles = (k - tail0) >> 4;
-    for (int tt = warp; tt < tiles; tt += warps) {
-        const int col = tail0 + tt * 16, grp = (col >> 2) + c;
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-            const int ra = r0 + 16 * rt, rb = r1 + 16 * rt;
-            const bool oka = ra < n_rows, okb = rb < n_rows;
-            u32 p0 = 0, p1 = 0, n0 = 0, n1 = 0;
-            if (INT8) {
-                const unsigned char* v = reinterpret_cast<const unsigned char*>(values_);
-                if (oka) p0 = int8_pair<BF16>(*reinterpret_cast<const u16*>(v + ra * half_k + grp * 2));
-                else p0 = 0;
-                if (okb) p1 = int8_pair<BF16>(*reinterpret_cast<const u16*>(v + rb * half_k + grp * 2));
-                else p1 = 0;
-            } else {
-                const u16* v = reinterpret_cast<const u16*>(values_);
-                if (oka) p0 = *reinterpret_cast<const u32*>(v + ra * half_k + grp * 2);
-                if (okb) p1 = *reinterpret_cast<const u32*>(v + rb * half_k + grp * 2);
-            }
-            if (oka) n0 = (meta[ra * meta_k + (grp >> 1)] >> (4 * (grp & 1))) & 15u;
-            if (okb) n1 = (meta[rb * meta_k + (grp >> 1)] >> (4 * (grp & 1))) & 15u;
-            u32 a0, a1, a2, a3;
-            expand(p0, n0, a0, a2);
-            expand(p1, n1, a1, a3);
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                const int t = g + 8 * j;
-                uint2 xv = make_uint2(0, 0);
-                if (t < tokens) xv = *reinterpret_cast<const uint2*>(x + t * ldx + col + c * 4);
-                mma16816<BF16>(acc[rt][j], a0, a1, a2, a3, xv.x, xv.y);
-            }
-        }
-    }
-    // 4. add the warps' partial tiles, one token tile at a time, and write Y[token, row]
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        float* mine = partial + warp * TILE;  // [RT * 16 rows][8 tokens]
-#pragma unroll
-        for (int rt = 0; rt < RT; ++rt) {
-            const int ga = 16 * rt + g, gb = 16 * rt + g + 8;
-            mine[ga * 8 + 2 * c] = acc[rt][j][0];
-            mine[ga * 8 + 2 * c + 1] = acc[rt][j][1];
-            mine[gb * 8 + 2 * c] = acc[rt][j][2];
-            mine[gb * 8 + 2 * c + 1] = acc[rt][j][3];
-        }
-        __syncthreads();
-        for (int o = threadIdx.x; o < TILE; o += blockDim.x) {
-            // consecutive threads: consecutive rows
-            const int r = o & (16 * RT - 1), tk = o >> (RT == 1 ? 4 : 5);
-            const int row = row0 + r, token = 8 * j + tk;
-            if (row < n_rows && token < tokens) {
-                float sum = 0.0f;
-                for (int w = 0; w < warps; ++w) sum += partial[w * TILE + r * 8 + tk];
-                if (INT8) sum *= scale[row];
-                if (bias) sum += to_f32(bias[row], BF16);
-                y[token * ldy + row] = from_f32(sum, BF16);
-            }
-        }
-        __syncthreads();
-    }
-}
-#define DECODE24_BODY decode24_tiles
-#else
-#define DECODE24_BODY decode24
-#endif
-
 // Fewer token tiles leave registers for more warps per block (small N needs them to fill the
 // GPU); 32 and 64 tokens hold 16 and 32 accumulators and 32 and 64 registers of X per lane.
 #define DECODE_KERNEL(NAME, BF16, INT8, WIDE, NT, THREADS)                                     \
@@ -538,8 +334,8 @@ __device__ __forceinline__ void decode24_tiles(const void* __restrict__ values_,
         NAME(const void* values, const unsigned char* meta, const float* scale, const u16* x,  \
              const u16* bias, u16* y, int n_rows, int k, int tokens, long long ldx,            \
              long long ldy) {                                                                   \
-        DECODE24_BODY<BF16, INT8, WIDE, NT>(values, meta, scale, x, bias, y, n_rows, k,        \
-                                            tokens, ldx, ldy);                                 \
+        decode24<BF16, INT8, WIDE, NT>(values, meta, scale, x, bias, y, n_rows, k, tokens,     \
+                                       ldx, ldy);                                               \
     }
 
 #define DECODE_FAMILY(PREFIX, BF16, INT8)                  \

@@ -25,7 +25,6 @@ True
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import torch
@@ -49,10 +48,6 @@ _SIXTEEN = (torch.float16, torch.bfloat16)
 _MAX_WARPS = {1: 32, 2: 32, 4: 16, 8: 8}  # per token tiles: what the register budget allows
 _TARGET_WARPS_PER_SM = 32  # measured on an H100: fewer leaves bandwidth unused
 _FEWEST_WARPS_UP_TO_16_TOKENS = 8  # measured on an H200 (benchmarks/decode_kernel.py --sweep-only)
-#: The variable that picks the build of ``kernels/decode24.cu`` decode calls use: ``2`` takes
-#: the build with two 16-row tiles a warp (``DECODE24_ROW_TILES=2``), unset or ``1`` the shipped
-#: one. It is there to time whole models with either build side by side.
-ROW_TILES_VARIABLE = "EXPLORER_DECODE24_ROW_TILES"
 
 
 def pack(weight: torch.Tensor, int8: bool = False) -> CompressedWeight:
@@ -177,38 +172,6 @@ def _tiles(tokens: int) -> int:
     return 1 << max(0, math.ceil(math.log2(need)))
 
 
-def row_tiles_in_use() -> int:
-    """16-row tiles a warp of the decode kernel computes: what :data:`ROW_TILES_VARIABLE` says.
-
-    Returns
-    -------
-    int
-        1 (the shipped build) or 2.
-
-    Raises
-    ------
-    ValueError
-        The variable is set to anything but 1 or 2.
-
-    Examples
-    --------
-    >>> row_tiles_in_use() in (1, 2)
-    True
-    """
-    value = os.environ.get(ROW_TILES_VARIABLE, "1").strip() or "1"
-    if value not in ("1", "2"):
-        raise ValueError(
-            f"{ROW_TILES_VARIABLE}={value!r}; expected 1 (the shipped build) or 2 (two 16-row "
-            f"tiles a warp). Hint: unset {ROW_TILES_VARIABLE} to use the shipped build."
-        )
-    return int(value)
-
-
-def _defines(tiles: int) -> tuple:
-    """The ``-D`` values of the build with ``tiles`` row tiles a warp (none for the shipped one)."""
-    return () if tiles == 1 else (("DECODE24_ROW_TILES", tiles),)
-
-
 def _check(x: torch.Tensor, weight: CompressedWeight, bias: torch.Tensor | None) -> None:
     if not isinstance(weight, CompressedWeight):
         raise TypeError(
@@ -309,19 +272,11 @@ def _kernel_name(dtype: torch.dtype, int8: bool, tokens: int, k: int) -> str:
     return f"decode24_{kind}{values}_t{8 * _tiles(tokens)}"
 
 
-def _launch(
-    x2, weight: CompressedWeight, bias, y, warps: int | None, module=None, row_tiles: int = 1
-) -> None:
+def _launch(x2, weight: CompressedWeight, bias, y, warps: int | None, module=None) -> None:
     """Launch the kernel for ``x2``'s dtype and row count.
 
-    ``module`` is another build of ``decode24.cu``, for benchmarks of its variants;
-    ``row_tiles`` is its ``DECODE24_ROW_TILES`` (a block then covers ``16 * row_tiles`` rows).
+    ``module`` is another build of ``decode24.cu``, for benchmarks of its variants.
     """
-    if row_tiles not in (1, 2) or (row_tiles != 1 and module is None):
-        raise ValueError(
-            f"row_tiles = {row_tiles}; expected 1, or 2 for a module built with "
-            "DECODE24_ROW_TILES=2 (the shipped build has one 16-row tile a warp)"
-        )
     n, k = weight.shape
     t = x2.shape[0]
     dev = x2.device.index or 0
@@ -344,27 +299,16 @@ def _launch(
         np.int64(x2.stride(0)),
         np.int64(y.stride(0)),
     )
-    tiles_of_rows = row_tiles if module is not None else row_tiles_in_use()
-    grid, block = (math.ceil(n / (16 * tiles_of_rows)),), (32 * warps,)
-    shared = 512 * warps * tiles_of_rows
+    grid, block = (math.ceil(n / 16),), (32 * warps,)
     if module is not None:
         from explorer.gpu.cuda.kernels import cupy_stream
 
         with cupy_stream(dev):
-            module.get_function(name)(grid, block, args, shared_mem=shared)
+            module.get_function(name)(grid, block, args, shared_mem=512 * warps)
         return
     from explorer.gpu.cuda.kernels import launch
 
-    launch(
-        "decode24",
-        name,
-        x2,
-        grid,
-        args,
-        block=block,
-        shared=shared,
-        defines=_defines(tiles_of_rows),
-    )
+    launch("decode24", name, x2, grid, args, block=block, shared=512 * warps)
 
 
 class DecodeCall:
@@ -423,11 +367,10 @@ class DecodeCall:
             8: tokens,
             10: n,
         }
-        tiles = row_tiles_in_use()
-        function = compiled_function("decode24", name, dev, _defines(tiles))
+        function = compiled_function("decode24", name, dev)
         self._launcher = Launcher(function, _ARG_KINDS, fixed)
-        self._grid, self._block = (math.ceil(n / (16 * tiles)), 1, 1), (32 * warps, 1, 1)
-        self._shared, self._dev = 512 * warps * tiles, dev
+        self._grid, self._block = (math.ceil(n / 16), 1, 1), (32 * warps, 1, 1)
+        self._shared, self._dev = 512 * warps, dev
         self._shape, self._dtype = (tokens, n), dtype
         self._nkt = (n, k, tokens)
         # the tensors whose pointers are kept: alive as long as this call

@@ -96,15 +96,3 @@ def test_default_warps_gives_wide_layers_eight_warps_up_to_16_tokens():
 def test_default_warps_may_round_chunks_up():
     assert default_warps(1536, 1536, 8, 132) == 32  # 24 chunks: 32 warps, 8 of them idle
     assert default_warps(1536, 1536, 64, 132) == 8  # capped by the register budget
-
-
-def test_the_row_tiles_variable_picks_the_build(monkeypatch):
-    from explorer.gpu.cuda import decode as D
-
-    monkeypatch.delenv(D.ROW_TILES_VARIABLE, raising=False)
-    assert D.row_tiles_in_use() == 1
-    monkeypatch.setenv(D.ROW_TILES_VARIABLE, "2")
-    assert D.row_tiles_in_use() == 2
-    monkeypatch.setenv(D.ROW_TILES_VARIABLE, "4")
-    with pytest.raises(ValueError, match="EXPLORER_DECODE24_ROW_TILES='4'; expected 1"):
-        D.row_tiles_in_use()
