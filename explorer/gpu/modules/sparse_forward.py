@@ -225,8 +225,12 @@ class SparseForward:
             running = "graphs"
         if running in self._warned:
             return
-        text = mode_mismatch(self.mode, running, x.numel() // max(1, x.shape[-1]))
+        key = (self.mode, running, x.numel() // max(1, x.shape[-1]))
+        if key in self._quiet:
+            return
+        text = mode_mismatch(*key)
         if text is None:
+            self._quiet.add(key)  # the rule depends on these alone: not asked again
             return
         self._warned.add(running)
         warnings.warn(text, RuntimeWarning, stacklevel=4)

@@ -161,6 +161,8 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         # the decisions this layer was given, by token count, read for its mode
         self.decisions_made = LayerDecisions(self.mode, D.MAX_TOKENS)
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
+        # (mode, running, tokens) found to need no warning: later calls skip the rule
+        self._quiet: set[tuple[str, str, int]] = set()
         self._npad: dict[int, int] = {}
         self._mult = token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
@@ -202,6 +204,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
     def __setstate__(self, state: dict) -> None:
         """A copy (``copy.deepcopy``, unpickling) gets its own op id, plans and fast paths."""
         super().__setstate__(state)
+        self.__dict__.setdefault("_quiet", set())  # pickled before the set existed
         self._reset_runtime()
 
     def _apply(self, fn, recurse: bool = True):

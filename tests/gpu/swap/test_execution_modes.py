@@ -360,6 +360,24 @@ def test_a_graphs_layer_runs_a_long_eager_prompt_quietly_and_explains_a_short_on
     assert _mode_warnings(lambda: sl(step)) == []  # once per mode
 
 
+def test_a_quiet_compiled_call_is_not_checked_again(monkeypatch):
+    """A graphs-mode layer compiled by default, called with more than 64 tokens: the rule is
+    asked once per token count, not on every call of the fast path."""
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.modules import sparse_forward
+
+    sl = SparseLinear.from_linear(_linear(256, 512), keep_dense=True, mode="graphs")
+    asked = []
+    rule = sparse_forward.mode_mismatch
+    monkeypatch.setattr(sparse_forward, "mode_mismatch", lambda *a: asked.append(a) or rule(*a))
+    prompt = torch.randn(128, 256, device=DEV, dtype=torch.bfloat16)
+    assert _mode_warnings(lambda: [sl.run_compiled(prompt) for _ in range(4)]) == []
+    assert asked == [("graphs", "compile", 128)]
+    step = torch.randn(8, 256, device=DEV, dtype=torch.bfloat16)
+    found = _mode_warnings(lambda: [sl.run_compiled(step) for _ in range(3)])
+    assert len(found) == 1 and "runs as 'compile'" in found[0]
+
+
 def _mode_warnings(run) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
