@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
     p.add_argument("--new", type=int, default=128, help="tokens generated per sequence")
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument(
+        "--caches", default="dynamic,static", help="comma-separated: dynamic, static or both"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.layers is not None and args.layers < 1:
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         batches = tuple(int(b) for b in args.batches.split(","))
     except ValueError:
         p.error(f"--batches {args.batches!r}: expected comma-separated integers, e.g. 1,8")
+    caches = {c for c in args.caches.split(",") if c}
+    if not caches or caches - {"dynamic", "static"}:
+        p.error(f"--caches {args.caches!r}: expected dynamic, static or dynamic,static")
     if not torch.cuda.is_available():
         p.error("no CUDA GPU here: sparsify and generate() need one. Hint: run on a GPU")
     env = environment()
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         new_tokens=args.new,
         log=sys.stderr,
         layers=args.layers,
+        dynamic="dynamic" in caches,
+        static="static" in caches,
     )
     if args.json:
         args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))

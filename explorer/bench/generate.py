@@ -235,6 +235,7 @@ def bench_generate(
     ttft_prompt: int = 1024,
     log=None,
     layers: int | None = None,
+    dynamic: bool = True,
 ) -> list[dict]:
     """Tokens per second of ``generate`` for dense, ``sparsify()`` and ``decode=True``.
 
@@ -251,7 +252,7 @@ def bench_generate(
     new_tokens : int, optional
         Tokens generated per sequence.
     static : bool, optional
-        Also time with a static cache.
+        Time with a static cache.
     ttft_prompt : int, optional
         Prompt length of the time-to-first-token row.
     log : file-like, optional
@@ -260,6 +261,8 @@ def bench_generate(
         Transformer layers instead of the spec's few (32 gives a whole LLaMA-3-8B-like model,
         whose dense head weighs what it does in the real one); the rows' model is then named
         with its layers (``"llama-8b, 32 layers"``).
+    dynamic : bool, optional
+        Time with the dynamic cache (eager steps).
 
     Returns
     -------
@@ -270,6 +273,11 @@ def bench_generate(
     from explorer.bench.models import MODEL_SPECS, build_model, sparse_candidate
     from explorer.gpu import sparsify
 
+    caches = tuple(c for c, wanted in (("dynamic", dynamic), ("static", static)) if wanted)
+    if not caches:
+        raise ValueError(
+            "dynamic=False and static=False leave no cache to time. Hint: keep one of them True."
+        )
     say = (lambda msg: print(f"[generate] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     spec = MODEL_SPECS[name]
     counts = tuple(sorted({b * prompt for b in batches} | set(batches) | {ttft_prompt}))
@@ -318,7 +326,7 @@ def bench_generate(
         ids = torch.randint(
             1, spec.config["vocab_size"], (batch, prompt), device="cuda", generator=gen
         )
-        for cache in ("dynamic", "static") if static else ("dynamic",):
+        for cache in caches:
             row = dict(
                 suite="generate",
                 model=name,

@@ -72,3 +72,10 @@ def test_a_failing_pair_is_reported_and_the_others_still_run(log):
     assert "decode" not in timed and "captured" in dense_rounds["decode"]
     assert "decode:auto" in log  # set back even though it failed
     assert timed["explorer"][0] == 8.0
+
+
+def test_no_cache_to_time_is_refused_with_the_fix():
+    from explorer.bench.generate import bench_generate
+
+    with pytest.raises(ValueError, match="leave no cache to time"):
+        bench_generate(dynamic=False, static=False)

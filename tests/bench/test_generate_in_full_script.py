@@ -20,8 +20,9 @@ def script(monkeypatch):
 
     seen = {}
 
-    def stand_in(name, dtype, batches, new_tokens, log, layers):
+    def stand_in(name, dtype, batches, new_tokens, log, layers, dynamic, static):
         seen.update(name=name, dtype=dtype, batches=batches, new=new_tokens, layers=layers)
+        seen.update(dynamic=dynamic, static=static)
         model = generate.model_name(name, layers)
         return [
             dict(suite="generate", model=model, label=f"{model} generate batch {b} static",
@@ -40,10 +41,24 @@ def test_the_layers_and_batches_reach_the_benchmark_and_the_rows_name_the_layers
     out = tmp_path / "rows.json"
     argv = ["--layers", "32", "--batches", "8", "--dtype", "float16", "--json", str(out)]
     assert main(argv) == 0
-    assert seen == dict(name="llama-8b", dtype=torch.float16, batches=(8,), new=128, layers=32)
+    assert seen == dict(
+        name="llama-8b",
+        dtype=torch.float16,
+        batches=(8,),
+        new=128,
+        layers=32,
+        dynamic=True,
+        static=True,
+    )
     written = json.loads(out.read_text())
     assert written["env"] == {"device": "stand-in"}
     assert [r["label"] for r in written["rows"]] == ["llama-8b, 32 layers generate batch 8 static"]
+
+
+def test_caches_pick_what_is_timed(script):
+    main, seen = script
+    assert main(["--caches", "static"]) == 0
+    assert (seen["dynamic"], seen["static"]) == (False, True)
 
 
 def test_without_layers_the_spec_is_built_and_named_as_it_is(script):
@@ -54,7 +69,12 @@ def test_without_layers_the_spec_is_built_and_named_as_it_is(script):
 
 @pytest.mark.parametrize(
     ("argv", "named"),
-    [(["--layers", "0"], "--layers 0"), (["--batches", "1,x"], "--batches '1,x'")],
+    [
+        (["--layers", "0"], "--layers 0"),
+        (["--batches", "1,x"], "--batches '1,x'"),
+        (["--caches", "static,disk"], "--caches 'static,disk'"),
+        (["--caches", ","], "--caches ','"),
+    ],
 )
 def test_bad_arguments_are_named_with_the_fix(script, capsys, argv, named):
     main, _ = script
