@@ -1,4 +1,4 @@
-"""The wheel ships the CUDA C sources that explorer.gpu loads at run time.
+"""The wheel ships the CUDA C sources that explorer.gpu loads at run time, and its license.
 
 The wheel is built from a copy of the source tree under ``tmp_path``: setuptools writes
 ``build/`` and ``*.egg-info/`` beside the sources it builds, and none of that may land in the
@@ -62,5 +62,8 @@ def test_wheel_ships_the_kernels(tmp_path):
     shipped = sorted(n.split("/")[-1] for n in names if n.startswith("explorer/_kernels/"))
     assert shipped == sources
     assert "explorer/checks.py" in names
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "notebooks/")) for n in names)
     assert (tree / "tests").is_dir() and (tree / "notebooks").is_dir()  # present, not shipped
