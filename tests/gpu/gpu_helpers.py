@@ -27,7 +27,8 @@ def coded_exact(x: torch.Tensor, packed, bias: torch.Tensor | None = None) -> to
 
 
 def relerr(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
+    """``|a - b| / |b|`` in float64 (operands that carry autograd history are read as values)."""
+    a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
