@@ -1,4 +1,4 @@
-"""Build hook: ship the CUDA C sources of kernels/ inside the wheel, as explorer/_kernels/."""
+"""Build hook: ship the CUDA C and C++ sources of kernels/ inside the wheel, as explorer/_kernels/."""
 
 from pathlib import Path
 
@@ -7,12 +7,14 @@ from setuptools.command.build_py import build_py
 
 
 class BuildPyWithKernels(build_py):
-    """Copy kernels/*.cu (and headers) next to the package, where explorer.gpu looks for them."""
+    """Copy kernels/*.cu, their headers and the C++ operator next to the package (explorer.gpu)."""
 
     def run(self):
         super().run()
         target = Path(self.build_lib) / "explorer" / "_kernels"
-        sources = sorted(Path("kernels").glob("*.cu")) + sorted(Path("kernels").glob("*.cuh"))
+        sources = [
+            p for ext in ("cu", "cuh", "cpp") for p in sorted(Path("kernels").glob(f"*.{ext}"))
+        ]
         if sources:
             self.mkpath(str(target))
         for source in sources:

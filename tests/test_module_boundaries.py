@@ -39,7 +39,7 @@ LARGE_MODULES = {
     "explorer/checkpoint/onnx_check.py": 520,
     "explorer/cli.py": 667,
     "explorer/diagnosis.py": 543,
-    "explorer/gpu/library/cusparselt.py": 939,
+    "explorer/gpu/library/cusparselt.py": 931,
     "explorer/gpu/cuda/decode_int4.py": 534,
     "explorer/gpu/cuda/kernels.py": 824,
     "explorer/gpu/library/tuning.py": 588,

@@ -35,7 +35,8 @@ NOT_SOURCES = shutil.ignore_patterns(
 
 @pytest.mark.slow
 def test_wheel_ships_the_kernels(tmp_path):
-    sources = sorted(p.name for p in (ROOT / "kernels").glob("*.cu*"))  # sources and headers
+    kinds = (".cu", ".cuh", ".cpp")  # CUDA sources, their headers, the C++ operator
+    sources = sorted(p.name for p in (ROOT / "kernels").iterdir() if p.suffix in kinds)
     assert sources, "kernels/ holds no CUDA sources"
     tree = tmp_path / "src"
     shutil.copytree(ROOT, tree, ignore=NOT_SOURCES, symlinks=True)

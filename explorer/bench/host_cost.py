@@ -7,8 +7,10 @@ host:
 
 - the decode kernel's launch against ``F.linear`` on the same layer (1 and 16 tokens);
 - one ``SparseLinear`` eager call (its fast path) against ``nn.Linear``;
-- the compiled op ``explorer::sparse_forward`` under ``torch.compile``'s default mode against
-  the same model compiled dense (one layer, so the difference is the op's cost);
+- the Python op ``explorer::sparse_forward`` and, where it is built, the compiled operator
+  ``explorer::sparse_call`` (:mod:`explorer.gpu.cuda.native`) called by themselves, and one
+  layer under ``torch.compile``'s default mode against the same model compiled dense (the
+  difference is the op's cost);
 - a fused q/k/v call against three ``nn.Linear`` calls, and the fused SwiGLU block against the
   dense gate, up, activation, multiply and down.
 """
@@ -187,6 +189,7 @@ def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 1024, log=None
                 host_us(lambda: op(x, sl.op_id)),
             )
         )
+        rows += _compiled_operator_rows(lin, w, d, dtype)
         # one layer compiled in the default mode: the difference is the op against aten::mm
         x = torch.randn(16, d, dtype=dtype, device="cuda")
         times = []
@@ -202,5 +205,39 @@ def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 1024, log=None
         say(
             f"{r['label']} at {r['n']} tokens: dense {r['dense_host_us']:.1f} us, explorer "
             f"{r['explorer_host_us']:.1f} us"
+        )
+    return rows
+
+
+def _compiled_operator_rows(lin: nn.Linear, w: torch.Tensor, d: int, dtype: torch.dtype) -> list:
+    """``explorer::sparse_call`` (the compiled operator) against ``F.linear``, where it is loaded.
+
+    At 16 tokens on cuSPARSELt (row-major layout) and at 1 token on the decode kernel, each
+    after the one call that sets its program up; a row's label says when Python served it.
+    """
+    from explorer.gpu import SparseLinear
+    from explorer.gpu.cuda import native
+    from explorer.gpu.routes.timing import host_us
+
+    if not native.load():
+        return []
+    rows = []
+    op = torch.ops.explorer.sparse_call
+    for tokens, options, what in (
+        (16, {"layout": "cc"}, "cuSPARSELt"),
+        (1, {"decode": True}, "decode kernel"),
+    ):
+        sl = SparseLinear.from_linear(lin, keep_dense=False, mode="compile", **options)
+        x = torch.randn(tokens, d, dtype=dtype, device="cuda")
+        op(x, sl.op_id)  # Python decides the route and sets the program up
+        served = "C++" if native.counts(sl.op_id)["programs"] else "Python"
+        rows.append(
+            _row(
+                f"explorer::sparse_call op ({what}, served by {served}) against F.linear, {d}x{d}",
+                dtype,
+                tokens,
+                host_us(lambda x=x: nn.functional.linear(x, w)),
+                host_us(lambda x=x, sl=sl: op(x, sl.op_id)),
+            )
         )
     return rows

@@ -27,7 +27,7 @@ def coded_exact(x: torch.Tensor, packed, bias: torch.Tensor | None = None) -> to
 
 
 def relerr(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
+    a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 

@@ -375,6 +375,7 @@ class DecodeCall:
         self._nkt = (n, k, tokens)
         # the tensors whose pointers are kept: alive as long as this call
         self._keep = (weight, bias)
+        self._steps: list | None = None
 
     def __call__(self, x2: torch.Tensor) -> torch.Tensor:
         """``x2 @ W^T (+ b)`` for ``x2`` of ``[tokens, K]`` (row stride a multiple of 8)."""
@@ -389,6 +390,26 @@ class DecodeCall:
             (x2.data_ptr(), y.data_ptr(), x2.stride(0)),
         )
         return y
+
+    def native_steps(self) -> list:
+        """The call as the compiled operator's one launch step (:mod:`explorer.gpu.cuda.native`).
+
+        Returns
+        -------
+        list of LaunchStep
+            Its token is retired when this call is dropped.
+        """
+        if self._steps is None:
+            from explorer.gpu.cuda import native
+
+            per_call = {3: (native.IN_PTR, 0), 5: (native.OUT_PTR, 0), 9: (native.IN_ROW_STRIDE, 0)}
+            self._steps = [
+                native.launch_step(
+                    self._launcher, self._grid, self._block, self._shared, per_call,
+                    self._shape[1], self,
+                )
+            ]  # fmt: skip
+        return self._steps
 
     def __repr__(self) -> str:
         n, k, t = self._nkt

@@ -708,11 +708,11 @@ class SiluMulCall:
         fixed = {3: tokens, 4: hidden // 8, 5: 2 * hidden // 8}
         function = compiled_function("silu_mul", _SILU_MUL[dtype], self._dev)
         kinds = ("u64", "u64", "u64", "i64", "i64", "i64")
-        self._launcher = Launcher.for_kernel(function, kinds, fixed, self._dev, overlap)
-        self._grid = _dim3(_grid(tokens * (hidden // 8), self._dev))
-        self._block = _dim3((_THREADS,))
+        self.launcher = Launcher.for_kernel(function, kinds, fixed, self._dev, overlap)
+        self.grid = _dim3(_grid(tokens * (hidden // 8), self._dev))
+        self.block = _dim3((_THREADS,))
         self._shape, self._dtype = (tokens, hidden), dtype
-        self._up_bytes = hidden * torch.empty((), dtype=dtype).element_size()
+        self.up_bytes = hidden * torch.empty((), dtype=dtype).element_size()
 
     def fits(self, gu: torch.Tensor) -> bool:
         """Whether ``gu`` is the row-major, 16-byte aligned input this call was made for.
@@ -738,12 +738,12 @@ class SiluMulCall:
         """``silu(gate) * up`` of ``gu`` (which :meth:`fits`)."""
         out = torch.empty(self._shape, dtype=self._dtype, device=self.device)
         base = gu.data_ptr()
-        self._launcher.launch_changed(
-            self._grid,
-            self._block,
+        self.launcher.launch_changed(
+            self.grid,
+            self.block,
             0,
             current_stream(self._dev),
-            (base, base + self._up_bytes, out.data_ptr()),
+            (base, base + self.up_bytes, out.data_ptr()),
         )
         return out
 

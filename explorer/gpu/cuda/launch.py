@@ -404,6 +404,24 @@ class Launcher:
         if code:
             raise LaunchRefused(f"cuLaunchKernel returned CUDA error {code}")
 
+    def raw_arguments(self) -> tuple[int, tuple[tuple[int, int], ...]]:
+        """The kernel's driver handle and each parameter's size and value as last written.
+
+        For a caller that launches the same kernel from C++ (:mod:`explorer.gpu.cuda.native`):
+        the values of fixed parameters are what the constructor wrote; the others are whatever
+        the last launch left.
+
+        Returns
+        -------
+        tuple
+            ``(function, ((bytes, value), ...))``, each value as the signed integer its bytes
+            read as (a float parameter's bits).
+        """
+        slots = tuple(
+            (ctypes.sizeof(s), int.from_bytes(bytes(s), "little", signed=True)) for s in self._slots
+        )
+        return self._handle.value or 0, slots
+
     def __repr__(self) -> str:
         overlap = ", overlapped" if self._overlapped is not None else ""
         return (

@@ -15,6 +15,10 @@ with the ``torch.library.custom_op`` decorator: the decorator's Python wrappers 
 argument checks on every call) cost more host time per call than the whole sparse product
 needs in a default-mode compiled decode step.
 
+Where the explorer's compiled operator is loaded (:mod:`explorer.gpu.cuda.native`),
+:func:`forward` calls ``explorer::sparse_call`` instead, with the same arguments and fake
+implementation: it runs an input's remembered call from C++ and hands any other to this op.
+
 Modules register themselves when built (:func:`register`); the registry holds weak references.
 The op does not alias its input, mutates nothing and has no autograd formula (inference only).
 """
@@ -24,14 +28,17 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from functools import partial
 
 import torch
 
-__all__ = ["call_overhead_us", "forward", "register"]
+__all__ = ["call_overhead_us", "forward", "register", "use_native"]
 
 _MODULES: dict[int, weakref.ReferenceType] = {}
 _IDS = itertools.count(1)
 _LOCK = threading.Lock()
+# the compiled operator and the function that drops a gone module's programs, once loaded
+_NATIVE: list = [None, None]
 
 _LIB = torch.library.Library("explorer", "FRAGMENT")
 _LIB.define("sparse_forward(Tensor x, int module_id) -> Tensor")
@@ -64,8 +71,33 @@ def register(module: torch.nn.Module) -> int:
     """
     with _LOCK:
         mid = next(_IDS)
-        _MODULES[mid] = weakref.ref(module, lambda _, mid=mid: _MODULES.pop(mid, None))
+        _MODULES[mid] = weakref.ref(module, partial(_gone, mid))
+    if _NATIVE[0] is None and torch.cuda.is_available():
+        from explorer.gpu.cuda import native
+
+        native.load()  # once per process: the compiled operator, built once per torch build
     return mid
+
+
+def _gone(mid: int, _ref=None) -> None:
+    _MODULES.pop(mid, None)
+    forget = _NATIVE[1]
+    if forget is not None:
+        forget(mid)
+
+
+def use_native(op, forget) -> None:
+    """Send :func:`forward`'s calls to the compiled operator ``op`` from now on.
+
+    Parameters
+    ----------
+    op : torch._ops.OpOverloadPacket
+        ``torch.ops.explorer.sparse_call`` (:mod:`explorer.gpu.cuda.native`).
+    forget : callable
+        ``forget(module_id)``: drops a module's programs once the module is gone.
+    """
+    torch.library.register_fake("explorer::sparse_call", _fake, lib=_LIB)
+    _NATIVE[:] = [op, forget]
 
 
 def _module(module_id: int) -> torch.nn.Module:
@@ -113,6 +145,9 @@ def forward(x: torch.Tensor, module_id: int) -> torch.Tensor:
     torch.Tensor
         The module's ``run_compiled(x)``.
     """
+    native = _NATIVE[0]
+    if native is not None:
+        return native(x, module_id)
     return torch.ops.explorer.sparse_forward(x, module_id)
 
 

@@ -22,13 +22,14 @@ import ctypes
 import threading
 import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
 from explorer import sparse_rules
 from explorer.errors import require
+from explorer.gpu.library.workspace import plan_workspace
 
 __all__ = [
     "CUSPARSELT_DTYPES",
@@ -207,47 +208,6 @@ def _stream_ptr(device: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # plans
 # ---------------------------------------------------------------------------------------------
-_WORKSPACE_STREAMS: dict[int, torch.cuda.Stream] = {}
-_WORKSPACE_THREAD: list[ThreadPoolExecutor] = []
-_WORKSPACE_LOCK = threading.Lock()
-
-
-def _workspace(size: int, device: int) -> torch.Tensor | None:
-    """A plan's scratch memory (None when it needs none), kept out of CUDA-graph memory pools.
-
-    A plan outlives the call that built it. Built while torch warms up or records a CUDA graph
-    (``torch.compile(mode="reduce-overhead")``), a workspace allocated by the calling thread
-    would land in the graph's private pool, alive after the capture but no output of it, which
-    torch's CUDA-graph trees refuse: during their warm-up every allocation of the thread goes
-    to the pool, whatever the stream. So outside a capture the workspace is allocated by a
-    thread of its own, which no pool claims. Inside a capture (a thread may not wait on another
-    there), it is taken on a side stream, which ``torch.cuda.graph`` does not route to its pool.
-    Only workspaces are ever allocated on that stream, and every plan runs on the stream of its
-    caller, so a freed workspace is reused only as another plan's scratch.
-    """
-    if size <= 0:
-        return None
-    if torch.cuda.is_current_stream_capturing():
-        return _allocate_on_side_stream(size, device)
-    with _WORKSPACE_LOCK:
-        if not _WORKSPACE_THREAD:
-            _WORKSPACE_THREAD.append(
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-workspace")
-            )
-        worker = _WORKSPACE_THREAD[0]
-    return worker.submit(_allocate_on_side_stream, size, device).result()
-
-
-def _allocate_on_side_stream(size: int, device: int) -> torch.Tensor:
-    """``size`` bytes on ``device``, allocated while the workspace stream is current."""
-    with _WORKSPACE_LOCK:
-        stream = _WORKSPACE_STREAMS.get(device)
-        if stream is None:
-            stream = _WORKSPACE_STREAMS[device] = torch.cuda.Stream(device=device)
-    with torch.cuda.stream(stream):
-        return torch.empty(size, dtype=torch.uint8, device=f"cuda:{device}")
-
-
 @dataclass(frozen=True)
 class PlanKey:
     """Everything a cuSPARSELt plan depends on (JSON-serialisable via :meth:`to_json`).
@@ -281,7 +241,7 @@ def _dtype(name: str) -> torch.dtype:
 class _PlanResources:
     """The raw pointers of one plan; freed exactly once (explicitly or by the finalizer)."""
 
-    __slots__ = ("alg_sel", "descs", "freed", "mm", "plan")
+    __slots__ = ("alg_sel", "descs", "freed", "mm", "on_free", "plan")
 
     def __init__(self) -> None:
         self.descs: list[int] = []
@@ -289,11 +249,14 @@ class _PlanResources:
         self.alg_sel = 0
         self.plan = 0
         self.freed = False
+        self.on_free: list[Callable[[], None]] = []  # told before anything is destroyed
 
     def free(self) -> None:
         if self.freed:
             return
         self.freed = True
+        for told in self.on_free:
+            told()
         L = _bindings()
         if self.plan:
             L.matmul_plan_destroy(self.plan)
@@ -405,7 +368,7 @@ class Plan:
             v = ctypes.c_int32(key.split_k)
             L.matmul_alg_set_attribute(h, sel, L.MatmulAlgAttribute.SPLIT_K, ctypes.addressof(v), 4)
         res.plan = L.matmul_plan_init(h, mm, sel)
-        self.workspace = _workspace(int(L.matmul_get_workspace(h, res.plan)), key.device)
+        self.workspace = plan_workspace(int(L.matmul_get_workspace(h, res.plan)), key.device)
         self._ws_ptr = 0 if self.workspace is None else self.workspace.data_ptr()
         self._plan_ptr = res.plan
         self._matmul = L.matmul
@@ -434,6 +397,35 @@ class Plan:
         L.matmul_desc_set_attribute(
             self.h, mm, L.MatmulDescAttribute.BIAS_POINTER, ctypes.addressof(v), 8
         )
+
+    def raw_arguments(self, a_ptr: int) -> tuple[int, int, int, int, int, int]:
+        """The fixed arguments of :meth:`bind`'s call, for a caller that makes it from C++.
+
+        Parameters
+        ----------
+        a_ptr : int
+            The compressed weight ``A``.
+
+        Returns
+        -------
+        tuple of int
+            The handle, plan, ``alpha``, ``A``, ``beta`` and workspace pointers of
+            ``cusparseLtMatmul`` (``B``, ``C`` = ``D`` and the stream are the call's own). They
+            are valid until the plan closes: see :meth:`when_closed`.
+        """
+        if self._res.freed:
+            raise RuntimeError(f"{self} was closed; build the plan again")
+        return (self.h, self._plan_ptr, self._alpha_ptr, a_ptr, self._beta_ptr, self._ws_ptr)
+
+    def when_closed(self, told: Callable[[], None]) -> None:
+        """Call ``told()`` when the plan closes, before its pointers are freed.
+
+        Parameters
+        ----------
+        told : callable
+            Called once, with no arguments.
+        """
+        self._res.on_free.append(told)
 
     @property
     def alive(self) -> bool:

@@ -16,7 +16,8 @@ from torch import nn
 
 from explorer import _html
 from explorer.dtypes import dtype_name
-from explorer.gpu.cuda import ops
+from explorer.gpu.cuda import native, ops
+from explorer.gpu.cuda.native_table import NativeTable
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.modules.sparse_weight import stack_linears
@@ -138,8 +139,17 @@ class SparseGatedMLP(nn.Module):
         # projection launches overlapped, and so does the SwiGLU kernel (explorer.gpu.cuda.launch)
         if hasattr(down, "set_overlapped_launch"):
             down.set_overlapped_launch(True)
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        """A new op id, and no launch state or programs of this process yet."""
+        old = self.__dict__.get("native_table")
+        if old is not None:
+            old.forget()
         self._op_id = ops.register(self)
         self._silu_calls: dict = {}  # (rows, dtype) -> kernels.SiluMulCall or None (this process)
+        self.native_table = NativeTable(self._op_id)  # the block's programs for C++
+        self._native_tried: set = set()  # (rows, dtype, clock, parts' tokens) asked already
 
     @classmethod
     def from_modules(
@@ -183,19 +193,20 @@ class SparseGatedMLP(nn.Module):
     def __getstate__(self) -> dict:
         """What a copy or a pickle keeps: not the kernel launch state of this process."""
         state = self.__dict__.copy()
-        state["_silu_calls"] = {}
+        for name in ("_silu_calls", "native_table", "_native_tried"):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         """A copy gets its own id for the custom op."""
         super().__setstate__(state)
-        self._op_id = ops.register(self)
-        self._silu_calls = {}
+        self._reset_runtime()
 
     def _apply(self, fn, recurse: bool = True):
         """``.to(device)`` and the like: the SwiGLU launches are set up again on first use."""
-        self._silu_calls = {}
-        return super()._apply(fn, recurse)
+        out = super()._apply(fn, recurse)
+        self._reset_runtime()
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
@@ -242,7 +253,42 @@ class SparseGatedMLP(nn.Module):
         torch.Tensor
             The block's output.
         """
-        return self._through(x, self.gate_up.run_compiled, self.down.run_compiled)
+        y = self._through(x, self.gate_up.run_compiled, self.down.run_compiled)
+        if native.loaded():
+            self._remember_program(x)
+        return y
+
+    def _remember_program(self, x: torch.Tensor) -> None:
+        """Hand the compiled operator this block's call for inputs like ``x`` as one program.
+
+        The gate/up product's step, the SwiGLU launch and the down product's step, where each
+        part remembered a call the operator can make (see :mod:`explorer.gpu.cuda.native`).
+        """
+        tables = [getattr(part, "native_table", None) for part in (self.gate_up, self.down)]
+        if None in tables or not x.is_contiguous():
+            return
+        clock = native.clock_of(self.gate_up.mode)
+        x2 = x.reshape(-1, x.shape[-1])
+        asked = (x2.shape[0], x.dtype, clock, *(t.token() for t in tables))
+        if asked in self._native_tried or len(self._native_tried) >= 64:
+            return
+        self._native_tried.add(asked)
+        first = tables[0].steps_for(x2, x2.shape[1], clock)
+        silu = self._silu_calls.get((x2.shape[0], x.dtype))
+        if not first or not silu or silu.launcher.overlapping:
+            return
+        last = tables[1].steps_for(x2, self.hidden, clock)  # on the SwiGLU output
+        if not last:
+            return
+        per_call = {
+            0: (native.IN_PTR, 0),
+            1: (native.IN_PTR, silu.up_bytes),
+            2: (native.OUT_PTR, 0),
+        }
+        swiglu = native.launch_step(
+            silu.launcher, silu.grid, silu.block, 0, per_call, self.hidden, silu
+        )
+        self.native_table.remember_steps(x, [*first, swiglu, *last], self.gate_up.mode, clock)
 
     def set_mode(self, mode: str) -> None:
         """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``).

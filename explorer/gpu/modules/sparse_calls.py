@@ -187,4 +187,26 @@ def _bound(plan: C.Plan, weight_ptr: int, shape: tuple[int, int], dtype: torch.d
         launch(x_.data_ptr(), y.data_ptr())
         return y
 
+    call.native_steps = _MatmulSteps(plan, weight_ptr, shape[1])  # for the compiled operator
     return call
+
+
+class _MatmulSteps:
+    """A bound call's ``native_steps()``: its one cuSPARSELt step, made on first use."""
+
+    __slots__ = ("out_cols", "plan", "steps", "weight_ptr")
+
+    def __init__(self, plan: C.Plan, weight_ptr: int, out_cols: int) -> None:
+        self.plan, self.weight_ptr, self.out_cols = plan, weight_ptr, out_cols
+        self.steps: list | None = None
+
+    def __call__(self) -> list | None:
+        if self.steps is None and self.plan.alive:
+            from explorer.gpu.cuda import native
+
+            token = native.new_token()
+            if token:
+                self.plan.when_closed(partial(native.retire, token))
+            raw = self.plan.raw_arguments(self.weight_ptr)
+            self.steps = [native.MatmulStep(*raw, self.out_cols, (token,))]
+        return self.steps

@@ -474,6 +474,7 @@ class SparseForward:
                 return fn2d(x_.reshape(-1, k)).reshape(*lead, out)
 
         table[(x.shape, x.stride(), x.get_device(), x.dtype)] = fn
+        self.native_table.remember_call(x, fn2d, self.mode, clock)  # compiled calls run it in C++
 
     def _run(
         self, plan: C.Plan, x2: torch.Tensor, n: int | None = None, alpha_ptr: int = 0

@@ -20,19 +20,15 @@ from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import decode as D
 from explorer.gpu.cuda import ops
+from explorer.gpu.cuda.native_table import NativeTable
 from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import tuning
 from explorer.gpu.modules.route_choice import RouteChoice
-from explorer.gpu.modules.sparse_calls import (
-    ACTIVATIONS,
-)
+from explorer.gpu.modules.sparse_calls import ACTIVATIONS
 from explorer.gpu.modules.sparse_forward import SparseForward
 from explorer.gpu.modules.sparse_options import OUTPUT_CHOICES, SparseOptions
 from explorer.gpu.modules.sparse_weight import prepare_weight
-from explorer.gpu.routes.dispatch import (
-    Route,
-    check_mode,
-)
+from explorer.gpu.routes.dispatch import Route, check_mode
 from explorer.gpu.routes.layer_decisions import LayerDecisions
 from explorer.gpu.routes.route_timing import BOOK
 from explorer.sparse_rules import token_multiple
@@ -44,8 +40,9 @@ _PROBE_ROWS = 16  # rows of x @ W^T kept to check searched algorithms against
 
 #: What a layer holds for this process only (plans, routes, remembered calls): not copied.
 _PROCESS_STATE = (
-    "_plans _routes _fast _fast_graph _dense_any _wall_dense _decode_calls _cache".split()
-)
+    "_plans _routes _fast _fast_graph _dense_any _wall_dense _decode_calls _cache _quiet "
+    "native_table"
+).split()
 
 
 class SparseLinear(SparseForward, RouteChoice, nn.Module):
@@ -161,8 +158,6 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         # the decisions this layer was given, by token count, read for its mode
         self.decisions_made = LayerDecisions(self.mode, D.MAX_TOKENS)
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
-        # (mode, running, tokens) found to need no warning: later calls skip the rule
-        self._quiet: set[tuple[str, str, int]] = set()
         self._npad: dict[int, int] = {}
         self._mult = token_multiple(dtype)
         # 16-bit: bias fused in the kernel; 8-bit: added after, together with the token scale
@@ -187,8 +182,12 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         # taken outside a CUDA-graph capture only (BERT-like layers, eager and host-bound)
         self._wall_dense: dict = {}
         self._decode_calls: dict = {}  # (rows, activation dtype) -> decode.DecodeCall
+        self._quiet: set = set()  # (mode, running, tokens) found to need no mode warning
         self._cache = C.default_cache()
+        if "native_table" in self.__dict__:
+            self.native_table.forget()
         self._op_id = ops.register(self)
+        self.native_table = NativeTable(self._op_id)  # its calls' programs for C++
 
     def __getstate__(self) -> dict:
         """What a copy or a pickle keeps: the weights and settings.
@@ -204,7 +203,6 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
     def __setstate__(self, state: dict) -> None:
         """A copy (``copy.deepcopy``, unpickling) gets its own op id, plans and fast paths."""
         super().__setstate__(state)
-        self.__dict__.setdefault("_quiet", set())  # pickled before the set existed
         self._reset_runtime()
 
     def _apply(self, fn, recurse: bool = True):
@@ -233,6 +231,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         self._fast_graph.clear()
         self._dense_any.clear()
         self._wall_dense.clear()
+        self.native_table.forget()
 
     @property
     def op_id(self) -> int:

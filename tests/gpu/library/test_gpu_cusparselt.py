@@ -177,12 +177,14 @@ def _pool_of(tensor: torch.Tensor) -> tuple[int, int]:
 def test_a_workspace_built_while_the_thread_allocates_to_a_graph_pool_stays_out_of_it():
     """What torch's CUDA-graph trees do during warm-up: every allocation of the thread goes to
     the graph's private pool; a plan's workspace built then must not (it outlives the graph)."""
-    C = _C()
+    _C()  # skips without the GPU extras
+    from explorer.gpu.library.workspace import plan_workspace
+
     dev = torch.cuda.current_device()
     pool = torch.cuda.graph_pool_handle()
     torch._C._cuda_beginAllocateCurrentThreadToPool(dev, pool)
     try:
-        workspace = C._workspace(3 << 20, dev)
+        workspace = plan_workspace(3 << 20, dev)
         inside = torch.empty(3 << 20, dtype=torch.uint8, device=DEV)
     finally:
         torch._C._cuda_endAllocateToPool(dev, pool)

@@ -1,0 +1,367 @@
+// The explorer's compiled operator: a sparse layer's remembered call, run from C++.
+//
+// `explorer::sparse_call(x, module_id)` is what a model compiled with torch.compile calls for a
+// swapped layer (and what CUDA graphs capture). For an input whose call the layer has already
+// made once from Python (the route chosen, the plan or kernel set up), Python hands this file a
+// *program*: the steps that call is made of, each a cuSPARSELt matmul or a kernel launch with
+// every argument but the input's and output's pointers fixed. A later call of the same shape
+// runs the program here: one output allocation and one library or driver call per step, with
+// no Python in between. Any other input (a new shape, a layer whose route is not a program, a
+// layer run in a mode it was not set up for) goes to the Python operator
+// `explorer::sparse_forward`, which decides and remembers as before.
+//
+// The library and driver functions come in as addresses (set_functions), so this file needs
+// no CUDA headers or libraries to build: only libtorch. Tokens keep raw pointers honest: each
+// program names the tokens of what its pointers belong to (a layer's table of calls, a plan, a
+// kernel's set-up), Python retires a token when that is dropped, and a program with a retired
+// token is never run again.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+// cuLaunchKernel(function, grid x/y/z, block x/y/z, shared bytes, stream, params, extra)
+using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, void*, void**, void**);
+// cuStreamIsCapturing(stream, status*)
+using CaptureFn = int (*)(void*, int*);
+// cusparseLtMatmul(handle, plan, alpha, A, B, beta, C, D, workspace, streams, stream count)
+using MatmulFn = int (*)(const void*, const void*, const void*, const void*, const void*,
+                         const void*, const void*, void*, void*, void**, int32_t);
+
+enum Source : int64_t { FIXED = 0, IN_PTR = 1, OUT_PTR = 2, IN_ROW_STRIDE = 3 };
+enum Kind : int64_t { LAUNCH = 0, MATMUL = 1 };
+enum Mode : int64_t { AUTO = 0, WALL = 1, GRAPHS = 2 };
+enum Clock : int64_t { CLOCK_WALL = 0, CLOCK_GPU = 1 };
+constexpr int kMaxArgs = 24;
+
+struct Arg {
+  int64_t source;
+  int64_t size;   // bytes: 4 or 8
+  int64_t value;  // FIXED: the value; IN_PTR: a byte offset
+};
+
+struct Step {
+  int64_t kind = LAUNCH;
+  int64_t out_cols = 0;
+  // LAUNCH
+  int64_t function = 0;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared = 0;
+  std::vector<Arg> args;
+  // MATMUL
+  int64_t handle = 0, plan = 0, alpha = 0, a = 0, beta = 0, workspace = 0;
+};
+
+struct Program {
+  int64_t rows = 0, cols = 0, device = -1;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::vector<int64_t> tokens;
+  std::vector<Step> steps;
+};
+
+using ProgramPtr = std::shared_ptr<const Program>;
+
+struct ModuleEntry {
+  int64_t mode = AUTO;
+  std::vector<ProgramPtr> programs[2];  // by clock
+};
+
+struct State {
+  std::mutex lock;
+  std::unordered_map<int64_t, ModuleEntry> modules;
+  std::unordered_set<int64_t> retired;
+  int64_t next_token = 1;
+  LaunchFn launch = nullptr;
+  CaptureFn capturing = nullptr;
+  MatmulFn matmul = nullptr;
+  std::atomic<int64_t> native_calls{0};
+  std::atomic<int64_t> python_calls{0};
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::vector<Step> decode_steps(const std::vector<int64_t>& code) {
+  std::vector<Step> steps;
+  size_t i = 0;
+  auto next = [&]() -> int64_t {
+    TORCH_CHECK(i < code.size(), "explorer native op: a program's code ends early (", code.size(),
+                " numbers)");
+    return code[i++];
+  };
+  while (i < code.size()) {
+    Step s;
+    s.kind = next();
+    s.out_cols = next();
+    TORCH_CHECK(s.out_cols > 0, "explorer native op: a step's output has ", s.out_cols,
+                " columns");
+    if (s.kind == LAUNCH) {
+      s.function = next();
+      for (auto& g : s.grid) g = static_cast<unsigned>(next());
+      for (auto& b : s.block) b = static_cast<unsigned>(next());
+      s.shared = static_cast<unsigned>(next());
+      const int64_t n = next();
+      TORCH_CHECK(n >= 0 && n <= kMaxArgs, "explorer native op: a launch of ", n,
+                  " arguments; at most ", kMaxArgs);
+      for (int64_t j = 0; j < n; ++j) {
+        Arg arg{next(), next(), next()};
+        TORCH_CHECK(arg.source >= FIXED && arg.source <= IN_ROW_STRIDE,
+                    "explorer native op: unknown argument source ", arg.source);
+        TORCH_CHECK(arg.size == 4 || arg.size == 8, "explorer native op: an argument of ",
+                    arg.size, " bytes; 4 or 8 expected");
+        s.args.push_back(arg);
+      }
+    } else if (s.kind == MATMUL) {
+      s.handle = next();
+      s.plan = next();
+      s.alpha = next();
+      s.a = next();
+      s.beta = next();
+      s.workspace = next();
+    } else {
+      TORCH_CHECK(false, "explorer native op: unknown step kind ", s.kind);
+    }
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+// The program for x, or nullptr (then Python runs the call). Takes the state's lock.
+ProgramPtr find_program(const at::Tensor& x, int64_t module_id, void* stream) {
+  State& st = state();
+  if (!x.is_contiguous() || x.dim() < 1 || x.size(-1) < 1) return nullptr;
+  if (reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0) return nullptr;
+  const int64_t cols = x.size(-1);
+  const int64_t rows = x.numel() / cols;
+  bool capturing = false;
+  if (x.is_cuda() && st.capturing != nullptr) {
+    int status = 0;
+    if (st.capturing(stream, &status) != 0) return nullptr;
+    capturing = status != 0;
+  }
+  std::lock_guard<std::mutex> guard(st.lock);
+  auto found = st.modules.find(module_id);
+  if (found == st.modules.end()) return nullptr;
+  ModuleEntry& entry = found->second;
+  int64_t clock = CLOCK_WALL;
+  if (entry.mode == AUTO) {
+    clock = capturing ? CLOCK_GPU : CLOCK_WALL;
+  } else if (entry.mode == GRAPHS) {
+    if (!capturing) return nullptr;  // Python's call says once that no graph replays it
+    clock = CLOCK_GPU;
+  }
+  auto& programs = entry.programs[clock];
+  const int64_t device = x.is_cuda() ? x.get_device() : -1;
+  for (auto it = programs.begin(); it != programs.end(); ++it) {
+    const Program& p = **it;
+    if (p.rows != rows || p.cols != cols || p.dtype != x.scalar_type() || p.device != device) {
+      continue;
+    }
+    for (int64_t t : p.tokens) {
+      if (st.retired.count(t)) {
+        programs.erase(it);  // what its pointers belong to is gone
+        return nullptr;
+      }
+    }
+    return *it;
+  }
+  return nullptr;
+}
+
+void run_launch(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
+                void* stream) {
+  TORCH_CHECK(st.launch != nullptr, "explorer native op: no kernel launch function set");
+  int64_t values[kMaxArgs];
+  void* params[kMaxArgs];
+  const auto in_ptr = reinterpret_cast<int64_t>(in.data_ptr());
+  const auto out_ptr = reinterpret_cast<int64_t>(out.data_ptr());
+  for (size_t j = 0; j < s.args.size(); ++j) {
+    const Arg& arg = s.args[j];
+    int64_t v = arg.value;
+    if (arg.source == IN_PTR) {
+      v = in_ptr + arg.value;
+    } else if (arg.source == OUT_PTR) {
+      v = out_ptr;
+    } else if (arg.source == IN_ROW_STRIDE) {
+      v = in.size(-1);
+    }
+    values[j] = 0;
+    if (arg.size == 4) {
+      const auto narrow = static_cast<int32_t>(v);
+      std::memcpy(&values[j], &narrow, 4);
+    } else {
+      values[j] = v;
+    }
+    params[j] = &values[j];
+  }
+  const int code = st.launch(reinterpret_cast<void*>(s.function), s.grid[0], s.grid[1], s.grid[2],
+                             s.block[0], s.block[1], s.block[2], s.shared, stream, params, nullptr);
+  TORCH_CHECK(code == 0, "explorer native op: the kernel launch returned CUDA error ", code);
+}
+
+void run_matmul(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
+                void* stream) {
+  TORCH_CHECK(st.matmul != nullptr, "explorer native op: no cuSPARSELt matmul function set");
+  void* streams[1] = {stream};
+  void* d = out.data_ptr();
+  const int code = st.matmul(
+      reinterpret_cast<const void*>(s.handle), reinterpret_cast<const void*>(s.plan),
+      reinterpret_cast<const void*>(s.alpha), reinterpret_cast<const void*>(s.a), in.data_ptr(),
+      reinterpret_cast<const void*>(s.beta), d, d, reinterpret_cast<void*>(s.workspace), streams,
+      1);
+  TORCH_CHECK(code == 0, "explorer native op: cusparseLtMatmul returned status ", code);
+}
+
+at::Tensor python_call(const at::Tensor& x, int64_t module_id) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("explorer::sparse_forward", "")
+                       .typed<at::Tensor(const at::Tensor&, int64_t)>();
+  ++state().python_calls;
+  return op.call(x, module_id);
+}
+
+at::Tensor sparse_call(const at::Tensor& x, int64_t module_id) {
+  void* stream = nullptr;
+  if (x.is_cuda()) {
+    const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    // kernels are launched in the current device's context: another device's input goes to
+    // Python, which sets its own device up
+    if (impl->getDevice() != x.device()) return python_call(x, module_id);
+    stream = impl->getStream(x.device()).native_handle();
+  }
+  ProgramPtr program = find_program(x, module_id, stream);
+  if (!program) return python_call(x, module_id);
+  State& st = state();
+  const int64_t rows = program->rows;
+  at::Tensor in = x.view({rows, program->cols});
+  for (const Step& s : program->steps) {
+    at::Tensor out = at::empty({rows, s.out_cols}, x.options());
+    if (s.kind == MATMUL) {
+      run_matmul(st, s, in, out, stream);
+    } else {
+      run_launch(st, s, in, out, stream);
+    }
+    in = out;
+  }
+  ++st.native_calls;
+  if (x.dim() == 2) return in;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = in.size(1);
+  return in.view(shape);
+}
+
+void set_functions(int64_t launch, int64_t capturing, int64_t matmul) {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  st.launch = reinterpret_cast<LaunchFn>(launch);
+  st.capturing = reinterpret_cast<CaptureFn>(capturing);
+  st.matmul = reinterpret_cast<MatmulFn>(matmul);
+}
+
+std::vector<int64_t> functions() {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  return {reinterpret_cast<int64_t>(st.launch), reinterpret_cast<int64_t>(st.capturing),
+          reinterpret_cast<int64_t>(st.matmul)};
+}
+
+void set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t rows, int64_t cols,
+                 c10::ScalarType dtype, int64_t device, std::vector<int64_t> tokens,
+                 std::vector<int64_t> code) {
+  TORCH_CHECK(mode >= AUTO && mode <= GRAPHS, "explorer native op: mode ", mode,
+              "; 0 (auto), 1 (eager or compile) or 2 (graphs) expected");
+  TORCH_CHECK(clock == CLOCK_WALL || clock == CLOCK_GPU, "explorer native op: clock ", clock,
+              "; 0 (wall) or 1 (gpu) expected");
+  TORCH_CHECK(rows > 0 && cols > 0, "explorer native op: a program for ", rows, " x ", cols,
+              " inputs");
+  auto program = std::make_shared<Program>();
+  program->rows = rows;
+  program->cols = cols;
+  program->dtype = dtype;
+  program->device = device;
+  program->tokens = std::move(tokens);
+  program->steps = decode_steps(code);
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  ModuleEntry& entry = st.modules[module_id];
+  if (entry.mode != mode) {  // programs set up for another mode's clock rules
+    entry.mode = mode;
+    entry.programs[0].clear();
+    entry.programs[1].clear();
+  }
+  auto& programs = entry.programs[clock];
+  for (auto it = programs.begin(); it != programs.end(); ++it) {
+    const Program& p = **it;
+    if (p.rows == rows && p.cols == cols && p.dtype == dtype && p.device == device) {
+      programs.erase(it);
+      break;
+    }
+  }
+  if (!program->steps.empty()) programs.push_back(std::move(program));
+}
+
+void forget(int64_t module_id) {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  st.modules.erase(module_id);
+}
+
+int64_t new_token() {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  return st.next_token++;
+}
+
+void retire(int64_t token) {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  st.retired.insert(token);
+}
+
+std::vector<int64_t> counts(int64_t module_id) {
+  State& st = state();
+  std::lock_guard<std::mutex> guard(st.lock);
+  int64_t programs = 0;
+  auto found = st.modules.find(module_id);
+  if (found != st.modules.end()) {
+    programs = found->second.programs[0].size() + found->second.programs[1].size();
+  }
+  return {st.native_calls.load(), st.python_calls.load(), programs};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(explorer, m) {
+  m.def("sparse_call(Tensor x, int module_id) -> Tensor");
+  m.def("native_set_functions(int launch, int capturing, int matmul) -> ()", &set_functions);
+  m.def("native_functions() -> int[]", &functions);
+  m.def(
+      "native_set_program(int module_id, int mode, int clock, int rows, int cols, "
+      "ScalarType dtype, int device, int[] tokens, int[] code) -> ()",
+      &set_program);
+  m.def("native_forget(int module_id) -> ()", &forget);
+  m.def("native_new_token() -> int", &new_token);
+  m.def("native_retire(int token) -> ()", &retire);
+  m.def("native_counts(int module_id) -> int[]", &counts);
+}
+
+TORCH_LIBRARY_IMPL(explorer, CUDA, m) { m.impl("sparse_call", &sparse_call); }
+
+TORCH_LIBRARY_IMPL(explorer, CPU, m) { m.impl("sparse_call", &sparse_call); }
