@@ -27,6 +27,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -91,6 +92,7 @@ struct State {
   MatmulFn matmul = nullptr;
   std::atomic<int64_t> native_calls{0};
   std::atomic<int64_t> python_calls{0};
+  std::atomic<int64_t> refused_calls{0};
 };
 
 State& state() {
@@ -98,34 +100,40 @@ State& state() {
   return s;
 }
 
-std::vector<Step> decode_steps(const std::vector<int64_t>& code) {
-  std::vector<Step> steps;
+// Reads a program's code into steps; returns "" or what is wrong with it. Nothing in this file
+// throws: a bad program is refused with a message Python raises, and a call that fails is
+// handed to Python, which raises its own error.
+std::string decode_steps(const std::vector<int64_t>& code, std::vector<Step>& steps) {
   size_t i = 0;
+  bool short_code = false;
   auto next = [&]() -> int64_t {
-    TORCH_CHECK(i < code.size(), "explorer native op: a program's code ends early (", code.size(),
-                " numbers)");
+    if (i >= code.size()) {
+      short_code = true;
+      return 0;
+    }
     return code[i++];
+  };
+  auto say = [](const char* what, int64_t value) {
+    return std::string("explorer native op: ") + what + " " + std::to_string(value);
   };
   while (i < code.size()) {
     Step s;
     s.kind = next();
     s.out_cols = next();
-    TORCH_CHECK(s.out_cols > 0, "explorer native op: a step's output has ", s.out_cols,
-                " columns");
+    if (s.out_cols <= 0) return say("a step's output has columns:", s.out_cols);
     if (s.kind == LAUNCH) {
       s.function = next();
       for (auto& g : s.grid) g = static_cast<unsigned>(next());
       for (auto& b : s.block) b = static_cast<unsigned>(next());
       s.shared = static_cast<unsigned>(next());
       const int64_t n = next();
-      TORCH_CHECK(n >= 0 && n <= kMaxArgs, "explorer native op: a launch of ", n,
-                  " arguments; at most ", kMaxArgs);
+      if (n < 0 || n > kMaxArgs) return say("a launch's argument count is out of range:", n);
       for (int64_t j = 0; j < n; ++j) {
         Arg arg{next(), next(), next()};
-        TORCH_CHECK(arg.source >= FIXED && arg.source <= IN_ROW_STRIDE,
-                    "explorer native op: unknown argument source ", arg.source);
-        TORCH_CHECK(arg.size == 4 || arg.size == 8, "explorer native op: an argument of ",
-                    arg.size, " bytes; 4 or 8 expected");
+        if (arg.source < FIXED || arg.source > IN_ROW_STRIDE) {
+          return say("unknown argument source", arg.source);
+        }
+        if (arg.size != 4 && arg.size != 8) return say("an argument's size in bytes is", arg.size);
         s.args.push_back(arg);
       }
     } else if (s.kind == MATMUL) {
@@ -136,11 +144,12 @@ std::vector<Step> decode_steps(const std::vector<int64_t>& code) {
       s.beta = next();
       s.workspace = next();
     } else {
-      TORCH_CHECK(false, "explorer native op: unknown step kind ", s.kind);
+      return say("unknown step kind", s.kind);
     }
+    if (short_code) return say("a program's code ends early, after numbers:", code.size());
     steps.push_back(std::move(s));
   }
-  return steps;
+  return "";
 }
 
 // The program for x, or nullptr (then Python runs the call). Takes the state's lock.
@@ -185,9 +194,10 @@ ProgramPtr find_program(const at::Tensor& x, int64_t module_id, void* stream) {
   return nullptr;
 }
 
-void run_launch(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
-                void* stream) {
-  TORCH_CHECK(st.launch != nullptr, "explorer native op: no kernel launch function set");
+// Each returns the library's or driver's code: 0 for success.
+int run_launch(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
+               void* stream) {
+  if (st.launch == nullptr) return -1;
   int64_t values[kMaxArgs];
   void* params[kMaxArgs];
   const auto in_ptr = reinterpret_cast<int64_t>(in.data_ptr());
@@ -211,22 +221,20 @@ void run_launch(const State& st, const Step& s, const at::Tensor& in, const at::
     }
     params[j] = &values[j];
   }
-  const int code = st.launch(reinterpret_cast<void*>(s.function), s.grid[0], s.grid[1], s.grid[2],
-                             s.block[0], s.block[1], s.block[2], s.shared, stream, params, nullptr);
-  TORCH_CHECK(code == 0, "explorer native op: the kernel launch returned CUDA error ", code);
+  return st.launch(reinterpret_cast<void*>(s.function), s.grid[0], s.grid[1], s.grid[2],
+                   s.block[0], s.block[1], s.block[2], s.shared, stream, params, nullptr);
 }
 
-void run_matmul(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
-                void* stream) {
-  TORCH_CHECK(st.matmul != nullptr, "explorer native op: no cuSPARSELt matmul function set");
+int run_matmul(const State& st, const Step& s, const at::Tensor& in, const at::Tensor& out,
+               void* stream) {
+  if (st.matmul == nullptr) return -1;
   void* streams[1] = {stream};
   void* d = out.data_ptr();
-  const int code = st.matmul(
+  return st.matmul(
       reinterpret_cast<const void*>(s.handle), reinterpret_cast<const void*>(s.plan),
       reinterpret_cast<const void*>(s.alpha), reinterpret_cast<const void*>(s.a), in.data_ptr(),
       reinterpret_cast<const void*>(s.beta), d, d, reinterpret_cast<void*>(s.workspace), streams,
       1);
-  TORCH_CHECK(code == 0, "explorer native op: cusparseLtMatmul returned status ", code);
 }
 
 at::Tensor python_call(const at::Tensor& x, int64_t module_id) {
@@ -253,10 +261,13 @@ at::Tensor sparse_call(const at::Tensor& x, int64_t module_id) {
   at::Tensor in = x.view({rows, program->cols});
   for (const Step& s : program->steps) {
     at::Tensor out = at::empty({rows, s.out_cols}, x.options());
-    if (s.kind == MATMUL) {
-      run_matmul(st, s, in, out, stream);
-    } else {
-      run_launch(st, s, in, out, stream);
+    const int code = s.kind == MATMUL ? run_matmul(st, s, in, out, stream)
+                                      : run_launch(st, s, in, out, stream);
+    // refused (another context, a library error): Python makes the call again and raises
+    // its own error if it fails there too; every step writes a new tensor, so nothing is lost
+    if (code != 0) {
+      ++st.refused_calls;
+      return python_call(x, module_id);
     }
     in = out;
   }
@@ -282,22 +293,26 @@ std::vector<int64_t> functions() {
           reinterpret_cast<int64_t>(st.matmul)};
 }
 
-void set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t rows, int64_t cols,
-                 c10::ScalarType dtype, int64_t device, std::vector<int64_t> tokens,
-                 std::vector<int64_t> code) {
-  TORCH_CHECK(mode >= AUTO && mode <= GRAPHS, "explorer native op: mode ", mode,
-              "; 0 (auto), 1 (eager or compile) or 2 (graphs) expected");
-  TORCH_CHECK(clock == CLOCK_WALL || clock == CLOCK_GPU, "explorer native op: clock ", clock,
-              "; 0 (wall) or 1 (gpu) expected");
-  TORCH_CHECK(rows > 0 && cols > 0, "explorer native op: a program for ", rows, " x ", cols,
-              " inputs");
+// Returns "" or why the program is refused.
+std::string set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t rows, int64_t cols,
+                        c10::ScalarType dtype, int64_t device, std::vector<int64_t> tokens,
+                        std::vector<int64_t> code) {
+  if (mode < AUTO || mode > GRAPHS) return "explorer native op: unknown mode " + std::to_string(mode);
+  if (clock != CLOCK_WALL && clock != CLOCK_GPU) {
+    return "explorer native op: unknown clock " + std::to_string(clock);
+  }
+  if (rows <= 0 || cols <= 0) {
+    return "explorer native op: a program for " + std::to_string(rows) + " x " +
+           std::to_string(cols) + " inputs";
+  }
   auto program = std::make_shared<Program>();
   program->rows = rows;
   program->cols = cols;
   program->dtype = dtype;
   program->device = device;
   program->tokens = std::move(tokens);
-  program->steps = decode_steps(code);
+  const std::string wrong = decode_steps(code, program->steps);
+  if (!wrong.empty()) return wrong;
   State& st = state();
   std::lock_guard<std::mutex> guard(st.lock);
   ModuleEntry& entry = st.modules[module_id];
@@ -315,6 +330,7 @@ void set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t rows, i
     }
   }
   if (!program->steps.empty()) programs.push_back(std::move(program));
+  return "";
 }
 
 void forget(int64_t module_id) {
@@ -343,7 +359,7 @@ std::vector<int64_t> counts(int64_t module_id) {
   if (found != st.modules.end()) {
     programs = found->second.programs[0].size() + found->second.programs[1].size();
   }
-  return {st.native_calls.load(), st.python_calls.load(), programs};
+  return {st.native_calls.load(), st.python_calls.load(), programs, st.refused_calls.load()};
 }
 
 }  // namespace
@@ -354,7 +370,7 @@ TORCH_LIBRARY_FRAGMENT(explorer, m) {
   m.def("native_functions() -> int[]", &functions);
   m.def(
       "native_set_program(int module_id, int mode, int clock, int rows, int cols, "
-      "ScalarType dtype, int device, int[] tokens, int[] code) -> ()",
+      "ScalarType dtype, int device, int[] tokens, int[] code) -> str",
       &set_program);
   m.def("native_forget(int module_id) -> ()", &forget);
   m.def("native_new_token() -> int", &new_token);

@@ -345,12 +345,13 @@ def counts(module_id: int = 0) -> dict[str, int]:
     Returns
     -------
     dict
-        ``native_calls``, ``python_calls`` and ``programs`` (all 0 when not loaded).
+        ``native_calls``, ``python_calls``, ``programs`` and ``refused_calls`` (calls the driver
+        or library refused from C++, then made by Python); all 0 when not loaded.
     """
+    names = ("native_calls", "python_calls", "programs", "refused_calls")
     if not _STATE["loaded"]:
-        return {"native_calls": 0, "python_calls": 0, "programs": 0}
-    native, python, programs = torch.ops.explorer.native_counts(module_id)
-    return {"native_calls": native, "python_calls": python, "programs": programs}
+        return dict.fromkeys(names, 0)
+    return dict(zip(names, torch.ops.explorer.native_counts(module_id), strict=True))
 
 
 def steps_of(call) -> list | None:

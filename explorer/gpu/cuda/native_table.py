@@ -99,6 +99,11 @@ class NativeTable:
         -------
         bool
             Whether a program was set.
+
+        Raises
+        ------
+        ValueError
+            A step the operator cannot read (a bug in the code that made it), with the reason.
         """
         if not loaded() or x.dim() < 1 or not x.is_contiguous() or x.shape[-1] < 1:
             return False
@@ -118,17 +123,12 @@ class NativeTable:
             self._steps.pop(key, None)
         code = [n for step in steps for n in step.code()]
         tokens = [t for step in steps for t in step.tokens]
-        torch.ops.explorer.native_set_program(
-            self.module_id,
-            MODE_CODES[mode],
-            CLOCK_CODES[clock],
-            rows,
-            cols,
-            x.dtype,
-            device,
-            tokens,
-            code,
+        modes = (MODE_CODES[mode], CLOCK_CODES[clock])
+        wrong = torch.ops.explorer.native_set_program(
+            self.module_id, *modes, rows, cols, x.dtype, device, tokens, code
         )
+        if wrong:
+            raise ValueError(f"{wrong}; the steps were {steps!r}")
         return bool(code)
 
     def steps_for(self, like: torch.Tensor, cols: int, clock: str) -> list | None:

@@ -19,7 +19,7 @@ from functools import partial
 import torch
 
 from explorer.gpu.cuda import decode as D
-from explorer.gpu.cuda import ops
+from explorer.gpu.cuda import native, ops
 from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import tuning
 from explorer.gpu.modules.sparse_calls import apply_activation
@@ -157,10 +157,15 @@ class RouteChoice:
         return found.route(clock)
 
     def _remember_decision(self, key: int, found: Decision) -> None:
-        """Keep ``found``; a compiled model's choices count the op's host time (``ops``)."""
+        """Keep ``found``; a compiled model's choices count the op's host time (``ops``).
+
+        The decode kernel's call is one the compiled operator makes from C++ where it is loaded
+        (:mod:`explorer.gpu.cuda.native`), for less host time than a dense matmul.
+        """
         op_ms = ops.call_overhead_us(measure=True) / 1e3
         dense = self._dense is not None and self.backend == "cusparselt"
-        self.decisions_made.remember(key, found, op_ms, dense)
+        program = native.loaded() and found.route("wall") == DECODE and self.activation == "none"
+        self.decisions_made.remember(key, found, op_ms, dense, program)
 
     def _decide_whole_forwards(
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route

@@ -128,7 +128,9 @@ class LayerDecisions:
         self.mode = check_mode(mode)
         self._update_traced()
 
-    def remember(self, tokens: int, found: Decision, op_ms: float, dense: bool) -> None:
+    def remember(
+        self, tokens: int, found: Decision, op_ms: float, dense: bool, program: bool = False
+    ) -> None:
         """Keep ``found``, the decision for ``tokens`` (decision tokens).
 
         Parameters
@@ -142,12 +144,19 @@ class LayerDecisions:
             model pays for a sparse route and not for a traced matmul.
         dense : bool
             Whether a compiled model can trace the dense route (the dense weight is kept).
+        program : bool, default False
+            Whether the wall clock's route is one the compiled operator runs from C++
+            (:mod:`explorer.gpu.cuda.native`): it costs less host time than a traced dense
+            matmul, so a default-mode compiled model calls it at decode sizes too, and the
+            whole-model eager check (whose Python calls cost more) does not make it dense there.
         """
         self._found[tokens] = found
+        program = program and found.route("wall") != DENSE
         self._dense_at[tokens] = {
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
-            "compile": found.compiled_dense(op_ms, tokens),
+            "compile": not program and found.compiled_dense(op_ms, tokens),
+            "program": program,
         }
         self._dense_open = bool(dense)
         self._update_traced()
@@ -183,9 +192,12 @@ class LayerDecisions:
             self._set_traced(tuple(sorted(k for k, f in self._dense_at.items() if f["gpu"])))
             return
         eager_kept = {k for k, dense in self._eager.items() if dense}
-        self._set_traced(
-            tuple(sorted(k for k, f in self._dense_at.items() if f["compile"] or k in eager_kept))
+        traced = (
+            k
+            for k, f in self._dense_at.items()
+            if f["compile"] or (k in eager_kept and not f["program"])
         )
+        self._set_traced(tuple(sorted(traced)))
 
     def _set_traced(self, counts: tuple[int, ...]) -> None:
         """Keep the traced counts (small ones as :attr:`traced_small`'s bits, others as a tuple)."""

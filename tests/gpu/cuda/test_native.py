@@ -180,3 +180,27 @@ def test_a_moved_or_copied_layer_gets_new_programs():
     assert native.counts(old)["programs"] == 0
     x = torch.randn(16, 512, device=DEV, dtype=dtype)
     assert relerr(op(x, old), _ref(lin, x)) < TOL[dtype]  # a graph that baked the old id
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_a_compiled_decode_size_calls_the_operator_where_the_kernel_won(rows):
+    """With the dense weight kept, a default-mode compiled layer traces the dense matmul at a
+    decode size unless the decode kernel won by the wall clock; then C++ makes its call."""
+    from explorer.gpu import SparseLinear
+
+    native = _native()
+    dtype = torch.bfloat16
+    lin = _linear(4096, 4096, dtype)
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True, mode="compile")
+    x = torch.randn(rows, 4096, device=DEV, dtype=dtype)
+    sl(x)  # eager: the layer times its routes
+    route, _ = sl.decisions("wall")[rows]
+    fn = torch.compile(lambda x: sl(x), dynamic=False)
+    fn(x)
+    before = native.counts()
+    for _ in range(3):
+        x = torch.randn(rows, 4096, device=DEV, dtype=dtype)
+        assert relerr(fn(x), _ref(lin, x)) < TOL[dtype]
+    served = native.counts()["native_calls"] - before["native_calls"]
+    assert served == (3 if route.kind == "decode" else 0)
+    assert sl.decisions_made.traces_dense(rows) is (route.kind != "decode")

@@ -231,13 +231,16 @@ def test_steps_chain_each_output_into_the_next(kernels):
     assert kernels.launches[0]["in_ptr"] == kernels.matmuls[0][7]  # the matmul's output
 
 
-def test_a_refused_launch_raises_with_the_code(kernels):
+def test_a_refused_launch_is_made_again_by_python(kernels):
     mod = _Module()
     x = torch.randn(4, 8)
     mod.table.remember_steps(x, [_scale_step(4, 8)], "compile", "wall")
-    kernels.code = 719
-    with pytest.raises(RuntimeError, match="CUDA error 719"):
-        torch.ops.explorer.sparse_call(x, mod.op_id)
+    kernels.code = 719  # the driver refuses: Python makes the call (and raises if it fails too)
+    before = native.counts()
+    torch.testing.assert_close(torch.ops.explorer.sparse_call(x, mod.op_id), x + 1)
+    after = native.counts()
+    assert after["refused_calls"] == before["refused_calls"] + 1
+    assert after["python_calls"] == before["python_calls"] + 1 and mod.calls == 1
 
 
 def test_a_step_set_up_before_loading_makes_no_program(kernels):
@@ -276,13 +279,26 @@ def test_the_op_serves_compiled_calls_with_the_fake_shape(kernels):
     )  # fmt: skip
 
 
-def test_bad_codes_are_refused_with_the_reason(built):
-    with pytest.raises(RuntimeError, match="unknown step kind 9"):
-        torch.ops.explorer.native_set_program(1, 0, 0, 4, 8, torch.float32, -1, [1], [9, 8])
-    with pytest.raises(RuntimeError, match="ends early"):
-        torch.ops.explorer.native_set_program(1, 0, 0, 4, 8, torch.float32, -1, [1], [1, 8, 2])
-    with pytest.raises(RuntimeError, match="clock 5"):
-        torch.ops.explorer.native_set_program(1, 0, 5, 4, 8, torch.float32, -1, [1], [])
+def test_bad_steps_are_refused_with_the_reason(built):
+    mod = _Module()
+    x = torch.randn(4, 8)
+    token = (native.new_token(),)
+    with pytest.raises(ValueError, match="output has columns: 0"):
+        mod.table.remember_steps(
+            x, [native.MatmulStep(1, 2, 3, 4, 5, 6, 0, token)], "eager", "wall"
+        )
+    bad_source = native.LaunchStep(1, (1, 1, 1), (1, 1, 1), 0, ((7, 8, 0),), 8, token)
+    with pytest.raises(ValueError, match="unknown argument source 7"):
+        mod.table.remember_steps(x, [bad_source], "eager", "wall")
+    bad_size = native.LaunchStep(1, (1, 1, 1), (1, 1, 1), 0, ((0, 2, 0),), 8, token)
+    with pytest.raises(ValueError, match="size in bytes is 2"):
+        mod.table.remember_steps(x, [bad_size], "eager", "wall")
+    assert native.counts(mod.op_id)["programs"] == 0
+    wrong = torch.ops.explorer.native_set_program(1, 0, 0, 4, 8, torch.float32, -1, [1], [1, 8, 2])
+    assert "ends early" in wrong
+    assert "unknown clock 5" in torch.ops.explorer.native_set_program(
+        1, 0, 5, 4, 8, torch.float32, -1, [1], []
+    )
 
 
 def test_status_says_it_is_in_use(built):

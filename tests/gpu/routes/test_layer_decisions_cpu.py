@@ -43,6 +43,22 @@ def test_decode_sizes_trace_dense_unless_the_gpu_clock_rules(mode, traced_16, ne
     assert book.needs_dense() is needs_dense
 
 
+@pytest.mark.parametrize("mode", ["auto", "compile"])
+def test_a_decode_call_the_compiled_operator_makes_is_not_traced_dense(mode):
+    """With the operator loaded, the decode kernel's call costs less host time than a dense
+    matmul: a default-mode compiled model calls it at decode sizes, eager verdict or not."""
+    book = LayerDecisions(mode)
+    won = Decision({DENSE: 0.010, DECODE: 0.006}, {DENSE: 0.02, DECODE: 0.015})
+    book.remember(16, won, OP_MS, True, program=True)
+    book.keep_dense_at(16)  # the whole-model eager check kept 16 tokens dense
+    assert not book.traces_dense(16)
+    lost = Decision({DENSE: 0.010, DECODE: 0.012}, {DENSE: 0.02, DECODE: 0.025})
+    book.remember(8, lost, OP_MS, True, program=True)  # dense by the wall clock: traced
+    assert book.traces_dense(8)
+    book.remember(16, won, OP_MS, True)  # no operator: the op's host time is never won back
+    assert book.traces_dense(16)
+
+
 def test_without_the_dense_weight_nothing_is_traced_dense():
     book = _book()
     book.close_dense()
