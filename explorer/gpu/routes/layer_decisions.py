@@ -147,8 +147,9 @@ class LayerDecisions:
         program : bool, default False
             Whether the wall clock's route is one the compiled operator runs from C++
             (:mod:`explorer.gpu.cuda.native`): it costs less host time than a traced dense
-            matmul, so a default-mode compiled model calls it at decode sizes too, and the
-            whole-model eager check (whose Python calls cost more) does not make it dense there.
+            matmul, so a default-mode compiled model calls it at decode sizes too, unless the
+            whole-model eager check kept the count dense (a compiled call then runs the same
+            dense route as an eager one: traced is cheaper).
         """
         self._found[tokens] = found
         program = program and found.route("wall") != DENSE
@@ -156,7 +157,6 @@ class LayerDecisions:
             "gpu": found.route("gpu") == DENSE,
             "wall": found.route("wall") == DENSE,
             "compile": not program and found.compiled_dense(op_ms, tokens),
-            "program": program,
         }
         self._dense_open = bool(dense)
         self._update_traced()
@@ -192,12 +192,9 @@ class LayerDecisions:
             self._set_traced(tuple(sorted(k for k, f in self._dense_at.items() if f["gpu"])))
             return
         eager_kept = {k for k, dense in self._eager.items() if dense}
-        traced = (
-            k
-            for k, f in self._dense_at.items()
-            if f["compile"] or (k in eager_kept and not f["program"])
+        self._set_traced(
+            tuple(sorted(k for k, f in self._dense_at.items() if f["compile"] or k in eager_kept))
         )
-        self._set_traced(tuple(sorted(traced)))
 
     def _set_traced(self, counts: tuple[int, ...]) -> None:
         """Keep the traced counts (small ones as :attr:`traced_small`'s bits, others as a tuple)."""

@@ -46,11 +46,15 @@ def test_decode_sizes_trace_dense_unless_the_gpu_clock_rules(mode, traced_16, ne
 @pytest.mark.parametrize("mode", ["auto", "compile"])
 def test_a_decode_call_the_compiled_operator_makes_is_not_traced_dense(mode):
     """With the operator loaded, the decode kernel's call costs less host time than a dense
-    matmul: a default-mode compiled model calls it at decode sizes, eager verdict or not."""
+    matmul: a default-mode compiled model calls it at decode sizes, unless the whole-model eager
+    check kept the count dense (its compiled calls would run the eager dense route)."""
     book = LayerDecisions(mode)
     won = Decision({DENSE: 0.010, DECODE: 0.006}, {DENSE: 0.02, DECODE: 0.015})
     book.remember(16, won, OP_MS, True, program=True)
+    assert not book.traces_dense(16)
     book.keep_dense_at(16)  # the whole-model eager check kept 16 tokens dense
+    assert book.traces_dense(16)
+    book.keep_dense_at(16, keep=False)
     assert not book.traces_dense(16)
     lost = Decision({DENSE: 0.010, DECODE: 0.012}, {DENSE: 0.02, DECODE: 0.025})
     book.remember(8, lost, OP_MS, True, program=True)  # dense by the wall clock: traced
