@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -167,9 +168,12 @@ def launch_step(
 def _wanted() -> str | None:
     """Why the operator is not to be built here, or None."""
     if os.environ.get(NATIVE_ENV, "1").strip() == "0":
-        return f"turned off ({NATIVE_ENV}=0)"
-    if shutil.which(os.environ.get("CXX", "c++")) is None:
-        return "no C++ compiler (c++) on the PATH; install one (Debian: apt-get install g++)"
+        return f"is turned off ({NATIVE_ENV}=0)"
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return (
+            f"has no C++ compiler ({compiler} not found); install one (Debian: apt-get install g++)"
+        )
     return None
 
 
@@ -208,14 +212,22 @@ def load(build: bool = True) -> bool:
             return _STATE["loaded"]
         _STATE["tried"] = True
         why = _wanted()
+        if why is None:
+            try:
+                _build()
+            except Exception as exc:  # a compiler error, a missing header: the Python op serves
+                why = f"could not be built ({type(exc).__name__}: {str(exc)[-300:]})"
         if why is not None:
             _STATE["reason"] = why
-            return False
-        try:
-            _build()
-        except Exception as exc:  # a compiler error, a missing header: the Python op serves
-            _STATE["reason"] = f"could not be built ({type(exc).__name__}: {str(exc)[-300:]})"
-            _LOG.warning("explorer's compiled operator %s", _STATE["reason"])
+            if os.environ.get(NATIVE_ENV, "1").strip() != "0":
+                warnings.warn(
+                    f"sparsity-explorer's compiled operator {why}: a model compiled with "
+                    "torch.compile calls its sparse layers through Python (about 8 us more a "
+                    "call) and traces the dense matmul at decode sizes. Hint: install a C++ "
+                    f"compiler and restart, or set {NATIVE_ENV}=0 to silence this.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return False
         from explorer.gpu.cuda import ops
 
@@ -283,7 +295,7 @@ def status() -> str:
         matmul = torch.ops.explorer.native_functions()[2] != 0
         extra = "" if matmul else " (kernel launches only: cuSPARSELt's matmul was not found)"
         return f"compiled operator explorer::sparse_call in use{extra}"
-    return f"compiled operator not in use: {_STATE['reason']}; compiled calls go through Python"
+    return f"compiled operator not in use (it {_STATE['reason']}); compiled calls go through Python"
 
 
 def new_token() -> int:

@@ -301,6 +301,29 @@ def test_bad_steps_are_refused_with_the_reason(built):
     )
 
 
+def test_a_machine_without_a_compiler_is_told_how_to_fix_it():
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import warnings\n"
+        "from explorer.gpu.cuda import native\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    assert native.load() is False\n"
+        "print(seen[0].category.__name__, seen[0].message)\n"
+        "print(native.status())\n"
+    )
+    env = {**os.environ, "CXX": "no-such-compiler", "SPARSITY_EXPLORER_NATIVE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "RuntimeWarning" in out and "no-such-compiler not found" in out
+    assert "apt-get install g++" in out and "SPARSITY_EXPLORER_NATIVE=0" in out
+    assert "not in use (it has no C++ compiler" in out
+
+
 def test_status_says_it_is_in_use(built):
     assert "in use" in native.status()
     assert repr(NativeTable(3)).startswith("NativeTable(module 3")
