@@ -149,7 +149,8 @@ class SparseGatedMLP(nn.Module):
         self._op_id = ops.register(self)
         self._silu_calls: dict = {}  # (rows, dtype) -> kernels.SiluMulCall or None (this process)
         self.native_table = NativeTable(self._op_id)  # the block's programs for C++
-        self._native_tried: set = set()  # (rows, dtype, clock, parts' tokens) asked already
+        # (shape, strides, device, dtype, clock, parts' tokens) asked for a program already
+        self._native_tried: set = set()
 
     @classmethod
     def from_modules(
@@ -262,24 +263,38 @@ class SparseGatedMLP(nn.Module):
         """Hand the compiled operator this block's call for inputs like ``x`` as one program.
 
         The gate/up product's step, the SwiGLU launch and the down product's step, where each
-        part remembered a call the operator can make (see :mod:`explorer.gpu.cuda.native`).
+        part remembered a call the operator can make (see :mod:`explorer.gpu.cuda.native`);
+        else no program, and the block's eager calls of ``x``'s shape stay in Python. The
+        parts' tables are tied to the block's: when a part's routes change, the block's
+        programs and eager calls go too.
         """
+        if not x.is_contiguous():
+            return
         tables = [getattr(part, "native_table", None) for part in (self.gate_up, self.down)]
-        if None in tables or not x.is_contiguous():
+        if None in tables:
             return
         clock = native.clock_of(self.gate_up.mode)
-        x2 = x.reshape(-1, x.shape[-1])
-        asked = (x2.shape[0], x.dtype, clock, *(t.token() for t in tables))
-        if asked in self._native_tried or len(self._native_tried) >= 64:
+        tokens = tuple(t.token() for t in tables)
+        asked = (x.shape, x.stride(), x.get_device(), x.dtype, clock, tokens)
+        if asked in self._native_tried:
             return
+        if len(self._native_tried) >= 64:
+            self._native_tried.clear()
         self._native_tried.add(asked)
+        for table in tables:
+            table.tie(self.native_table)
+        steps = self._program_steps(x.reshape(-1, x.shape[-1]), tables, clock)
+        self.native_table.remember_steps(x, steps, self.gate_up.mode, clock)
+
+    def _program_steps(self, x2: torch.Tensor, tables: list, clock: str) -> list | None:
+        """The block's steps for 2-D inputs like ``x2``, or None where a part has none."""
         first = tables[0].steps_for(x2, x2.shape[1], clock)
-        silu = self._silu_calls.get((x2.shape[0], x.dtype))
+        silu = self._silu_calls.get((x2.shape[0], x2.dtype))
         if not first or not silu or silu.launcher.overlapping:
-            return
+            return None
         last = tables[1].steps_for(x2, self.hidden, clock)  # on the SwiGLU output
         if not last:
-            return
+            return None
         per_call = {
             0: (native.IN_PTR, 0),
             1: (native.IN_PTR, silu.up_bytes),
@@ -288,7 +303,7 @@ class SparseGatedMLP(nn.Module):
         swiglu = native.launch_step(
             silu.launcher, silu.grid, silu.block, 0, per_call, self.hidden, silu
         )
-        self.native_table.remember_steps(x, [*first, swiglu, *last], self.gate_up.mode, clock)
+        return [*first, swiglu, *last]
 
     def set_mode(self, mode: str) -> None:
         """Choose both products' routes for execution mode ``mode`` (see ``SparseLinear``).
@@ -314,8 +329,15 @@ class SparseGatedMLP(nn.Module):
         torch.Tensor
             The block's output, ``(..., hidden)``.
         """
+        # the block's program, made from C++ where the compiled operator has one for x
+        call = self.native_table.eager.get((x.shape, x.stride(), x.get_device(), x.dtype), False)
+        if call:
+            return call(x)
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
-        return self._through(x, self.gate_up.run, self.down.run)
+        y = self._through(x, self.gate_up.run, self.down.run)
+        if call is False and native.loaded():
+            self._remember_program(x)  # (None: asked already, no program)
+        return y
 
     def _through(self, x: torch.Tensor, gate_up, down) -> torch.Tensor:
         """``down(swiglu(gate_up(x)))`` with the parts' calls ``gate_up`` and ``down``."""

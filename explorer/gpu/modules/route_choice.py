@@ -19,7 +19,7 @@ from functools import partial
 import torch
 
 from explorer.gpu.cuda import decode as D
-from explorer.gpu.cuda import native, ops
+from explorer.gpu.cuda import native, native_table, ops
 from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import tuning
 from explorer.gpu.modules.sparse_calls import apply_activation
@@ -93,9 +93,7 @@ class RouteChoice:
             return
         self.decisions_made.keep_dense_at(C.decision_tokens(int(tokens), self.dtype), keep)
         self._routes = {k: r for k, r in self._routes.items() if k[3] != "wall"}
-        self._fast.clear()
-        self._dense_any.clear()
-        self._wall_dense.clear()
+        self._forget_fast_paths()  # the compiled operator's programs too: eager calls run them
 
     def _choose(
         self, n: int, t: int, dev: int, fused_act: bool, alpha: bool, first: str, clock: str
@@ -159,13 +157,34 @@ class RouteChoice:
     def _remember_decision(self, key: int, found: Decision) -> None:
         """Keep ``found``; a compiled model's choices count the op's host time (``ops``).
 
-        The decode kernel's call is one the compiled operator makes from C++ where it is loaded
-        (:mod:`explorer.gpu.cuda.native`), for less host time than a dense matmul.
+        Where the compiled operator makes the wall clock's route from C++
+        (:mod:`explorer.gpu.cuda.native`), that route was timed through it: its wall time is what
+        a compiled call pays, so no Python op's host time is added.
         """
         op_ms = ops.call_overhead_us(measure=True) / 1e3
         dense = self._dense is not None and self.backend == "cusparselt"
-        program = native.loaded() and found.route("wall") == DECODE and self.activation == "none"
+        program = self.operator_makes(found.route("wall"), key)
         self.decisions_made.remember(key, found, op_ms, dense, program)
+
+    def operator_makes(self, route: Route, tokens: int) -> bool:
+        """Whether the compiled operator makes this layer's call of ``route`` at ``tokens`` rows.
+
+        For a row-major input: the decode kernel without an activation after it, or a
+        row-major cuSPARSELt product needing no padding, on 16-bit inputs the layer takes as
+        they are (what ``sparse_calls.sparse_call`` binds and ``_remember`` hands on).
+        """
+        if not native.loaded() or self.weight_scale is not None or self.dtype.itemsize != 2:
+            return False
+        if route == DECODE:
+            return self.activation == "none"
+        return (
+            route.kind == "sparse"
+            and route.layout == "cc"
+            and not route.transpose
+            and (self.activation == "none" or self._fuses)
+            and tokens <= C.EXACT_TOKENS_UP_TO
+            and C.padded_tokens(tokens, self.dtype) == tokens
+        )
 
     def _decide_whole_forwards(
         self, problem: tuple, key: int, t: int, dev: int, first: str, fixed: Route
@@ -213,7 +232,9 @@ class RouteChoice:
         """``{Route: call}`` of every route open to ``t`` tokens (``n`` padded).
 
         Each call runs on a fixed random input as the fast path will, padding included; searched
-        algorithms that compute something else than the dense product are left out.
+        algorithms that compute something else than the dense product are left out. A call the
+        compiled operator can make (:mod:`explorer.gpu.cuda.native`) is made through it, as the
+        layer's eager and compiled calls of the route will be.
         """
         alpha = self._alpha_vector
         gen = torch.Generator(device=f"cuda:{dev}").manual_seed(0)
@@ -227,11 +248,15 @@ class RouteChoice:
             full = full.t().contiguous().t()
             x = x.t().contiguous().t()
         calls: dict[Route, Callable[[], torch.Tensor]] = {}
+        made: dict[Route, Callable[[torch.Tensor], torch.Tensor]] = {}  # the calls remembered
         if self._dense is not None:
             dense = self._dense_call(fused_act)
             calls[DENSE] = partial(dense, x)
         if self.decode_kept and t <= D.MAX_TOKENS:
             calls[DECODE] = partial(self._decode_forward, x, fused_act)
+            act = self._dec_values.dtype if self._dec_scale is None else self.out_dtype
+            if x.dtype == act and self.activation == "none":
+                made[DECODE] = self._decode_call(t, act)  # what _maybe_decode remembers
         for lay in (first + "c", first + "r"):
             algs = [self.alg]
             if self.alg < 0:
@@ -250,11 +275,16 @@ class RouteChoice:
                 if alg >= 0 and probe and not self._probe_ok(y[:probe], fused_act):
                     continue  # a config that computes something else: never use it
                 if lay[1] == "c" or self.output == "any":
-                    run = self._fast_sparse(plan, n, t, False)
+                    run = made[Route("sparse", lay, alg)] = self._fast_sparse(plan, n, t, False)
                     calls[Route("sparse", lay, alg)] = partial(run, x)
                 if lay[1] == "r":
-                    run = self._fast_sparse(plan, n, t, True)
+                    run = made[Route("sparse", lay, alg, True)] = self._fast_sparse(
+                        plan, n, t, True
+                    )
                     calls[Route("sparse", lay, alg, True)] = partial(run, x)
+        # a route whose call the compiled operator makes is timed through it: eager and
+        # compiled calls of it cost the operator's host time, not the Python call's
+        calls.update(native_table.operator_calls(x, made))
         return calls
 
     def decisions(self, clock: str | None = None) -> dict[int, tuple[Route, dict]]:

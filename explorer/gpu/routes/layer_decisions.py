@@ -146,10 +146,11 @@ class LayerDecisions:
             Whether a compiled model can trace the dense route (the dense weight is kept).
         program : bool, default False
             Whether the wall clock's route is one the compiled operator runs from C++
-            (:mod:`explorer.gpu.cuda.native`): it costs less host time than a traced dense
-            matmul, so a default-mode compiled model calls it at decode sizes too, unless the
-            whole-model eager check kept the count dense (a compiled call then runs the same
-            dense route as an eager one: traced is cheaper).
+            (:mod:`explorer.gpu.cuda.native`), timed through it: its wall time is what a
+            compiled call pays, so a default-mode compiled model calls it wherever the wall
+            clock chose it, decode sizes included, unless the whole-model eager check kept the
+            count dense (eager calls run the same operator: a model not faster with it eagerly
+            traces the count dense).
         """
         self._found[tokens] = found
         program = program and found.route("wall") != DENSE

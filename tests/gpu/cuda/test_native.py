@@ -185,7 +185,7 @@ def test_a_moved_or_copied_layer_gets_new_programs():
 @pytest.mark.parametrize("rows", [1, 16])
 def test_a_compiled_decode_size_calls_the_operator_where_the_kernel_won(rows):
     """With the dense weight kept, a default-mode compiled layer traces the dense matmul at a
-    decode size unless the decode kernel won by the wall clock; then C++ makes its call."""
+    decode size unless the wall clock chose a route the operator makes; then C++ makes it."""
     from explorer.gpu import SparseLinear
 
     native = _native()
@@ -202,5 +202,76 @@ def test_a_compiled_decode_size_calls_the_operator_where_the_kernel_won(rows):
         x = torch.randn(rows, 4096, device=DEV, dtype=dtype)
         assert relerr(fn(x), _ref(lin, x)) < TOL[dtype]
     served = native.counts()["native_calls"] - before["native_calls"]
-    assert served == (3 if route.kind == "decode" else 0)
-    assert sl.decisions_made.traces_dense(rows) is (route.kind != "decode")
+    made = sl.operator_makes(route, rows)
+    unpadded_cc = route.kind == "sparse" and route.layout == "cc" and rows == 16
+    assert made is (route.kind == "decode" or unpadded_cc)
+    assert served == (3 if made else 0)
+    assert sl.decisions_made.traces_dense(rows) is not made
+
+
+@pytest.mark.parametrize(
+    ("shape", "out"), [((1, 2048), 3072), ((1, 1, 2048), 2560), ((16, 2048), 3072)]
+)
+def test_an_eager_call_of_a_remembered_input_is_made_in_cpp(shape, out):
+    """Eager calls run the wall clock's programs too; routes are timed through the operator."""
+    from explorer.gpu import SparseLinear
+
+    native = _native()
+    dtype = torch.bfloat16
+    lin = _linear(2048, out, dtype, bias=True)  # a problem of its own: timed in this test
+    sl = SparseLinear.from_linear(lin, keep_dense=True, decode=True, mode="eager")
+    x = torch.randn(shape, device=DEV, dtype=dtype)
+    before = native.counts()
+    assert relerr(sl(x), _ref(lin, x)) < TOL[dtype]  # times the routes, some through C++
+    assert native.counts()["native_calls"] > before["native_calls"]
+    rows = x.numel() // 2048
+    route, _ = sl.decisions("wall")[rows]
+    made = sl.operator_makes(route, rows)
+    assert bool(sl.native_table.eager.get((x.shape, x.stride(), 0, dtype))) is made
+    before = native.counts()
+    for _ in range(3):
+        x = torch.randn(shape, device=DEV, dtype=dtype)
+        assert relerr(sl(x), _ref(lin, x)) < TOL[dtype]
+    after = native.counts()
+    assert after["native_calls"] - before["native_calls"] == (3 if made else 0)
+    assert after["python_calls"] == before["python_calls"]
+    if made:
+        sl.keep_dense_at(rows)  # the whole-model check kept it dense: C++ makes it no more
+        assert not sl.native_table.eager and native.counts(sl.op_id)["programs"] == 0
+        x = torch.randn(shape, device=DEV, dtype=dtype)
+        torch.testing.assert_close(sl(x), lin(x), rtol=0, atol=0)  # the same cuBLAS call
+
+
+def test_an_eager_gated_mlp_call_is_one_program_until_a_part_changes():
+    from explorer.gpu import SparseGatedMLP
+
+    native = _native()
+    d, h, dtype = 1024, 2816, torch.bfloat16
+    gate, up, down = (_linear(*io, dtype) for io in ((d, h), (d, h), (h, d)))
+    block = SparseGatedMLP.from_modules(gate, up, down, keep_dense=True, decode=True)
+
+    def ref(x):
+        x = x.double()
+        g, u = _ref(gate, x), _ref(up, x)
+        return _ref(down, (nn.functional.silu(g) * u).to(dtype))
+
+    x = torch.randn(1, 1, d, device=DEV, dtype=dtype)
+    assert relerr(block(x), ref(x)) < 2e-2
+    parts = (block.gate_up, block.down)
+    made = all(p.operator_makes(p.decisions("wall")[1][0], 1) for p in parts)
+    assert bool(block.native_table.eager.get((x.shape, x.stride(), 0, dtype))) is made
+    before = native.counts()
+    for _ in range(3):
+        x = torch.randn(1, 1, d, device=DEV, dtype=dtype)
+        assert relerr(block(x), ref(x)) < 2e-2
+    if not made:
+        pytest.skip("a part took a route the operator does not make on this GPU")
+    assert native.counts()["native_calls"] - before["native_calls"] == 3
+    block.down.keep_dense_at(1)  # a part's routes change: the block's program goes with them
+    assert not block.native_table.eager
+    assert native.counts(block.native_table.module_id)["programs"] == 0
+    before = native.counts()
+    for _ in range(2):
+        x = torch.randn(1, 1, d, device=DEV, dtype=dtype)
+        assert relerr(block(x), ref(x)) < 2e-2
+    assert native.counts()["python_calls"] == before["python_calls"]  # no stale eager call

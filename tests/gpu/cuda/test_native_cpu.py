@@ -16,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from explorer.gpu.cuda import native, ops
+from explorer.gpu.cuda import native, native_table, ops
 from explorer.gpu.cuda.native_table import NativeTable
 
 pytestmark = pytest.mark.skipif(
@@ -327,3 +327,76 @@ def test_a_machine_without_a_compiler_is_told_how_to_fix_it():
 def test_status_says_it_is_in_use(built):
     assert "in use" in native.status()
     assert repr(NativeTable(3)).startswith("NativeTable(module 3")
+
+
+def test_a_wall_program_serves_the_eager_calls_of_its_inputs(kernels):
+    mod = _Module()
+    x = torch.randn(2, 3, 8)
+    key = (x.shape, x.stride(), -1, x.dtype)
+    assert mod.table.remember_steps(x, [_scale_step(6, 8)], "eager", "wall")
+    call = mod.table.eager[key]
+    torch.testing.assert_close(call(x), 3 * x, rtol=0, atol=0)  # made in C++
+    assert mod.calls == 0 and len(kernels.launches) == 1
+    mod.table.remember_steps(x.reshape(6, 8), None, "eager", "wall")  # the route changed
+    assert key not in mod.table.eager  # any input of those rows: its eager call goes
+    torch.testing.assert_close(call(x), x + 1)  # a stale call: Python's, never a wrong one
+    mod.table.remember_steps(x, None, "eager", "wall")
+    assert mod.table.eager == {key: None}  # asked, no program: the eager call stays Python's
+
+
+def test_gpu_clock_and_graphs_programs_serve_no_eager_call(kernels):
+    mod = _Module()
+    x = torch.randn(4, 8)
+    assert mod.table.remember_steps(x, [_scale_step(4, 8)], "auto", "gpu")
+    assert mod.table.remember_steps(x, [_scale_step(4, 8)], "graphs", "gpu")
+    assert not mod.table.eager
+    mod.table.remember_steps(x, [_scale_step(4, 8)], "auto", "wall")
+    assert mod.table.remember_steps(x, [_scale_step(4, 8)], "auto", "gpu")
+    assert len(mod.table.eager) == 1  # a GPU-clock program leaves the wall clock's eager call
+
+
+def test_forgetting_a_table_forgets_the_tables_tied_to_it(kernels):
+    part, block = _Module(), _Module()
+    x = torch.randn(4, 8)
+    part.table.remember_steps(x, [_scale_step(4, 8)], "eager", "wall")
+    block.table.remember_steps(x, [_scale_step(4, 8)], "eager", "wall")
+    part.table.tie(block.table)
+    part.table.forget()
+    assert not block.table.eager and native.counts(block.op_id)["programs"] == 0
+    torch.testing.assert_close(torch.ops.explorer.sparse_call(x, block.op_id), x + 1)
+    block.table.remember_steps(x, [_scale_step(4, 8)], "eager", "wall")
+    part.table.forget()  # untied by the first forget: the block keeps its new program
+    assert len(block.table.eager) == 1
+    assert "1 programs, 1 eager inputs" in repr(block.table)
+
+
+class _Scale:
+    """A remembered call with a program: ``3 * x`` from Python and from C++ alike."""
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.owner = _Owner()
+        self.steps = [_scale_step(rows, cols, owner=self.owner)]
+        self.python_calls = 0
+
+    def __call__(self, x):
+        self.python_calls += 1
+        return 3 * x
+
+    def native_steps(self):
+        return self.steps
+
+
+def test_routes_are_timed_through_the_operator_where_it_makes_their_call(kernels):
+    x = torch.randn(4, 8)
+    scale = _Scale(4, 8)
+    made = native_table.operator_calls(x, {"scale": scale, "plain": lambda t: 2 * t})
+    assert list(made) == ["scale"]  # the plain call has no program
+    torch.testing.assert_close(made["scale"](), 3 * x, rtol=0, atol=0)
+    assert scale.python_calls == 0 and len(kernels.launches) == 1
+    mid = made["scale"].keywords["module_id"]
+    assert native.counts(mid)["programs"] == 1
+    del made
+    gc.collect()
+    assert native.counts(mid)["programs"] == 0  # the stand-in went, and its program
+    strided = torch.randn(8, 4).t()
+    assert native_table.operator_calls(strided, {"scale": _Scale(4, 8)}) == {}

@@ -14,9 +14,6 @@ import torch
 from gpu_helpers import captured, mask24, relerr
 from torch import nn
 
-from explorer.gpu.cuda import native
-from explorer.gpu.routes.dispatch import DECODE
-
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
 
@@ -273,9 +270,9 @@ def test_auto_mode_traces_small_layers_dense_for_the_default_compile():
     op_ms = ops.call_overhead_us(measure=True) / 1e3
     assert op_ms > 0 and found.gpu
     # at decode sizes a default-mode compiled model is host-bound: the layer runs as the
-    # compiler's own dense matmul, whatever the GPU clock says, unless the decode kernel won by
-    # the wall clock and the compiled operator makes its call from C++ (less host time)
-    called = native.loaded() and found.route("wall") == DECODE
+    # compiler's own dense matmul, whatever the GPU clock says, unless the wall clock's route
+    # (timed through it) is one the compiled operator makes from C++
+    called = sl.operator_makes(found.route("wall"), 16)
     assert sl.traces_dense(16) is not called
     sl(torch.randn(4096, 512, device=DEV, dtype=torch.bfloat16))
     assert sl.traces_dense(4096) == sl.measured()[4096].compiled_dense(op_ms)
@@ -293,14 +290,14 @@ def test_decode_blocks_keep_the_dense_weight_a_default_compile_runs(mode):
         pytest.skip("the block stayed dense on this GPU: nothing to compile")
     parts = (mlp.gate_up, mlp.down)
     # "auto" may be compiled in the default mode, which runs decode sizes as the compiler's own
-    # dense matmuls (the dense weights stay for it), except where the decode kernel won by the
-    # wall clock and the compiled operator makes its call; "graphs" never traces dense at 16
-    # tokens where the GPU clock chose a sparse route
+    # dense matmuls (the dense weights stay for it), except where the wall clock chose a route
+    # the compiled operator makes; "graphs" never traces dense at 16 tokens where the GPU clock
+    # chose a sparse route
     assert all(p.dense_kept == p.decisions_made.needs_dense() for p in parts)
     if mode == "auto":
         for p in parts:
             wall = p.decisions("wall")[16][0]
-            called = native.loaded() and wall == DECODE and not p.decisions_made.eager_dense(16)
+            called = p.operator_makes(wall, 16) and not p.decisions_made.eager_dense(16)
             assert p.traces_dense(16) is not called
             assert p.dense_kept or called
     x = torch.randn(16, 256, device=DEV, dtype=torch.bfloat16)
