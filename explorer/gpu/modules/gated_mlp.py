@@ -331,7 +331,7 @@ class SparseGatedMLP(nn.Module):
         """
         # the block's program, made from C++ where the compiled operator has one for x
         call = self.native_table.eager.get((x.shape, x.stride(), x.get_device(), x.dtype), False)
-        if call:
+        if call and not x.requires_grad:  # (the operator has no autograd formula)
             return call(x)
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
         y = self._through(x, self.gate_up.run, self.down.run)

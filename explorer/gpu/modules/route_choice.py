@@ -78,8 +78,9 @@ class RouteChoice:
         the sparse routes no faster for the whole model at that count. A verdict at a decode
         size (64 tokens or fewer) also holds for the untested decode sizes nearest to it: a
         host-bound model at 16 tokens is host-bound at 1. A model compiled in the default mode
-        traces that count dense too (its sparse op costs more host time than the eager call);
-        CUDA graphs keep their own decisions. ``sparsify`` keeps every dense weight until the
+        traces that count dense too (its sparse calls cost at least the eager calls' host time),
+        and the compiled operator's programs for the wall clock go; CUDA graphs keep their own
+        decisions. ``sparsify`` keeps every dense weight until the
         check has run; a layer without its dense weight has nothing to fall back to.
 
         Parameters

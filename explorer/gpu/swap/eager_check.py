@@ -9,7 +9,8 @@ modules swapped back in for the dense runs), and where the sparse model is not a
 :data:`KEEP_SPARSE_AT` as fast, every sparse layer runs dense at that token count in eager mode
 (and at the untested small counts of the same regime, see ``SparseLinear.keep_dense_at``).
 A model compiled in ``torch.compile``'s default mode then traces those counts dense as well: its
-sparse op costs more host time than the eager call. CUDA graphs keep their own decisions: their
+sparse calls cost at least the host time of the eager ones (both run the compiled operator's
+programs where it is loaded, :mod:`explorer.gpu.cuda.native`). CUDA graphs keep their own decisions: their
 clock sees no host time. ``sparsify`` frees unused dense weights only after this check, so
 that the layers it keeps dense have their dense weight to run on.
 """
