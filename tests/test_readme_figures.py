@@ -81,6 +81,17 @@ NOT_MEASURED = {
     ): {
         "0.94": "models_in_modes.py on 6d043b1, a decode=True reading not recorded",
     },
+    (
+        "docs/gpu.md",
+        "Two H200s at commits 2ea12b4 and a86a03c: eager calls through the compiled operator",
+    ): {
+        "1.08": "generate() at batch 1 on a86a03c, decode=True, off the log of a run cut short",
+        "0.94": "the same log, sparsify()",
+        "0.96": "the same log, an A/A copy",
+    },
+    ("docs/gpu.md", "Where the execution-mode targets stand"): {
+        "1.08": "generate() at batch 1 on a86a03c, decode=True, off the log of a run cut short",
+    },
     ("docs/gpu.md", "Measured per layer (H100, commit 13196b2, one run)"): {
         "1.78": "16/9, the 16-bit decode kernel's limit over dense",
         "3.2": "16/5, the int8 decode kernel's limit over dense",
