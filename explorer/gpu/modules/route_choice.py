@@ -173,6 +173,18 @@ class RouteChoice:
         For a row-major input: the decode kernel without an activation after it, or a
         row-major cuSPARSELt product needing no padding, on 16-bit inputs the layer takes as
         they are (what ``sparse_calls.sparse_call`` binds and ``_remember`` hands on).
+
+        Parameters
+        ----------
+        route : Route
+            A route of this layer.
+        tokens : int
+            The decision's token count (rows of the input, at most 64 for a program).
+
+        Returns
+        -------
+        bool
+            False where the operator is not loaded.
         """
         if not native.loaded() or self.weight_scale is not None or self.dtype.itemsize != 2:
             return False
