@@ -158,10 +158,10 @@ def sparsify(
         trace every decode size (64 tokens or fewer) and every layer whose sparse route does
         not pay for the op's host time as a dense matmul, so the default compile mode is never
         handed a slower op; where the compiled operator is built
-        (:mod:`explorer.gpu.cuda.native`), a decode size whose decode kernel won by the wall
-        clock calls it instead, for less host time than the dense matmul (unless the
-        whole-model eager check kept that size dense). A model run with CUDA graphs gains most
-        with ``"graphs"``. In
+        (:mod:`explorer.gpu.cuda.native`), a decode size whose wall-clock route is one it runs
+        from C++ (the decode kernel, an unpadded row-major cuSPARSELt product) calls it
+        instead, as eager calls of that size do (unless the whole-model eager check kept that
+        size dense). A model run with CUDA graphs gains most with ``"graphs"``. In
         ``"auto"`` and ``"eager"`` the whole model is then timed eagerly against its dense
         self at each token count (inputs from ``example_inputs``, or random ``input_ids`` for
         a Hugging Face model), and layers run dense in eager mode where the sparse routes did
