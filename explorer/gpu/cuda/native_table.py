@@ -16,6 +16,7 @@ compiled-mode call, which runs the same routes by the same wall clock.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from dataclasses import replace
 from functools import partial
@@ -32,7 +33,7 @@ from explorer.gpu.cuda.native import (
     steps_of,
 )
 
-__all__ = ["NativeTable", "operator_calls"]
+__all__ = ["NativeTable", "hint_grad_input", "operator_calls"]
 
 
 class NativeTable:
@@ -219,6 +220,31 @@ class _StandIn:
 
     def fake_output(self, x: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("a timing stand-in is never compiled")
+
+
+# whether the hint of hint_grad_input is still to be given in this process
+_GRAD_HINT_DUE = [True]
+
+
+def hint_grad_input() -> None:
+    """Say once a process that eager inputs needing gradients keep the slower Python call.
+
+    The operator has no autograd formula, so a module whose input requires gradients (a model
+    run outside ``torch.no_grad()``: a norm's weight is a parameter) calls its route from
+    Python, about 8-10 us more host time a call on an H200's host (an estimate from the
+    ``host`` suite's figures above). The results are the same.
+    """
+    if not _GRAD_HINT_DUE[0]:
+        return
+    _GRAD_HINT_DUE[0] = False
+    warnings.warn(
+        "a sparse layer's input requires gradients, so its eager calls run through Python "
+        "instead of the compiled operator (the same results, more host time a call; the "
+        "sparse layers compute no gradients). Hint: run inference under "
+        "torch.inference_mode() or torch.no_grad(), as model.generate() does.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def operator_calls(x: torch.Tensor, calls: dict) -> dict:

@@ -1,8 +1,8 @@
 """``SparseGatedMLP``: a LLaMA-style ``down(silu(gate(x)) * up(x))`` block on 2:4 kernels.
 
 The gate and up projections read the same input, so they run as one sparse matmul over their
-stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two);
-SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.cuda.kernels.silu_mul`) and keeps
+stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two;
+Phi-3 and GLM blocks hold them stacked already, :meth:`SparseGatedMLP.from_fused`); SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.cuda.kernels.silu_mul`) and keeps
 the layout the matmul wrote, so the down projection reads it without a copy. The block's output is
 always row-major: the down projection hands its result to a residual add, not to a sparse layer.
 """
@@ -17,7 +17,7 @@ from torch import nn
 from explorer import _html
 from explorer.dtypes import dtype_name
 from explorer.gpu.cuda import native, ops
-from explorer.gpu.cuda.native_table import NativeTable
+from explorer.gpu.cuda.native_table import NativeTable, hint_grad_input
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.modules.sparse_weight import stack_linears
@@ -25,7 +25,13 @@ from explorer.gpu.modules.sparse_weight import stack_linears
 if TYPE_CHECKING:
     from explorer.gpu.modules.int4_linear import Int4Linear
 
-__all__ = ["GATED_MLP_CLASSES", "SparseGatedMLP", "is_gated_mlp"]
+__all__ = [
+    "FUSED_GATED_MLP_CLASSES",
+    "GATED_MLP_CLASSES",
+    "SparseGatedMLP",
+    "gated_mlp_parts",
+    "is_gated_mlp",
+]
 
 # bound here for the compiled decode step: Dynamo guards a function by its identity, where a
 # path through this module's ``torch`` and ``nn`` adds Python guards on those modules
@@ -35,6 +41,12 @@ _silu = nn.functional.silu
 #: Module classes known to compute ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``.
 GATED_MLP_CLASSES = frozenset(
     {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "SmolLM3MLP", "OlmoMLP", "Olmo2MLP"}
+)
+
+#: Module classes known to compute ``down_proj(u * activation_fn(g))`` where ``g, u`` are the two
+#: halves of ``gate_up_proj(x)``: the gate and up projections already stacked in one Linear.
+FUSED_GATED_MLP_CLASSES = frozenset(
+    {"Phi3MLP", "Phi4MultimodalMLP", "GlmMLP", "Glm4MLP", "Glm4vTextMLP"}
 )
 
 
@@ -71,6 +83,44 @@ def is_gated_mlp(module: nn.Module) -> bool:
         and gate.out_features == up.out_features == down.in_features
         and _is_silu(getattr(module, "act_fn", None))
     )
+
+
+def gated_mlp_parts(module: nn.Module) -> tuple[str, ...] | None:
+    """The names of the Linear layers of a known SwiGLU block ``module``, or None.
+
+    ``("gate_proj", "up_proj", "down_proj")`` for a block with separate gate and up projections
+    (:func:`is_gated_mlp`); ``("gate_up_proj", "down_proj")`` for a Phi-3 or GLM-style block,
+    whose one ``gate_up_proj`` already holds the gate rows above the up rows, the layout of
+    :meth:`SparseGatedMLP.from_fused`.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The module to test.
+
+    Returns
+    -------
+    tuple of str or None
+        The parts' attribute names, in the order :meth:`SparseGatedMLP.from_modules` or
+        :meth:`SparseGatedMLP.from_fused` takes them; None for any other module.
+
+    Examples
+    --------
+    >>> gated_mlp_parts(nn.Linear(4, 4)) is None
+    True
+    """
+    if is_gated_mlp(module):
+        return ("gate_proj", "up_proj", "down_proj")
+    if type(module).__name__ not in FUSED_GATED_MLP_CLASSES:
+        return None
+    gate_up, down = (getattr(module, n, None) for n in ("gate_up_proj", "down_proj"))
+    if not (isinstance(gate_up, nn.Linear) and isinstance(down, nn.Linear)):
+        return None
+    if gate_up.in_features != down.out_features or gate_up.out_features != 2 * down.in_features:
+        return None
+    if not _is_silu(getattr(module, "activation_fn", None)):
+        return None
+    return ("gate_up_proj", "down_proj")
 
 
 def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
@@ -188,6 +238,47 @@ class SparseGatedMLP(nn.Module):
         options = (options or SparseOptions()).replace(**option_fields)
         return cls(
             SparseLinear.from_linear(stacked, options.replace(output="any"), backend=backend),
+            SparseLinear.from_linear(down, options.replace(output="rows"), backend=backend),
+        )
+
+    @classmethod
+    def from_fused(
+        cls,
+        gate_up: nn.Linear,
+        down: nn.Linear,
+        options: SparseOptions | None = None,
+        *,
+        backend: str = "cusparselt",
+        **option_fields,
+    ) -> SparseGatedMLP:
+        """Compress a SwiGLU block whose gate and up projections are already one 2:4 Linear.
+
+        The layout of Phi-3 and GLM (``gate_up_proj``): the gate's rows first, then the up
+        projection's, so the block computes ``down(silu(g) * u)`` with ``g, u`` the two halves
+        of ``gate_up(x)``.
+
+        Parameters
+        ----------
+        gate_up : nn.Linear
+            Maps ``d -> 2 * hidden``, gate rows above up rows.
+        down : nn.Linear
+            Maps ``hidden -> d``.
+        options, backend, **option_fields
+            As for :meth:`from_modules`.
+
+        Raises
+        ------
+        ValueError
+            Shapes that do not form a block, or any of the reasons of ``from_linear``.
+        """
+        if gate_up.out_features != 2 * down.in_features or gate_up.in_features != down.out_features:
+            raise ValueError(
+                f"gate_up {tuple(gate_up.weight.shape)} and down {tuple(down.weight.shape)} do "
+                "not form a gated MLP block: expected gate_up (2 * hidden, d) and down (d, hidden)"
+            )
+        options = (options or SparseOptions()).replace(**option_fields)
+        return cls(
+            SparseLinear.from_linear(gate_up, options.replace(output="any"), backend=backend),
             SparseLinear.from_linear(down, options.replace(output="rows"), backend=backend),
         )
 
@@ -331,8 +422,10 @@ class SparseGatedMLP(nn.Module):
         """
         # the block's program, made from C++ where the compiled operator has one for x
         call = self.native_table.eager.get((x.shape, x.stride(), x.get_device(), x.dtype), False)
-        if call and not x.requires_grad:  # (the operator has no autograd formula)
-            return call(x)
+        if call:
+            if not x.requires_grad:  # (the operator has no autograd formula)
+                return call(x)
+            hint_grad_input()
         # the parts' own eager calls, without nn.Module's call machinery: host time per step
         y = self._through(x, self.gate_up.run, self.down.run)
         if call is False and native.loaded():

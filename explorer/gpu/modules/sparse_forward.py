@@ -30,6 +30,7 @@ from torch import nn
 
 from explorer.gpu.cuda import decode as D
 from explorer.gpu.cuda import ops
+from explorer.gpu.cuda.native_table import hint_grad_input
 from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import torch_backend as TB
 from explorer.gpu.modules import fp8, quant
@@ -180,8 +181,10 @@ class SparseForward:
             return dense(x)
         full = (x.shape, x.stride(), key[1], key[2])
         native = self.native_table.eager.get(full)  # the call made from C++ (less host time)
-        if native is not None and not x.requires_grad:  # (the operator has no autograd formula)
-            return native(x)
+        if native is not None:
+            if not x.requires_grad:  # (the operator has no autograd formula)
+                return native(x)
+            hint_grad_input()
         fast = self._fast_table(self._clock_now()).get(full)
         if fast is not None:
             return fast(x)

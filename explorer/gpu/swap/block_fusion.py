@@ -133,7 +133,8 @@ def fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backe
         The model being sparsified; each fused MLP's place holds its ``SparseGatedMLP``.
     targets : list of (str, torch.nn.Linear)
         The Linear layers ``sparsify`` may swap, by name; a block is fused only when its gate,
-        up and down projections are all among them.
+        up and down projections (or its stacked gate/up and down projections) are all among
+        them.
     dtype : torch.dtype or None
         The dtype asked of ``sparsify`` (None: each layer's own 16-bit dtype).
     report : SparsifyReport
@@ -148,22 +149,25 @@ def fuse_gated_mlps(model, targets, dtype, report, options: SparseOptions, backe
     list of SwapUnit
         One unit per fused MLP, each able to put the original block back.
     """
-    from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP, gated_mlp_parts
 
     wanted = dict(targets)
     units = []
     for fqn, mod in list(model.named_modules()):
-        if not fqn or not is_gated_mlp(mod):
+        part_names = gated_mlp_parts(mod) if fqn else None
+        if part_names is None:
             continue  # the root module cannot be swapped in place: its layers go one by one
-        names = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
+        names = [f"{fqn}.{n}" for n in part_names]
         if not all(n in wanted for n in names):
             continue
         parts = [wanted[n] for n in names]
         dt = block_dtype(parts, dtype)
         if dt is None:
             continue
+        # three parts: gate, up, down; two: a gate/up Linear already stacked (Phi-3, GLM)
+        build = SparseGatedMLP.from_modules if len(parts) == 3 else SparseGatedMLP.from_fused
         try:
-            new = SparseGatedMLP.from_modules(*parts, options, dtype=dt, backend=backend)
+            new = build(*parts, options, dtype=dt, backend=backend)
         except (ValueError, TypeError, RuntimeError) as exc:
             report.notes.append(f"{fqn}: MLP not fused ({exc}); layer by layer instead")
             continue

@@ -128,8 +128,9 @@ def sparsify(
         measures nothing and swaps every eligible layer.
     fuse_mlp : bool
         Swap known SwiGLU blocks (LLaMA, Mistral, Qwen: ``gate_proj``, ``up_proj``,
-        ``down_proj``, SiLU) for one :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`. A
-        model that is itself such a block (the root module) goes layer by layer.
+        ``down_proj``, SiLU; Phi-3, GLM: ``gate_up_proj``, ``down_proj``) for one
+        :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP`. A model that is itself such
+        a block (the root module) goes layer by layer.
     fuse_qkv : bool
         Run the query, key and value projections of each self-attention module (``q_proj``,
         ``k_proj``, ``v_proj`` or BERT's ``query``, ``key``, ``value``) as one sparse product

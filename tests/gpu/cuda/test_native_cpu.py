@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -400,3 +401,13 @@ def test_routes_are_timed_through_the_operator_where_it_makes_their_call(kernels
     assert native.counts(mid)["programs"] == 0  # the stand-in went, and its program
     strided = torch.randn(8, 4).t()
     assert native_table.operator_calls(strided, {"scale": _Scale(4, 8)}) == {}
+
+
+def test_the_hint_for_inputs_that_need_gradients_is_given_once(monkeypatch):
+    monkeypatch.setattr(native_table, "_GRAD_HINT_DUE", [True])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            native_table.hint_grad_input()
+    assert len(seen) == 1 and issubclass(seen[0].category, RuntimeWarning)
+    assert "torch.inference_mode() or torch.no_grad()" in str(seen[0].message)

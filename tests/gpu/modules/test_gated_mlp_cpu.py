@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -60,3 +61,40 @@ def test_int4_parts_launch_the_down_projection_and_the_swiglu_kernel_overlapped(
 def test_other_parts_launch_in_order(monkeypatch):
     block = SparseGatedMLP(_Part(4, 16), _Part(8, 4))
     assert not _swiglu_overlap(block, monkeypatch)
+
+
+def _phi3_mlp(hidden_act: str = "silu") -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.phi3.modeling_phi3 import Phi3MLP
+
+    return Phi3MLP(
+        transformers.Phi3Config(hidden_size=8, intermediate_size=16, hidden_act=hidden_act)
+    )
+
+
+def test_a_phi3_block_is_known_by_its_stacked_gate_up_and_down_projections():
+    assert gated_mlp.gated_mlp_parts(_phi3_mlp()) == ("gate_up_proj", "down_proj")
+    assert not gated_mlp.is_gated_mlp(_phi3_mlp())  # (the int4 swap's three-part blocks)
+
+
+def test_a_llama_block_is_known_by_its_three_projections():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    block = LlamaMLP(
+        transformers.LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2)
+    )
+    assert gated_mlp.gated_mlp_parts(block) == ("gate_proj", "up_proj", "down_proj")
+
+
+def test_a_stacked_block_of_another_activation_or_shape_is_not_known():
+    assert gated_mlp.gated_mlp_parts(_phi3_mlp("gelu_new")) is None
+    block = _phi3_mlp()
+    block.gate_up_proj = nn.Linear(8, 24, bias=False)  # not twice the down projection's inputs
+    assert gated_mlp.gated_mlp_parts(block) is None
+    assert gated_mlp.gated_mlp_parts(nn.Sequential(nn.Linear(8, 32), nn.Linear(16, 8))) is None
+
+
+def test_from_fused_names_both_shapes_when_they_do_not_form_a_block():
+    with pytest.raises(ValueError, match=r"gate_up \(24, 8\) and down \(8, 16\)"):
+        SparseGatedMLP.from_fused(nn.Linear(8, 24), nn.Linear(16, 8))

@@ -308,6 +308,30 @@ def test_sparsify_fuses_gated_mlp(dtype, shape):
     assert relerr(y, ref) < tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sparsify_fuses_a_phi3_block_whose_gate_and_up_are_one_linear(dtype):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.phi3.modeling_phi3 import Phi3MLP
+
+    from explorer.gpu import SparseGatedMLP, sparsify
+
+    cfg = transformers.Phi3Config(hidden_size=256, intermediate_size=768, hidden_act="silu")
+    mlp = Phi3MLP(cfg).to(DEV, dtype)
+    with torch.no_grad():
+        for lin in (mlp.gate_up_proj, mlp.down_proj):
+            lin.weight.copy_(mask24(lin.weight) * 20)
+    block = nn.Sequential(mlp)
+    x = torch.randn(3, 37, 256, device=DEV, dtype=dtype)
+    with torch.no_grad():
+        ref = block(x).double()
+        rep = sparsify(block, inplace=False, tokens=())
+        y, again = rep.model(x), rep.model(x)  # the first call chooses, the second remembers
+    assert isinstance(rep.model[0], SparseGatedMLP) and rep.fused == ["0"]
+    assert {n for n, _ in rep.swapped} == {"0.gate_up_proj", "0.down_proj"}
+    assert y.shape == (3, 37, 256) and y.dtype == dtype
+    assert relerr(y, ref) < 5e-3 and relerr(again, ref) < 5e-3
+
+
 def test_gated_mlp_not_fused_when_a_layer_is_not_24():
     from explorer.gpu import sparsify
 
