@@ -46,6 +46,7 @@ _CACHE_VARIABLES = (
     ("TRITON_CACHE_DIR", "triton"),  # torch.compile's kernels
     ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
     ("CUPY_CACHE_DIR", "cupy"),  # the explorer's CUDA kernels, compiled by CuPy
+    ("CUDA_CACHE_PATH", "cuda"),  # the CUDA driver's JIT cache of PTX (~/.nv/ComputeCache)
     # what other programs the tests start keep per user (Chromium's profile, dconf's cache)
     ("XDG_CONFIG_HOME", "config"),
     ("XDG_CACHE_HOME", "cache"),
