@@ -96,7 +96,7 @@ def gated_mlp_parts(module: nn.Module) -> tuple[str, ...] | None:
     Parameters
     ----------
     module : torch.nn.Module
-        The module to test.
+        Any module; a block is known by its class's name, its Linear parts' shapes and its SiLU.
 
     Returns
     -------
