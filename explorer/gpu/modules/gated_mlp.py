@@ -2,8 +2,9 @@
 
 The gate and up projections read the same input, so they run as one sparse matmul over their
 stacked weights (twice the rows: a larger, more efficient problem, and one call instead of two;
-Phi-3 and GLM blocks hold them stacked already, :meth:`SparseGatedMLP.from_fused`); SwiGLU's elementwise step runs in one pass (:func:`explorer.gpu.cuda.kernels.silu_mul`) and keeps
-the layout the matmul wrote, so the down projection reads it without a copy. The block's output is
+Phi-3 and GLM blocks hold them stacked already, :meth:`SparseGatedMLP.from_fused`). SwiGLU's
+elementwise step runs in one pass (:func:`explorer.gpu.cuda.kernels.silu_mul`) and keeps the
+layout the matmul wrote, so the down projection reads it without a copy. The block's output is
 always row-major: the down projection hands its result to a residual add, not to a sparse layer.
 """
 
