@@ -62,6 +62,9 @@ def pytest_configure(config):
     _SESSION_CACHE.append(root)
     for var, sub in _CACHE_VARIABLES:
         os.environ[var] = str(root / sub)
+    # torch's C++ extensions (the explorer's compiled operator): a caller that set the folder
+    # itself, to share one build between processes, keeps it
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(root / "torch-extensions"))
 
 
 def pytest_unconfigure(config):

@@ -22,18 +22,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _extension_builds(tmp_path_factory):
-    """Build the explorer's compiled operator under the session's temporary folder, not ``~/.cache``.
-
-    A caller that sets ``TORCH_EXTENSIONS_DIR`` itself (to share one build between processes)
-    keeps its folder.
-    """
-    if "TORCH_EXTENSIONS_DIR" not in os.environ:
-        os.environ["TORCH_EXTENSIONS_DIR"] = str(tmp_path_factory.mktemp("torch-extensions"))
-    yield
-
-
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
