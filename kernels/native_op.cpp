@@ -4,7 +4,8 @@
 // swapped layer (and what CUDA graphs capture). For an input whose call the layer has already
 // made once from Python (the route chosen, the plan or kernel set up), Python hands this file a
 // *program*: the steps that call is made of, each a cuSPARSELt matmul or a kernel launch with
-// every argument but the input's and output's pointers fixed. A later call of the same shape
+// every argument but the input's and output's pointers fixed, or torch's own dense product on a
+// weight the program holds (a route that stayed dense inside a block of sparse steps). A later call of the same shape
 // runs the program here: one output allocation and one library or driver call per step, with
 // no Python in between. Any other input (a new shape, a layer whose route is not a program, a
 // layer run in a mode it was not set up for) goes to the Python operator
@@ -18,6 +19,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -25,7 +27,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -44,7 +48,7 @@ using MatmulFn = int (*)(const void*, const void*, const void*, const void*, con
                          const void*, const void*, void*, void*, void**, int32_t);
 
 enum Source : int64_t { FIXED = 0, IN_PTR = 1, OUT_PTR = 2, IN_ROW_STRIDE = 3 };
-enum Kind : int64_t { LAUNCH = 0, MATMUL = 1 };
+enum Kind : int64_t { LAUNCH = 0, MATMUL = 1, LINEAR = 2 };
 enum Mode : int64_t { AUTO = 0, WALL = 1, GRAPHS = 2 };
 enum Clock : int64_t { CLOCK_WALL = 0, CLOCK_GPU = 1 };
 constexpr int kMaxArgs = 24;
@@ -66,6 +70,9 @@ struct Step {
   std::vector<Arg> args;
   // MATMUL
   int64_t handle = 0, plan = 0, alpha = 0, a = 0, beta = 0, workspace = 0;
+  // LINEAR: at::linear(input, weight, bias), the tensors held by the program
+  at::Tensor weight;
+  std::optional<at::Tensor> bias;
 };
 
 struct Program {
@@ -100,11 +107,14 @@ State& state() {
   return s;
 }
 
-// Reads a program's code into steps; returns "" or what is wrong with it. Nothing in this file
-// throws: a bad program is refused with a message Python raises, and a call that fails is
-// handed to Python, which raises its own error.
-std::string decode_steps(const std::vector<int64_t>& code, std::vector<Step>& steps) {
+// Reads a program's code into steps, a LINEAR step taking the next of `tensors` as its weight
+// (and the one after as its bias, where it has one); returns "" or what is wrong with it.
+// Nothing in this file throws: a bad program is refused with a message Python raises, and a
+// call that fails is handed to Python, which raises its own error.
+std::string decode_steps(const std::vector<int64_t>& code, const std::vector<at::Tensor>& tensors,
+                         std::vector<Step>& steps) {
   size_t i = 0;
+  size_t held = 0;  // tensors taken so far
   bool short_code = false;
   auto next = [&]() -> int64_t {
     if (i >= code.size()) {
@@ -143,11 +153,26 @@ std::string decode_steps(const std::vector<int64_t>& code, std::vector<Step>& st
       s.a = next();
       s.beta = next();
       s.workspace = next();
+    } else if (s.kind == LINEAR) {
+      const int64_t with_bias = next();
+      if (with_bias != 0 && with_bias != 1) return say("a dense step's bias flag is", with_bias);
+      if (held + 1 + with_bias > tensors.size()) {
+        return say("a dense step names more tensors than were handed:",
+                   static_cast<int64_t>(tensors.size()));
+      }
+      s.weight = tensors[held++];
+      if (with_bias) s.bias = tensors[held++];
+      if (s.weight.dim() != 2 || s.weight.size(0) != s.out_cols) {
+        return say("a dense step's weight does not have the step's output rows:", s.out_cols);
+      }
     } else {
       return say("unknown step kind", s.kind);
     }
     if (short_code) return say("a program's code ends early, after numbers:", code.size());
     steps.push_back(std::move(s));
+  }
+  if (held != tensors.size()) {
+    return say("tensors handed but named by no step:", static_cast<int64_t>(tensors.size() - held));
   }
   return "";
 }
@@ -155,6 +180,7 @@ std::string decode_steps(const std::vector<int64_t>& code, std::vector<Step>& st
 // The program for x, or nullptr (then Python runs the call). Takes the state's lock.
 ProgramPtr find_program(const at::Tensor& x, int64_t module_id, void* stream) {
   State& st = state();
+  ProgramPtr dropped;  // released after the lock: a program may hold tensors
   if (!x.is_contiguous() || x.dim() < 1 || x.size(-1) < 1) return nullptr;
   if (reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 != 0) return nullptr;
   const int64_t cols = x.size(-1);
@@ -185,6 +211,7 @@ ProgramPtr find_program(const at::Tensor& x, int64_t module_id, void* stream) {
     }
     for (int64_t t : p.tokens) {
       if (st.retired.count(t)) {
+        dropped = std::move(*it);
         programs.erase(it);  // what its pointers belong to is gone
         return nullptr;
       }
@@ -237,6 +264,16 @@ int run_matmul(const State& st, const Step& s, const at::Tensor& in, const at::T
       1);
 }
 
+// torch's dense product into `out`; any error it raises hands the call to Python
+int run_linear(const Step& s, const at::Tensor& in, at::Tensor& out) {
+  try {
+    out = at::linear(in, s.weight, s.bias);
+  } catch (const std::exception&) {
+    return -2;
+  }
+  return 0;
+}
+
 at::Tensor python_call(const at::Tensor& x, int64_t module_id) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("explorer::sparse_forward", "")
@@ -260,9 +297,15 @@ at::Tensor sparse_call(const at::Tensor& x, int64_t module_id) {
   const int64_t rows = program->rows;
   at::Tensor in = x.view({rows, program->cols});
   for (const Step& s : program->steps) {
-    at::Tensor out = at::empty({rows, s.out_cols}, x.options());
-    const int code = s.kind == MATMUL ? run_matmul(st, s, in, out, stream)
-                                      : run_launch(st, s, in, out, stream);
+    at::Tensor out;
+    int code = 0;
+    if (s.kind == LINEAR) {
+      code = run_linear(s, in, out);
+    } else {
+      out = at::empty({rows, s.out_cols}, x.options());
+      code = s.kind == MATMUL ? run_matmul(st, s, in, out, stream)
+                              : run_launch(st, s, in, out, stream);
+    }
     // refused (another context, a library error): Python makes the call again and raises
     // its own error if it fails there too; every step writes a new tensor, so nothing is lost
     if (code != 0) {
@@ -296,7 +339,7 @@ std::vector<int64_t> functions() {
 // Returns "" or why the program is refused.
 std::string set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t rows, int64_t cols,
                         c10::ScalarType dtype, int64_t device, std::vector<int64_t> tokens,
-                        std::vector<int64_t> code) {
+                        std::vector<int64_t> code, std::vector<at::Tensor> tensors) {
   if (mode < AUTO || mode > GRAPHS) return "explorer native op: unknown mode " + std::to_string(mode);
   if (clock != CLOCK_WALL && clock != CLOCK_GPU) {
     return "explorer native op: unknown clock " + std::to_string(clock);
@@ -311,20 +354,24 @@ std::string set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t 
   program->dtype = dtype;
   program->device = device;
   program->tokens = std::move(tokens);
-  const std::string wrong = decode_steps(code, program->steps);
+  const std::string wrong = decode_steps(code, tensors, program->steps);
   if (!wrong.empty()) return wrong;
   State& st = state();
+  std::vector<ProgramPtr> dropped;  // released after the lock: a program may hold tensors
   std::lock_guard<std::mutex> guard(st.lock);
   ModuleEntry& entry = st.modules[module_id];
   if (entry.mode != mode) {  // programs set up for another mode's clock rules
     entry.mode = mode;
-    entry.programs[0].clear();
-    entry.programs[1].clear();
+    for (auto& by_clock : entry.programs) {
+      for (auto& p : by_clock) dropped.push_back(std::move(p));
+      by_clock.clear();
+    }
   }
   auto& programs = entry.programs[clock];
   for (auto it = programs.begin(); it != programs.end(); ++it) {
     const Program& p = **it;
     if (p.rows == rows && p.cols == cols && p.dtype == dtype && p.device == device) {
+      dropped.push_back(std::move(*it));
       programs.erase(it);
       break;
     }
@@ -335,8 +382,12 @@ std::string set_program(int64_t module_id, int64_t mode, int64_t clock, int64_t 
 
 void forget(int64_t module_id) {
   State& st = state();
+  ModuleEntry dropped;  // released after the lock: a program may hold tensors
   std::lock_guard<std::mutex> guard(st.lock);
-  st.modules.erase(module_id);
+  auto found = st.modules.find(module_id);
+  if (found == st.modules.end()) return;
+  dropped = std::move(found->second);
+  st.modules.erase(found);
 }
 
 int64_t new_token() {
@@ -370,7 +421,7 @@ TORCH_LIBRARY_FRAGMENT(explorer, m) {
   m.def("native_functions() -> int[]", &functions);
   m.def(
       "native_set_program(int module_id, int mode, int clock, int rows, int cols, "
-      "ScalarType dtype, int device, int[] tokens, int[] code) -> str",
+      "ScalarType dtype, int device, int[] tokens, int[] code, Tensor[] tensors) -> str",
       &set_program);
   m.def("native_forget(int module_id) -> ()", &forget);
   m.def("native_new_token() -> int", &new_token);

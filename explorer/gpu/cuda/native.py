@@ -7,7 +7,8 @@ The compiled operator ``explorer::sparse_call`` runs the calls a layer has alrea
 from C++ instead: after the first call of an input shape has chosen its route and set it up,
 the layer hands this module a *program* (:class:`LaunchStep` and :class:`MatmulStep`: the
 cuSPARSELt matmul or the kernel launch, every argument fixed but the input's and output's
-pointers), and later calls of that shape are one output allocation and one library or driver
+pointers; :class:`LinearStep`: torch's dense product on a weight the program holds), and later
+calls of that shape are one output allocation and one library or driver
 call per step. Anything else goes to the Python operator as before.
 
 The source is compiled once per torch build with :func:`torch.utils.cpp_extension.load`
@@ -39,6 +40,7 @@ __all__ = [
     "MODE_CODES",
     "NATIVE_ENV",
     "LaunchStep",
+    "LinearStep",
     "MatmulStep",
     "clock_of",
     "counts",
@@ -101,6 +103,10 @@ class LaunchStep:
         return [0, self.out_cols, self.function, *self.grid, *self.block, self.shared,
                 len(self.args), *flat]  # fmt: skip
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the step holds: none (its pointers are kept alive by their owners)."""
+        return ()
+
 
 @dataclass(frozen=True)
 class MatmulStep:
@@ -129,6 +135,47 @@ class MatmulStep:
         """The step as ``native_op.cpp`` reads it."""
         return [1, self.out_cols, self.handle, self.plan, self.alpha, self.a, self.beta,
                 self.workspace]  # fmt: skip
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the step holds: none (its pointers are kept alive by their owners)."""
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class LinearStep:
+    """Torch's dense product ``x @ weight^T + bias`` (``at::linear``) as one step of a program.
+
+    The step of a route that stayed dense: the same cuBLAS call ``F.linear`` makes, so a block
+    whose part runs dense is still one program (:class:`~explorer.gpu.SparseGatedMLP`). The
+    program holds the tensors until it is dropped, so no pointer can outlive them; a call the
+    product refuses (another dtype or device) goes to Python.
+
+    Attributes
+    ----------
+    weight : torch.Tensor
+        ``[out_cols, in]``, in the input's dtype and on its device.
+    bias : torch.Tensor or None
+        ``[out_cols]``, or None.
+    tokens : tuple of int
+        What else the step depends on (none of its own).
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    tokens: tuple[int, ...] = ()
+
+    @property
+    def out_cols(self) -> int:
+        """Columns of the output: the weight's rows."""
+        return self.weight.shape[0]
+
+    def code(self) -> list[int]:
+        """The step as ``native_op.cpp`` reads it; the tensors go beside it (:meth:`tensors`)."""
+        return [2, self.out_cols, int(self.bias is not None)]
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The weight, then the bias where there is one: handed to the operator with the code."""
+        return (self.weight,) if self.bias is None else (self.weight, self.bias)
 
 
 def launch_step(

@@ -122,7 +122,7 @@ class NativeTable:
         ----------
         x : torch.Tensor
             An input the steps were set up for; only a row-major one gets a program.
-        steps : sequence of LaunchStep or MatmulStep, or None
+        steps : sequence of LaunchStep, MatmulStep or LinearStep, or None
             The steps; None where the call is not one the operator can make.
         mode : str
             The module's execution mode.
@@ -161,9 +161,10 @@ class NativeTable:
             self._steps.pop(key, None)
         code = [n for step in steps for n in step.code()]
         tokens = [t for step in steps for t in step.tokens]
+        held = [t for step in steps for t in step.tensors()]
         modes = (MODE_CODES[mode], CLOCK_CODES[clock])
         wrong = torch.ops.explorer.native_set_program(
-            self.module_id, *modes, rows, cols, x.dtype, device, tokens, code
+            self.module_id, *modes, rows, cols, x.dtype, device, tokens, code, held
         )
         if wrong:
             raise ValueError(f"{wrong}; the steps were {steps!r}")

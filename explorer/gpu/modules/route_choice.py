@@ -172,7 +172,10 @@ class RouteChoice:
 
         For a row-major input: the decode kernel without an activation after it, or a
         row-major cuSPARSELt product needing no padding, on 16-bit inputs the layer takes as
-        they are (what ``sparse_calls.sparse_call`` binds and ``_remember`` hands on).
+        they are (what ``sparse_calls.sparse_call`` binds and ``_remember`` hands on). The
+        dense route is a program step too (``sparse_calls.linear_call``), for the blocks made
+        of this layer's steps, but is not counted here: a compiled model traces it as the
+        compiler's own matmul, and an eager call makes ``F.linear`` itself.
 
         Parameters
         ----------

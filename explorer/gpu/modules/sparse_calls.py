@@ -1,4 +1,4 @@
-"""The sparse product as one call: a cuSPARSELt plan run on a 2-D input.
+"""A route's product as one call: a cuSPARSELt plan run on a 2-D input, or the dense product.
 
 Padding and layout are handled, and everything that does not change between calls is bound once.
 
@@ -18,7 +18,14 @@ from torch import nn
 
 from explorer.gpu.library import cusparselt as C
 
-__all__ = ["ACTIVATIONS", "apply_activation", "rows_from_transposed", "run_plan", "sparse_call"]
+__all__ = [
+    "ACTIVATIONS",
+    "apply_activation",
+    "linear_call",
+    "rows_from_transposed",
+    "run_plan",
+    "sparse_call",
+]
 
 #: Activations a sparse layer applies after its product (fused into the kernel where allowed).
 ACTIVATIONS = ("none", "relu", "gelu")
@@ -210,3 +217,45 @@ class _MatmulSteps:
             raw = self.plan.raw_arguments(self.weight_ptr)
             self.steps = [native.MatmulStep(*raw, self.out_cols, (token,))]
         return self.steps
+
+
+def linear_call(
+    weight: torch.Tensor, bias: torch.Tensor | None, program: bool = True
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The dense route as one call: ``F.linear`` on ``weight`` and ``bias``, any leading dims.
+
+    A ``functools.partial``, called from C: one Python frame less per eager call than a
+    closure. With ``program``, its ``native_steps()`` give the compiled operator the same
+    product as one :class:`~explorer.gpu.cuda.native.LinearStep`, so a block with a part that
+    runs dense is still one program.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``[out, in]``.
+    bias : torch.Tensor or None
+        ``[out]``, or None.
+    program : bool, default True
+        Whether the call has program steps (False where inputs are not in ``weight``'s dtype).
+
+    Returns
+    -------
+    callable
+        ``call(x)``: ``F.linear(x, weight, bias)``.
+
+    Examples
+    --------
+    >>> call = linear_call(torch.eye(2), None)
+    >>> call(torch.tensor([[1.0, 2.0]])).tolist()
+    [[1.0, 2.0]]
+    """
+    call = partial(nn.functional.linear, weight=weight, bias=bias)
+    if program:
+        call.native_steps = partial(_linear_steps, weight, bias)
+    return call
+
+
+def _linear_steps(weight: torch.Tensor, bias: torch.Tensor | None) -> list:
+    from explorer.gpu.cuda import native
+
+    return [native.LinearStep(weight, bias)]

@@ -16,8 +16,7 @@ that runs a call:
   input like it.
 
 It holds no state of its own: the tables, plans and weights are the layer's (built in
-``sparse_linear``), read through its attributes and methods. A ``SparseLinear`` is the only
-class built on it.
+``sparse_linear``), read through its attributes and methods; ``SparseLinear`` is built on it.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from explorer.gpu.modules import fp8, quant
 from explorer.gpu.modules.fp8_dense import scaled_linear, scaled_matmul
 from explorer.gpu.modules.sparse_calls import (
     apply_activation,
+    linear_call,
     rows_from_transposed,
     run_plan,
     sparse_call,
@@ -281,8 +281,8 @@ class SparseForward:
         """The dense route as one call of a 2-D (or any-leading-dims) input."""
         if fused_act or self._fp8_dense:
             return partial(self._dense_forward, fused_act=fused_act)
-        # a partial is called from C: one Python frame less per eager call than a closure
-        return partial(nn.functional.linear, weight=self._dense, bias=self.bias)
+        # a block's program makes it from C++ where the weight is in the layer's 16-bit dtype
+        return linear_call(self._dense, self.bias, program=self._dense.dtype == self.dtype)
 
     def _dense_forward(self, x: torch.Tensor, fused_act: bool) -> torch.Tensor:
         """The product on the dense weight (FP8 dense for fp8), in the input's dtype."""

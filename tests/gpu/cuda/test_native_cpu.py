@@ -13,6 +13,7 @@ import ctypes
 import gc
 import shutil
 import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -232,6 +233,39 @@ def test_steps_chain_each_output_into_the_next(kernels):
     assert kernels.launches[0]["in_ptr"] == kernels.matmuls[0][7]  # the matmul's output
 
 
+def test_a_linear_step_is_torchs_own_dense_product_on_the_tensors_it_holds(kernels):
+    mod = _Module()
+    x = torch.randn(2, 6)
+    weight, bias = torch.randn(5, 6), torch.randn(5)
+    step = native.LinearStep(weight, bias)
+    assert step.out_cols == 5 and step.code() == [2, 5, 1]
+    assert mod.table.remember_steps(x, [step], "compile", "wall")
+    torch.testing.assert_close(
+        torch.ops.explorer.sparse_call(x, mod.op_id), torch.nn.functional.linear(x, weight, bias),
+        rtol=0, atol=0,
+    )  # fmt: skip
+    del weight, bias, step
+    gc.collect()  # the program holds the tensors: no pointer outlives them
+    count = ctypes.c_int64(10)  # a matmul (10 * x, 5 columns), then a product without bias
+    matmul = native.MatmulStep(1, 2, 3, ctypes.addressof(count), 5, 6, 5, (native.new_token(),))
+    weight = torch.randn(3, 5)
+    x = torch.randn(2, 5)
+    mod.table.remember_steps(x, [matmul, native.LinearStep(weight)], "compile", "wall")
+    y = torch.ops.explorer.sparse_call(x, mod.op_id)
+    torch.testing.assert_close(y, (10 * x) @ weight.T)
+    assert mod.calls == 0 and native.counts(mod.op_id)["programs"] == 2
+
+
+def test_a_linear_step_the_product_refuses_goes_to_python(kernels):
+    mod = _Module()
+    x = torch.randn(4, 8)
+    mod.table.remember_steps(x, [native.LinearStep(torch.randn(8, 8).double())], "eager", "wall")
+    before = native.counts()
+    torch.testing.assert_close(torch.ops.explorer.sparse_call(x, mod.op_id), x + 1)
+    after = native.counts()
+    assert after["refused_calls"] == before["refused_calls"] + 1 and mod.calls == 1
+
+
 def test_a_refused_launch_is_made_again_by_python(kernels):
     mod = _Module()
     x = torch.randn(4, 8)
@@ -295,11 +329,19 @@ def test_bad_steps_are_refused_with_the_reason(built):
     with pytest.raises(ValueError, match="size in bytes is 2"):
         mod.table.remember_steps(x, [bad_size], "eager", "wall")
     assert native.counts(mod.op_id)["programs"] == 0
-    wrong = torch.ops.explorer.native_set_program(1, 0, 0, 4, 8, torch.float32, -1, [1], [1, 8, 2])
+    wrong = torch.ops.explorer.native_set_program(
+        1, 0, 0, 4, 8, torch.float32, -1, [1], [1, 8, 2], []
+    )
     assert "ends early" in wrong
     assert "unknown clock 5" in torch.ops.explorer.native_set_program(
-        1, 0, 5, 4, 8, torch.float32, -1, [1], []
+        1, 0, 5, 4, 8, torch.float32, -1, [1], [], []
     )
+    weight = torch.randn(8, 8)
+    set_program = partial(torch.ops.explorer.native_set_program, 1, 0, 0, 4, 8, torch.float32, -1)
+    assert "does not have the step's output rows: 4" in set_program([1], [2, 4, 0], [weight])
+    assert "bias flag is 3" in set_program([1], [2, 8, 3], [weight])
+    assert "more tensors than were handed: 1" in set_program([1], [2, 8, 1], [weight])
+    assert "named by no step: 1" in set_program([1], [], [weight])
 
 
 def test_a_machine_without_a_compiler_is_told_how_to_fix_it():
