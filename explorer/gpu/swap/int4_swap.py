@@ -10,7 +10,8 @@ measures faster. As in 16 bits, layers that read the same input run as one produ
 * the query, key and value projections of a self-attention module become one
   :class:`~explorer.gpu.modules.fused_qkv.SparseQKV` over one ``Int4Linear`` of their stacked rows;
 * a SwiGLU block becomes a :class:`~explorer.gpu.modules.gated_mlp.SparseGatedMLP` whose stacked
-  gate/up product and down projection are ``Int4Linear`` layers.
+  gate/up product and down projection are ``Int4Linear`` layers (a Phi-3 or GLM block's
+  ``gate_up_proj`` is stacked already: it is quantized as it is).
 
 Why: at a few tokens an int4 layer's time is its bytes plus a fixed cost per call, and a small
 layer leaves most of the GPU idle. On an H100 (commit 6e6a962) the decode kernel cannot go below
@@ -44,7 +45,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.modules.fused_qkv import SparseQKV, find_qkv
-from explorer.gpu.modules.gated_mlp import SparseGatedMLP, is_gated_mlp
+from explorer.gpu.modules.gated_mlp import SparseGatedMLP, gated_mlp_parts
 from explorer.gpu.modules.int4_forward import DECODE_MAX_TOKENS
 from explorer.gpu.modules.int4_linear import Int4Linear
 from explorer.gpu.modules.sparse_weight import stack_linears
@@ -116,10 +117,12 @@ def swap_int4_layers(
     done: set[str] = set()
     for fqn, mod in list(model.named_modules()):
         block, names = None, find_qkv(mod) if fuse_qkv else None
+        # (the root cannot be swapped in place)
+        mlp_parts = gated_mlp_parts(mod) if fuse_mlp and fqn and names is None else None
         if names is not None:
             block = _stacked_qkv(mod, fqn, names, wanted, places, build)
-        elif fuse_mlp and fqn and is_gated_mlp(mod):  # (the root cannot be swapped in place)
-            block = _stacked_mlp(model, mod, fqn, wanted, places, build)
+        elif mlp_parts is not None:
+            block = _stacked_mlp(model, fqn, mlp_parts, wanted, places, build)
         if block is not None:
             parts, layers = block
             done.update(parts)
@@ -312,16 +315,20 @@ def _stacked_qkv(attn, fqn, names, wanted, places, build: _Builder):
     return fqns, [(f"{fqn}.sparse_qkv" if fqn else "sparse_qkv", proj)]
 
 
-def _stacked_mlp(model, mlp, fqn, wanted, places, build: _Builder):
-    """The SwiGLU block ``mlp`` as a ``SparseGatedMLP`` on low-bit codes, or None."""
+def _stacked_mlp(model, fqn, part_names, wanted, places, build: _Builder):
+    """The SwiGLU block at ``fqn`` as a ``SparseGatedMLP`` on low-bit codes, or None.
+
+    ``part_names``: :func:`gated_mlp_parts`'s, gate and up (or the one stacked gate/up
+    projection) first, down last.
+    """
     report = build.report
-    fqns = [f"{fqn}.{n}" for n in ("gate_proj", "up_proj", "down_proj")]
+    fqns = [f"{fqn}.{n}" for n in part_names]
     parts = _stackable(fqns, wanted, places, report, f"{fqn} gate/up")
     gate_up = down = None
     if parts is not None:
-        gate_up = _stacked(parts[:2], fqns[:2], build, f"{fqn} gate/up")
+        gate_up = _stacked(parts[:-1], fqns[:-1], build, f"{fqn} gate/up")
     if gate_up is not None:
-        down = _stacked(parts[2:], fqns[2:], build, f"{fqn} MLP")
+        down = _stacked(parts[-1:], fqns[-1:], build, f"{fqn} MLP")
     if down is None:
         return None
     model.set_submodule(fqn, SparseGatedMLP(gate_up, down))

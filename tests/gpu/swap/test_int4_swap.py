@@ -61,6 +61,18 @@ class LlamaMLP(nn.Module):  # the class name is how sparsify knows a SwiGLU bloc
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Phi3MLP(nn.Module):  # gate and up already stacked in one Linear, as Phi-3 and GLM hold them
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(d, 2 * hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+        self.activation_fn = nn.SiLU()
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * self.activation_fn(gate))
+
+
 class Block(nn.Module):
     def __init__(self, d: int = 256, kv: int = 128, hidden: int = 512) -> None:
         super().__init__()
@@ -118,6 +130,34 @@ def test_q_k_v_and_gate_up_become_one_int4_product_with_the_same_codes():
     # the default compile mode's note comes exactly where some layer runs the 2:4 kernel eagerly
     on_2_4 = any(t.route.startswith("2:4") for t in report.timings)
     assert any("torch.compile's default mode" in n for n in report.notes) == on_2_4
+
+
+def test_a_stacked_gate_up_projection_becomes_one_int4_block_with_its_own_codes():
+    from explorer.gpu import sparsify
+    from explorer.gpu.modules.gated_mlp import SparseGatedMLP
+
+    torch.manual_seed(1)
+    model = nn.Sequential(Phi3MLP(256, 512), Phi3MLP(256, 512)).to(DEV, torch.bfloat16).eval()
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.Linear):
+                mod.weight.copy_(mask24(mod.weight))
+    single = copy.deepcopy(model)
+    report = sparsify(model, dtype="int4", tokens=(16, 1))
+    sparsify(single, dtype="int4", tokens=(16, 1), fuse_mlp=False)
+    assert report.fused == ["0", "1"] and not report.skipped
+    assert [f for f, _ in report.swapped] == [
+        "0.gate_up_proj", "0.down_proj", "1.gate_up_proj", "1.down_proj"
+    ]  # fmt: skip
+    for block, alone in zip(model, single, strict=True):
+        assert isinstance(block, SparseGatedMLP)
+        for name in ("codes", "metadata", "scales"):
+            assert torch.equal(getattr(block.gate_up, name), getattr(alone.gate_up_proj, name))
+            assert torch.equal(getattr(block.down, name), getattr(alone.down_proj, name))
+    for tokens in (1, 16, 300):
+        x = torch.randn(1, tokens, 256, device=DEV, dtype=torch.bfloat16)
+        with torch.no_grad():
+            assert relerr(model(x), single(x)) < INT4_ROUTES_MODEL_TOL
 
 
 @pytest.mark.parametrize("tokens", [1, 16, 300])
