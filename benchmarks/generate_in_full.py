@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         static="static" in caches,
     )
     if args.json:
-        args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))
+        words = sys.argv[1:] if argv is None else argv  # named by a page made from these rows
+        command = " ".join(["python benchmarks/generate_in_full.py", *words])
+        kept = {"env": env, "command": command, "rows": rows}
+        args.json.write_text(json.dumps(kept, default=str))
     print(format_generate(rows))
     return 0
 

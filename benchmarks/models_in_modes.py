@@ -34,13 +34,16 @@ def main() -> None:
     dtype = parse_dtype(args.dtype)
     rows: list[dict] = []
     env = environment()
+    # named by a page made from these rows (``bench --from-json``)
+    command = " ".join(["python benchmarks/models_in_modes.py", *sys.argv[1:]])
 
     def keep(row: dict | None = None) -> None:
         """Write every row reached so far: a run stopped by a time limit keeps its rows."""
         if row is not None:
             rows.append(row)
         if args.json:
-            args.json.write_text(json.dumps({"env": env, "rows": rows}, default=str))
+            kept = {"env": env, "command": command, "rows": rows}
+            args.json.write_text(json.dumps(kept, default=str))
 
     for name in args.models.split(","):
         # the rows it returns are the ones passed to keep, completed after their last run

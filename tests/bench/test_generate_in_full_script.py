@@ -52,6 +52,7 @@ def test_the_layers_and_batches_reach_the_benchmark_and_the_rows_name_the_layers
     )
     written = json.loads(out.read_text())
     assert written["env"] == {"device": "stand-in"}
+    assert written["command"] == "python benchmarks/generate_in_full.py " + " ".join(argv)
     assert [r["label"] for r in written["rows"]] == ["llama-8b, 32 layers generate batch 8 static"]
 
 

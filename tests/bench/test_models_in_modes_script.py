@@ -38,6 +38,10 @@ def test_a_run_stopped_mid_model_keeps_the_rows_it_reached(tmp_path, monkeypatch
     assert calls == ["first", "second"]
     written = json.loads(out.read_text())
     assert written["env"] == {"device": "stand-in"}
+    # the command a page made from these rows names (bench --from-json)
+    assert written["command"] == (
+        f"python benchmarks/models_in_modes.py --models first,second --runs 4x8,1x1 --json {out}"
+    )
     labels = [row["label"] for row in written["rows"]]
     assert labels == ["first 4x8", "first 1x1", "second 4x8"]
     assert written["rows"][0]["timings"] == "added after the last run"  # completed rows rewritten
