@@ -89,6 +89,18 @@ NOT_MEASURED = {
         "0.94": "the same log, sparsify()",
         "0.96": "the same log, an A/A copy",
     },
+    (
+        "docs/gpu.md",
+        "Two H200s at commit 5b0d725: the suite in full on the landed commit, Qwen2-like float16 "
+        "decode steps",
+    ): {
+        "0.951": "a diagnostic on 5b0d725: the float16 Phi-3-like compiled step, lowest of 12 pairs",
+        "0.983": "the same diagnostic, highest of the 12 pairs",
+        "0.986": "the same diagnostic: 8B-like and Qwen2-like bf16, sparsified for decode alone",
+        "1.041": "the same, highest",
+        "1.085": "the same diagnostic: the 8B-like compiled 16 x 1 step, every layer traced dense",
+        "1.123": "the same, highest",
+    },
     ("docs/gpu.md", "Where the execution-mode targets stand"): {
         "1.08": "generate() at batch 1 on a86a03c, decode=True, off the log of a run cut short",
     },
