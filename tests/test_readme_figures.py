@@ -101,7 +101,7 @@ NOT_MEASURED = {
         "1.085": "the same diagnostic: the 8B-like compiled 16 x 1 step, every layer traced dense",
         "1.123": "the same, highest",
     },
-    ("docs/gpu.md", "Where the execution-mode targets stand"): {
+    ("docs/gpu-runs.md", "How the targets stood before 5b0d725"): {
         "1.08": "generate() at batch 1 on a86a03c, decode=True, off the log of a run cut short",
     },
     ("docs/gpu.md", "Measured per layer (H100, commit 13196b2, one run)"): {
