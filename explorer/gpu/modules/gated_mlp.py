@@ -22,6 +22,7 @@ from explorer.gpu.cuda.native_table import NativeTable, hint_grad_input
 from explorer.gpu.modules.sparse_linear import SparseLinear
 from explorer.gpu.modules.sparse_options import SparseOptions
 from explorer.gpu.modules.sparse_weight import stack_linears
+from explorer.gpu.routes.layer_decisions import OP_BITS_AT, SMALL_ROWS_UP_TO
 
 if TYPE_CHECKING:
     from explorer.gpu.modules.int4_linear import Int4Linear
@@ -235,11 +236,8 @@ class SparseGatedMLP(nn.Module):
                 f"gate {tuple(gate.weight.shape)}, up {tuple(up.weight.shape)} and down "
                 f"{tuple(down.weight.shape)} do not form a gated MLP block"
             )
-        stacked = stack_linears(gate, up)
-        options = (options or SparseOptions()).replace(**option_fields)
-        return cls(
-            SparseLinear.from_linear(stacked, options.replace(output="any"), backend=backend),
-            SparseLinear.from_linear(down, options.replace(output="rows"), backend=backend),
+        return cls.from_fused(
+            stack_linears(gate, up), down, options, backend=backend, **option_fields
         )
 
     @classmethod
@@ -304,6 +302,10 @@ class SparseGatedMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block to ``x[..., d]``."""
         if _is_compiling():
+            rows = x.shape[:-1].numel()
+            if type(rows) is int and 0 < rows <= SMALL_ROWS_UP_TO:  # one int settles it
+                if self.gate_up.small_row_routes >> OP_BITS_AT + rows & 1:
+                    return ops.forward(x, self._op_id)  # gate/up not traced dense: the block op
             gate_up = self.gate_up.traced_linear(x)  # a settled dense verdict: few guards
             if gate_up is not None:
                 g, u = gate_up.chunk(2, dim=-1)

@@ -49,6 +49,9 @@ class Int4Forward:
     #: Whether the decode kernel is launched overlapped with the kernel before it (see
     #: :meth:`set_overlapped_launch`).
     overlapped_launch = False
+    #: The counterpart of ``SparseLinear.small_row_routes``, for a block of either kind of part:
+    #: no bit set, so a compiled call asks :meth:`traces_dense` at every row count.
+    small_row_routes = 0
 
     def set_overlapped_launch(self, enabled: bool) -> None:
         """Launch the decode kernel overlapped with the kernel before it, or in order.

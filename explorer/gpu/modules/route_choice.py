@@ -24,6 +24,7 @@ from explorer.gpu.library import cusparselt as C
 from explorer.gpu.library import tuning
 from explorer.gpu.modules.sparse_calls import apply_activation
 from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route
+from explorer.gpu.routes.layer_decisions import small_row_bits
 from explorer.gpu.routes.route_timing import BOOK
 
 __all__ = ["RouteChoice"]
@@ -36,6 +37,19 @@ class RouteChoice:
     :attr:`decisions_made`, the times in the shared book. A ``SparseLinear`` is the only class
     built on it.
     """
+
+    def _follow_decisions(self) -> None:
+        """Count :attr:`small_row_routes` now and whenever the decisions recount their counts.
+
+        The compiled verdict at 1 to 64 rows as one int (``small_row_bits``), which a compiled
+        decode step reads with one guard.
+        """
+        self.decisions_made.on_traced = self._traced_changed
+        self._traced_changed(self.decisions_made.traced_small)
+
+    def _traced_changed(self, traced_small: int) -> None:
+        plain = self.activation == "none"
+        self.small_row_routes = small_row_bits(traced_small, plain, self._fp8_dense)
 
     def _problem(self, dev: int, fused_act: bool, alpha: bool, first: str) -> tuple:
         return (

@@ -42,14 +42,13 @@ from explorer.gpu.modules.sparse_calls import (
     sparse_call,
 )
 from explorer.gpu.routes.dispatch import DENSE
-from explorer.gpu.routes.layer_decisions import SMALL_ROWS_UP_TO
+from explorer.gpu.routes.layer_decisions import OP_BITS_AT, SMALL_ROWS_UP_TO
 from explorer.gpu.routes.mode_check import mode_mismatch
 
 __all__ = ["SparseForward"]
 
-# the functions a compiled step calls on its traced path, bound here: Dynamo guards a function by
-# its identity, where a path through this module's ``torch``, ``nn`` and ``C`` adds guards (Python
-# ones) that those modules are the ones other code reached by its own names
+# functions a compiled step calls, bound here: Dynamo guards a function by its identity, where a
+# path through ``torch``, ``nn`` and ``C`` adds guards that those modules are still the same ones
 _is_compiling = torch.compiler.is_compiling
 _linear = nn.functional.linear
 _decision_tokens = C.decision_tokens
@@ -69,12 +68,15 @@ class SparseForward:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the layer to ``x[..., in_features]`` (any leading dims, any strides)."""
         if _is_compiling():
+            rows = x.shape[:-1].numel()
+            if type(rows) is int and 0 < rows <= SMALL_ROWS_UP_TO:  # one int settles it
+                if self.small_row_routes >> OP_BITS_AT + rows & 1:
+                    return ops.forward(x, self._op_id)  # one opaque op (explorer.gpu.cuda.ops)
             traced = self.traced_linear(x)  # a settled dense verdict: few reads, few guards
             if traced is not None:
                 return traced
             if self.traces_dense(x.numel() // self.in_features):
                 return self.traced_dense(x)  # the compiler's own matmul: no op to call
-            # one opaque op for torch.compile and CUDA graphs (explorer.gpu.cuda.ops)
             return ops.forward(x, self._op_id)
         return self.run(x)
 
@@ -82,15 +84,14 @@ class SparseForward:
         """The traced dense product of a compiled call its verdict settles, or None.
 
         Dynamo guards every attribute a traced call reads and checks the guards on each call of
-        the compiled model, and a compiled step whose host sets the pace (a decode step, a
-        BERT-like prefill of short sequences) pays for each. The general path
-        (:meth:`traces_dense`, :meth:`traced_dense`) reads about thirty, ``nn.Linear`` about six.
-        This one reads the decisions' verdict (``LayerDecisions.traced_small``'s bit for up to
-        ``SMALL_ROWS_UP_TO`` rows, ``LayerDecisions.traced_large`` above), the weight's dtype,
-        the activation and the two tensors. It answers None where that does not settle it
-        (symbolic sizes, a fused activation, an fp8 or freed dense weight, an input of another
-        dtype, a count the verdict does not trace), and the general path decides. A route
-        imposed while timing is not looked at: timing runs eagerly, never under the compiler.
+        the compiled model, and a host-bound compiled step (decode, a BERT-like prefill of short
+        sequences) pays for each: the general path (:meth:`traces_dense`, :meth:`traced_dense`)
+        reads about thirty, ``nn.Linear`` about six. This one reads the verdict (up to 64 rows
+        the int ``small_row_routes``, above the activation and ``LayerDecisions.traced_large``),
+        the weight's dtype and the two tensors; None where that does not settle it (symbolic
+        sizes, a fused activation, an fp8 or freed dense weight, an input of another dtype, a
+        count not traced), and the general path decides. A route imposed while timing is not
+        looked at: timing runs eagerly, never under the compiler.
 
         Parameters
         ----------
@@ -103,19 +104,20 @@ class SparseForward:
             ``F.linear`` on the dense weight, or None.
         """
         rows = x.shape[:-1].numel()
-        if type(rows) is not int or rows < 1 or self.activation != "none":
+        if type(rows) is not int or rows < 1:
+            return None
+        if rows <= SMALL_ROWS_UP_TO:
+            if not self.small_row_routes >> rows & 1:  # (set: no activation, not FP8 dense)
+                return None
+        elif self.activation != "none" or (
+            _decision_tokens(rows, self.dtype) not in self.decisions_made.traced_large
+        ):
             return None
         # both tensors from the buffer table itself: through nn.Module's attribute lookup each
         # read also guards the parameter and submodule tables it searches first
         buffers = self._buffers
         weight = buffers["_dense"]
         if weight is None or weight.dtype != x.dtype:
-            return None
-        book = self.decisions_made
-        if rows <= SMALL_ROWS_UP_TO:
-            if not book.traced_small >> rows & 1:
-                return None
-        elif _decision_tokens(rows, self.dtype) not in book.traced_large:
             return None
         return _linear(x, weight, buffers["bias"])
 
@@ -206,8 +208,7 @@ class SparseForward:
                 # a second call of this input outside a capture: no CUDA graph replays it
                 self._warn_if_mode_differs("compile", x)  # (inside a capture it says nothing)
             return fast(x)
-        if self.mode != "graphs":
-            # in "graphs" the first call of an input may be the CUDA-graph warm-up
+        if self.mode != "graphs":  # (there the first call may be the CUDA-graph warm-up)
             self._warn_if_mode_differs("compile", x)
         return self._forward(x)
 
@@ -418,10 +419,9 @@ class SparseForward:
 
     def _padded(self, t: int) -> int:
         """The token count ``t`` rows run at (cuSPARSELt's multiple), remembered per ``t``."""
-        n = self._npad.get(t)
-        if n is None:
-            n = self._npad[t] = C.padded_tokens(t, self.dtype)
-        return n
+        if t not in self._npad:
+            self._npad[t] = C.padded_tokens(t, self.dtype)
+        return self._npad[t]
 
     @property
     def _alpha_vector(self) -> bool:

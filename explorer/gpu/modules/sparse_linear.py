@@ -56,7 +56,8 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
     decode kernel (:mod:`explorer.gpu.cuda.decode`). The fastest wins, and dense is kept unless
     sparse is measurably faster: never slower than the ``nn.Linear`` it replaced at the token
     counts it has seen. Its measured decisions are :attr:`decisions_made`
-    (:class:`~explorer.gpu.routes.layer_decisions.LayerDecisions`).
+    (:class:`~explorer.gpu.routes.layer_decisions.LayerDecisions`), their compiled verdict at
+    1 to 64 rows the int :attr:`small_row_routes`.
 
     Parameters
     ----------
@@ -157,6 +158,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         self.register_buffer("_probe_y", None, persistent=False)
         # the decisions this layer was given, by token count, read for its mode
         self.decisions_made = LayerDecisions(self.mode, D.MAX_TOKENS)
+        self._follow_decisions()
         self._warned: set[str] = set()  # modes this layer warned it was not sparsified for
         self._npad: dict[int, int] = {}
         self._mult = token_multiple(dtype)
@@ -204,6 +206,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         """A copy (``copy.deepcopy``, unpickling) gets its own op id, plans and fast paths."""
         super().__setstate__(state)
         self._reset_runtime()
+        self._follow_decisions()
 
     def _apply(self, fn, recurse: bool = True):
         """``module.to(device)``, ``.cuda()``: move the buffers, then rebuild plans and fast paths.
@@ -270,6 +273,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         self._plans.clear()
         self._routes.clear()
         self._forget_fast_paths()
+        self._follow_decisions()  # (a traced count with an activation is not the bare product)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod

@@ -23,11 +23,57 @@ from explorer.gpu.routes.dispatch import (
     shown_clock,
 )
 
-__all__ = ["SMALL_ROWS_UP_TO", "LayerDecisions", "eager_verdict"]
+__all__ = [
+    "OP_BITS_AT",
+    "SMALL_ROWS_UP_TO",
+    "LayerDecisions",
+    "eager_verdict",
+    "small_row_bits",
+]
 
 #: Row counts up to this are their own decision count (``cusparselt.EXACT_TOKENS_UP_TO`` is at
 #: least this), so :attr:`LayerDecisions.traced_small` can name them one bit each.
 SMALL_ROWS_UP_TO = 64
+
+#: Where the op's bits start in :func:`small_row_bits` (bit ``OP_BITS_AT + r`` for ``r`` rows).
+OP_BITS_AT = SMALL_ROWS_UP_TO + 1
+
+
+def small_row_bits(traced_small: int, plain_dense: bool, fp8_dense: bool) -> int:
+    """A compiled call's route at every small row count, as one int (one guard to read).
+
+    Bit ``r`` (``1 <= r <= SMALL_ROWS_UP_TO``) is set where ``r`` rows trace as the plain dense
+    product ``F.linear`` (a traced count, no activation to apply, a 16-bit dense weight); bit
+    ``OP_BITS_AT + r`` where they run the opaque op (a count not traced dense). Neither bit: the
+    general path decides (a traced count with an activation, or an FP8 dense weight).
+
+    Parameters
+    ----------
+    traced_small : int
+        :attr:`LayerDecisions.traced_small`: bit ``r`` for a count traced dense.
+    plain_dense : bool
+        Whether a traced count is the bare product (the layer applies no activation).
+    fp8_dense : bool
+        Whether the dense weight is FP8 (a compiled model traces FP8 dense at every count).
+
+    Returns
+    -------
+    int
+        The bits.
+
+    Examples
+    --------
+    >>> bits = small_row_bits(0b10, plain_dense=True, fp8_dense=False)  # 1 row traced dense
+    >>> bits >> 1 & 1, bits >> OP_BITS_AT + 1 & 1, bits >> OP_BITS_AT + 16 & 1
+    (1, 0, 1)
+    >>> small_row_bits(0b10, plain_dense=True, fp8_dense=True)
+    0
+    """
+    if fp8_dense:
+        return 0
+    every = (1 << OP_BITS_AT) - 2  # bits 1 .. SMALL_ROWS_UP_TO
+    plain = traced_small if plain_dense else 0
+    return plain | (every & ~traced_small) << OP_BITS_AT
 
 
 def eager_verdict(verdicts: Mapping[int, bool], tokens: int, decode_up_to: int = 64) -> bool:
@@ -79,6 +125,9 @@ class LayerDecisions:
         The layer's execution mode (see :func:`explorer.sparsify`).
     decode_up_to : int, default 64
         The largest decode size (an eager verdict there also holds for its neighbours).
+    on_traced : callable, optional
+        Called with :attr:`traced_small` whenever the traced counts are recounted (the layer
+        keeps its compiled verdict beside its other attributes). Not copied or pickled.
 
     Examples
     --------
@@ -99,7 +148,8 @@ class LayerDecisions:
     traced_small = 0
     traced_large: tuple[int, ...] = ()
 
-    def __init__(self, mode: str = "auto", decode_up_to: int = 64) -> None:
+    def __init__(self, mode: str = "auto", decode_up_to: int = 64, on_traced=None) -> None:
+        self.on_traced = on_traced
         self.mode = check_mode(mode)
         self.decode_up_to = decode_up_to
         self._found: dict[int, Decision] = {}
@@ -202,6 +252,18 @@ class LayerDecisions:
         self._traced = counts
         self.traced_small = sum(1 << k for k in counts if 0 < k <= SMALL_ROWS_UP_TO)
         self.traced_large = tuple(k for k in counts if k > SMALL_ROWS_UP_TO)
+        if self.on_traced is not None:
+            self.on_traced(self.traced_small)
+
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: the decisions, not the owner's callback."""
+        state = self.__dict__.copy()
+        state["on_traced"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy, or a pickle of an older version (no callback), has none until given one."""
+        self.__dict__.update({"on_traced": None, **state})
 
     def traces_dense(self, tokens: int) -> bool:
         """Whether a compiled model runs decision count ``tokens`` as a traced dense matmul.

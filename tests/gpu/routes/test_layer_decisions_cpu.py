@@ -189,3 +189,37 @@ def test_decisions_pickled_before_the_one_int_verdict_trace_nothing_small_until_
     assert twin.traced_large == ()
     twin.set_mode("auto")
     assert twin.traced_small == 1 << 16
+
+
+def test_small_row_bits_name_the_bare_product_and_the_op_per_row_count():
+    from explorer.gpu.routes.layer_decisions import OP_BITS_AT, SMALL_ROWS_UP_TO, small_row_bits
+
+    traced = 1 << 1 | 1 << 16  # 1 and 16 rows traced dense
+    bits = small_row_bits(traced, plain_dense=True, fp8_dense=False)
+    for rows in range(1, SMALL_ROWS_UP_TO + 1):
+        dense = rows in (1, 16)
+        assert (bits >> rows & 1, bits >> OP_BITS_AT + rows & 1) == (dense, not dense), rows
+    assert bits & 1 == 0 and bits >> OP_BITS_AT & 1 == 0  # no row count 0
+    assert bits >> OP_BITS_AT + SMALL_ROWS_UP_TO + 1 == 0  # nothing above 64 rows
+    # an activation after the product: a traced count is neither bit (the general path)
+    with_act = small_row_bits(traced, plain_dense=False, fp8_dense=False)
+    assert with_act & ((1 << OP_BITS_AT) - 1) == 0 and with_act >> OP_BITS_AT == bits >> OP_BITS_AT
+    assert small_row_bits(traced, plain_dense=True, fp8_dense=True) == 0  # FP8 dense: general
+
+
+def test_every_recount_of_the_traced_counts_reaches_the_callback_and_copies_drop_it():
+    seen = []
+    book = LayerDecisions("auto", on_traced=seen.append)
+    book.remember(
+        16, Decision({DENSE: 0.010, DECODE: 0.006}, {DENSE: 0.02, DECODE: 0.03}), OP_MS, True
+    )
+    assert seen[-1] == book.traced_small == 1 << 16  # traced dense by the wall clock
+    book.set_mode("graphs")
+    assert seen[-1] == book.traced_small == 0  # the GPU clock chose the decode kernel
+    book.set_mode("auto")
+    book.keep_dense_at(16, False)
+    book.close_dense()
+    assert seen[-1] == 0 and len(seen) == 5
+    copied = pickle.loads(pickle.dumps(book))
+    assert copied.on_traced is None and copied.traced_small == book.traced_small
+    assert book.on_traced is not None  # the original keeps its callback
