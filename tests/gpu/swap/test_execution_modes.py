@@ -296,6 +296,11 @@ def test_decode_blocks_keep_the_dense_weight_a_default_compile_runs(mode):
     assert all(p.dense_kept == p.decisions_made.needs_dense() for p in parts)
     if mode == "auto":
         for p in parts:
+            if 16 not in p.decisions("wall"):
+                # the decode kernel lost at 16 tokens by both clocks: sparsify freed its weight
+                # and forgot the decisions that timed it (the next call decides again)
+                assert not p.decode_kept
+                continue
             wall = p.decisions("wall")[16][0]
             called = p.operator_makes(wall, 16) and not p.decisions_made.eager_dense(16)
             assert p.traces_dense(16) is not called
