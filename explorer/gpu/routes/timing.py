@@ -185,7 +185,14 @@ def _captured(fn: Callable[[], object], iters: int) -> torch.cuda.CUDAGraph:
 
 
 def host_us(fn: Callable[[], object], iters: int = 200) -> float:
-    """Host time to issue one call (microseconds), measured without synchronizing inside.
+    """Host time to issue one call (microseconds), with the GPU held busy so no call waits for it.
+
+    The calls are issued in batches of :data:`HELD_BATCH`, each behind a GPU sleep longer than
+    the batch: the GPU is busy throughout, so each call returns once its launches are queued,
+    however long its kernels run. Without the sleep, a call whose GPU time is the longer (a
+    block of three products at 16 tokens, on a fast host) fills the launch queue and the loop
+    measures the GPU instead. A call that waits for the GPU itself (a synchronization) counts
+    its wait.
 
     Parameters
     ----------
@@ -203,11 +210,43 @@ def host_us(fn: Callable[[], object], iters: int = 200) -> float:
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t1 = time.perf_counter()
+    fn()
     torch.cuda.synchronize()
-    return (t1 - t0) / iters * 1e6
+    bound_s = time.perf_counter() - t0  # one call, host and GPU: more than its host time
+    rate = _sleep_cycles_per_s()
+    issued_s, done = 0.0, 0
+    while done < iters:
+        n = min(HELD_BATCH, iters - done)
+        torch.cuda._sleep(int(rate * (2 * n * bound_s + 1e-3)))
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        issued_s += time.perf_counter() - t0
+        torch.cuda.synchronize()
+        done += n
+    return issued_s / iters * 1e6
+
+
+#: Calls issued behind one GPU sleep in :func:`host_us`: few enough launches that CUDA's queue
+#: of pending work (about a thousand) does not fill.
+HELD_BATCH = 32
+
+_SLEEP_RATE: dict[int, float] = {}
+
+
+def _sleep_cycles_per_s() -> float:
+    """Cycles of ``torch.cuda._sleep`` per second on the current GPU (measured once)."""
+    dev = torch.cuda.current_device()
+    if dev not in _SLEEP_RATE:
+        cycles = 20_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles // 10)  # warm
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _SLEEP_RATE[dev] = cycles / (start.elapsed_time(end) / 1e3)
+    return _SLEEP_RATE[dev]
 
 
 def round_order(names: list[str], round_index: int) -> list[str]:

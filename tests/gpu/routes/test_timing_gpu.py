@@ -44,3 +44,14 @@ def test_time_both_clocks_cold_gives_both_clocks():
     gpu, wall = time_both_clocks(call, cold=True)
     assert gpu is not None and gpu > 0 and wall > 0
     assert graph_ms(call, iters=2, reps=2) > 0
+
+
+def test_host_us_issues_every_call_in_held_batches_and_leaves_no_work_behind():
+    from explorer.gpu.routes.timing import HELD_BATCH, host_us
+
+    x, w, y, call, traced = _product()
+    us = host_us(call, iters=HELD_BATCH + 3)  # one full batch and one short one
+    assert math.isfinite(us) and us > 0
+    assert len(traced) == 5 + 1 + HELD_BATCH + 3  # warm-up, the bound call, the timed calls
+    assert torch.cuda.current_stream().query()  # every sleep and call finished before return
+    torch.testing.assert_close(y, x @ w.t())
