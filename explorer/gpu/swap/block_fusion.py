@@ -32,13 +32,50 @@ __all__ = [
 
 @dataclass
 class SwapUnit:
-    """One swapped module: its new module, how to put the old one back, the layers it runs."""
+    """One swapped module: its new module, how to put the old one back, the layers it runs.
+
+    ``undo`` puts back what the swap changed beside the module itself (an activation folded
+    into it, see :func:`fuse_activations`).
+    """
 
     fqn: str
     new: nn.Module
     restore: dict  # place -> original module
     layers: dict  # fqn -> the nn.Linear it replaced
     undo: Callable[[], None] | None = None
+
+    def put_back(self, model: nn.Module) -> None:
+        """Put the original modules back in ``model``, and undo what was folded into the new one.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model the unit was swapped into.
+
+        Examples
+        --------
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> first = model[0]
+        >>> SwapUnit("0", nn.Identity(), {"0": first}, {"0": first}).put_back(model)
+        >>> model[0] is first
+        True
+        """
+        for place, mod in self.restore.items():
+            set_module(model, place, mod)
+        if self.undo is not None:
+            self.undo()
+            self.undo = None
+
+    def also_undo(self, step: Callable[[], None]) -> None:
+        """Add ``step`` to what :meth:`put_back` undoes (after the steps added before it).
+
+        Parameters
+        ----------
+        step : callable
+            Called without arguments.
+        """
+        before = self.undo
+        self.undo = step if before is None else partial(_in_turn, before, step)
 
 
 def part_name(unit: nn.Module, layer: nn.Module, index: int) -> str:
@@ -201,15 +238,20 @@ def set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def fuse_activations(model: nn.Module) -> None:
+def fuse_activations(model: nn.Module, units: list[SwapUnit] = ()) -> None:
     """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it.
 
     Parameters
     ----------
     model : torch.nn.Module
         The sparsified model; a folded activation's place holds ``nn.Identity``.
+    units : list of SwapUnit, optional
+        The swaps that made the layers: putting one back (:meth:`SwapUnit.put_back`) puts its
+        folded activation back in its place too.
     """
     from explorer.gpu.modules.sparse_linear import SparseLinear
+
+    unit_of = {id(unit.new): unit for unit in units}
 
     for mod in model.modules():
         if not isinstance(mod, nn.Sequential):
@@ -229,3 +271,15 @@ def fuse_activations(model: nn.Module) -> None:
                 continue
             lin.set_activation(kind)
             mod._modules[b] = nn.Identity()
+            unit = unit_of.get(id(lin))
+            if unit is not None:
+                unit.also_undo(partial(_place_module, mod, b, act))
+
+
+def _place_module(parent: nn.Module, name: str, module: nn.Module) -> None:
+    parent._modules[name] = module
+
+
+def _in_turn(*steps: Callable[[], None]) -> None:
+    for step in steps:
+        step()

@@ -280,12 +280,12 @@ def sparsify(
             units.append(SwapUnit(fqn, new, dict.fromkeys(places[id(mod)], mod), {fqn: mod}))
     report.search_s = _search_note(search_stats(), searched_before, report)
     if activation_fusion:
-        fuse_activations(model)
+        fuse_activations(model, units)
     set_mode(model, mode)
     if measure:
         units = _measure(model, units, counts, report, mode)
         if mode in ("auto", "eager") and units:
-            check_whole_model(model, units, counts, examples, report)
+            units = check_whole_model(model, units, counts, examples, report, mode)
         free_unused_weights(model, units, mode, report)
     for unit in units:
         for fqn, mod in unit.layers.items():
@@ -479,10 +479,7 @@ def _measure(model, units, counts, report, mode) -> list:
                 # an fp8 layer's dense route is FP8 dense, so it stays too, on either route
                 wins = wins or not measured or first.dtype == torch.float8_e4m3fn
             if not wins:
-                for place, mod in unit.restore.items():
-                    set_module(model, place, mod)
-                if unit.undo is not None:
-                    unit.undo()
+                unit.put_back(model)
                 times = "; ".join(
                     f"{t.fqn} at {t.tokens} tokens: dense {t.dense_ms:.4f} ms, sparse "
                     + (f"{t.sparse_ms:.4f} ms" if t.sparse_ms else "no correct route")
@@ -490,10 +487,7 @@ def _measure(model, units, counts, report, mode) -> list:
                     for t in report.timings[start:]
                     if t.dense_ms and t.clock == shown
                 )
-                for place in unit.layers:
-                    report.skipped.append((place, f"not faster sparse ({times})"))
-                gone = (fqn, fqn.removesuffix(".qkv") + ".sparse_qkv")
-                report.fused = [f for f in report.fused if f not in gone]
+                report.dense_again(unit, f"not faster sparse ({times})")
                 continue
             kept.append(unit)
     return kept

@@ -80,6 +80,9 @@ class SparsifyReport:
     eager_checks : list of EagerCheck
         The whole model timed eagerly against its dense self per token count, and where its
         layers were told to run dense in eager mode (:mod:`explorer.gpu.swap.eager_check`).
+    put_back_check : PutBack or None
+        Where that check kept every count dense: whether the original modules went back
+        (:mod:`explorer.gpu.swap.eager_put_back`); None where it did not.
     model : nn.Module
         The sparsified model.
     """
@@ -95,6 +98,7 @@ class SparsifyReport:
     model_speeds: list = field(default_factory=list)
     search_s: float = 0.0
     eager_checks: list = field(default_factory=list)
+    put_back_check: object = None
     model: nn.Module | None = field(default=None, repr=False)
 
     def reason(self, fqn: str) -> str | None:
@@ -111,6 +115,29 @@ class SparsifyReport:
             The reason, or None.
         """
         return dict(self.skipped).get(fqn)
+
+    def dense_again(self, unit, why: str) -> None:
+        """Record that ``unit``'s original modules are back in the model, and why.
+
+        Parameters
+        ----------
+        unit : SwapUnit
+            The swap undone (:class:`~explorer.gpu.swap.block_fusion.SwapUnit`).
+        why : str
+            The reason each of its layers is dense again.
+
+        Examples
+        --------
+        >>> from types import SimpleNamespace
+        >>> report = SparsifyReport(fused=["attn.qkv"])
+        >>> report.dense_again(SimpleNamespace(fqn="attn.qkv", layers={"attn.q": 0}), "slower")
+        >>> report.skipped, report.fused
+        ([('attn.q', 'slower')], [])
+        """
+        for place in unit.layers:
+            self.skipped.append((place, why))
+        gone = (unit.fqn, unit.fqn.removesuffix(".qkv") + ".sparse_qkv")
+        self.fused = [f for f in self.fused if f not in gone]
 
     def layer_estimate(self, tokens: int, clock: str | None = None) -> tuple[float, float] | None:
         """Summed dense and chosen times of the swapped layers at ``tokens`` (an estimate).
@@ -162,6 +189,12 @@ class SparsifyReport:
                 continue  # no estimate beside a measurement of the same count
             if n in checked and checked[n].error is None:
                 check = checked[n]
+                if self._originals_back:
+                    parts.append(
+                        f"model at {_tokens(n)} dense: original modules back (eager "
+                        f"{check.speedup:.2f}x with the swapped ones)"
+                    )
+                    continue
                 kept = "" if check.kept else ", layers dense there"
                 parts.append(f"model at {_tokens(n)} {check.speedup:.2f}x measured (eager{kept})")
                 continue
@@ -172,6 +205,10 @@ class SparsifyReport:
             f"SparsifyReport({', '.join(parts)}, mode={self.mode}, backend={self.backend}, "
             f"dtype={self.dtype})"
         )
+
+    @property
+    def _originals_back(self) -> bool:
+        return self.put_back_check is not None and self.put_back_check.done
 
     def _repr_html_(self) -> str:
         rows = [(n, f"{s[0]} x {s[1]}", _html.badge("sparse", "ok"), "") for n, s in self.swapped]
@@ -187,7 +224,7 @@ class SparsifyReport:
                     c.tokens,
                     f"{c.dense_ms / c.sparse_ms:.2f}x",
                     "kept" if c.kept else "dense in eager",
-                    f"{c.speedup:.2f}x",
+                    "original modules back" if self._originals_back else f"{c.speedup:.2f}x",
                 )
                 if c.error is None
                 else (c.tokens, "", f"not timed: {c.error}", "")

@@ -25,11 +25,12 @@ __all__ = [
 ]
 
 
-def check_whole_model(model, units, counts, examples, report) -> None:
+def check_whole_model(model, units, counts, examples, report, mode: str = "auto") -> list:
     """Time the whole model eagerly against its dense self at each token count it has inputs for.
 
     Where the sparse routes do not pay, the model runs dense in eager mode (see
-    :mod:`explorer.gpu.swap.eager_check`).
+    :mod:`explorer.gpu.swap.eager_check`); where that is every count, the swapped modules may go
+    back to the original ones (:mod:`explorer.gpu.swap.eager_put_back`).
 
     Parameters
     ----------
@@ -44,9 +45,17 @@ def check_whole_model(model, units, counts, examples, report) -> None:
         model's kind allows.
     report : SparsifyReport
         Gains the eager checks and a note for each count that could not be checked.
+    mode : str, default "auto"
+        The mode the routes were chosen for (``"auto"`` or ``"eager"``).
+
+    Returns
+    -------
+    list of SwapUnit
+        The units still swapped.
     """
     from explorer.gpu.modules.sparse_linear import SparseLinear
     from explorer.gpu.swap.eager_check import check_eager, synthetic_inputs
+    from explorer.gpu.swap.eager_put_back import put_back_unpaid
     from explorer.gpu.swap.model_timing import input_tokens
 
     given = {input_tokens(inputs): inputs for inputs in examples}
@@ -61,7 +70,7 @@ def check_whole_model(model, units, counts, examples, report) -> None:
             "no whole-model eager check: pass example_inputs (one per token count) to check "
             "that the model as a whole is not slower in eager mode"
         )
-        return
+        return units
     originals = {place: mod for unit in units for place, mod in unit.restore.items()}
     layers = [m for unit in units for m in unit.new.modules() if isinstance(m, SparseLinear)]
     report.eager_checks = check_eager(model, originals, inputs, layers)
@@ -79,6 +88,7 @@ def check_whole_model(model, units, counts, examples, report) -> None:
                 "torch.compile's default mode traces them dense there; CUDA graphs keep their "
                 "own routes"
             )
+    return put_back_unpaid(model, units, inputs, report.eager_checks, mode, report)
 
 
 def unit_device(units) -> torch.device:

@@ -88,10 +88,12 @@ def test_whole_model_matches_dense_and_hands_on_row_major(kind, dtype):
     assert relerr(got, ref) < (2e-2 if dtype == torch.bfloat16 else 5e-3)
 
 
-def test_measured_sparsify_is_consistent_with_its_decisions():
+@pytest.mark.parametrize("act", [nn.GELU, nn.ReLU])
+def test_measured_sparsify_is_consistent_with_its_decisions(act):
+    # a ReLU is folded into the layer before it: a layer put back must bring it back too
     from explorer.gpu import SparseLinear, sparsify
 
-    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(
+    model = nn.Sequential(nn.Linear(1024, 4096), act(), nn.Linear(4096, 1024)).to(
         DEV, torch.bfloat16
     )
     _prune(model)
@@ -109,6 +111,7 @@ def test_measured_sparsify_is_consistent_with_its_decisions():
         routes = [t.route for t in rep.timings if t.fqn == fqn]
         if all(r == "dense" for r in routes):
             assert type(mod) is nn.Linear and "not faster sparse" in rep.reason(fqn)
+            assert fqn == "2" or type(rep.model[int(fqn) + 1]) is act
         else:
             assert isinstance(mod, SparseLinear)
             assert mod.dense_kept == any(r == "dense" for r in routes)
@@ -119,23 +122,11 @@ def test_a_failed_eager_check_runs_every_layer_on_its_dense_weight(monkeypatch):
     # weights still there, such layers had already lost them and the "kept dense" verdict was
     # a no-op that the report still announced
     from explorer.gpu import SparseLinear, sparsify
-    from explorer.gpu.swap import eager_check
+    from explorer.gpu.swap import eager_check, eager_put_back
 
     monkeypatch.setattr(eager_check, "KEEP_SPARSE_AT", 1e9)  # no model passes: every check fails
-    torch.manual_seed(0)
-    # wide enough that the MLP's layers win sparse by the GPU clock at 4096 tokens (and stay)
-    cfg = transformers.BertConfig(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=1,
-        num_attention_heads=16,
-        vocab_size=1000,
-        max_position_embeddings=4096,
-    )
-    with torch.device(DEV):
-        dense = _prune(transformers.BertModel(cfg, add_pooling_layer=False).to(torch.bfloat16))
-    dense.eval()
-    ids = torch.randint(0, 1000, (2, 2048), device=DEV)
+    monkeypatch.setattr(eager_put_back, "LOSS_BELOW", 0.0)  # and none is weighed for putting back
+    dense, ids = _wide_bert()
     with torch.no_grad():
         ref = _out(dense(input_ids=ids))
         rep = sparsify(dense, filter_fn=_not_head, tokens=(4096,), inplace=False)
@@ -149,6 +140,59 @@ def test_a_failed_eager_check_runs_every_layer_on_its_dense_weight(monkeypatch):
         assert layer.traces_dense(4096)  # a default-mode compiled model traces it dense too
     assert any("runs dense there in eager mode" in n for n in rep.notes)
     assert relerr(got, ref) < 1e-3  # the dense route: the dense model's own product
+
+
+def _wide_bert():
+    """A one-layer BERT wide enough that its MLP wins sparse by the GPU clock at 4096 tokens."""
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        vocab_size=1000,
+        max_position_embeddings=4096,
+    )
+    with torch.device(DEV):
+        dense = _prune(transformers.BertModel(cfg, add_pooling_layer=False).to(torch.bfloat16))
+    dense.eval()
+    return dense, torch.randint(0, 1000, (2, 2048), device=DEV)
+
+
+@pytest.mark.parametrize("mode", ["eager", "auto"])
+def test_a_model_dense_eagerly_at_every_count_is_weighed_for_its_original_modules(
+    monkeypatch, mode
+):
+    from explorer.gpu import SparseLinear, sparsify
+    from explorer.gpu.swap import eager_check, eager_put_back
+
+    monkeypatch.setattr(eager_check, "KEEP_SPARSE_AT", 1e9)  # no model passes: every check fails
+    monkeypatch.setattr(eager_put_back, "LOSS_BELOW", 1e9)  # every eager reading counts as a loss
+    dense, ids = _wide_bert()
+    with torch.no_grad():
+        ref = _out(dense(input_ids=ids))
+        rep = sparsify(dense, filter_fn=_not_head, tokens=(4096,), inplace=False, mode=mode)
+        got = _out(rep.model(input_ids=ids))
+    verdict = rep.put_back_check
+    if verdict is None and not rep.swapped:
+        assert all("not faster sparse" in why for _, why in rep.skipped), rep.skipped
+        pytest.skip(f"no layer won sparse by the clocks of mode={mode!r}: nothing to weigh")
+    assert verdict is not None and list(verdict.eager) == [4096], rep.notes
+    layers = [m for m in rep.model.modules() if isinstance(m, SparseLinear)]
+    if mode == "eager":
+        assert verdict.done and verdict.graphs == {}  # nothing runs sparse: no graphs timed
+    else:
+        (ratio,) = verdict.graphs.values()  # the whole model in CUDA graphs against dense
+        assert ratio is not None and 0.3 < ratio < 3.0
+        assert verdict.done == (ratio - 1 < verdict.loss)
+    if verdict.done:
+        assert not layers and not rep.swapped and rep.fused == []
+        assert all(why.startswith("put back: ") for _, why in rep.skipped)
+        assert torch.equal(got, ref)  # the dense model's own modules
+    else:
+        assert layers and all(layer.dense_kept for layer in layers)
+        assert any("kept for CUDA graphs" in n for n in rep.notes)
+        assert relerr(got, ref) < 1e-3
 
 
 def test_shared_module_and_subclass_and_compiled_model():
