@@ -1,9 +1,9 @@
 """Host time per call of the explorer's modules against the torch calls they replace.
 
 Eager notebooks and ``torch.compile``'s default mode pay the host's time to issue every call;
-on a fast GPU a decode step is often bound by it. This suite measures, without synchronizing
-inside the loop (:func:`explorer.gpu.routes.timing.host_us`), the microseconds one call costs on the
-host:
+on a fast GPU a decode step is often bound by it. This suite measures the microseconds one call
+costs on the host, issuing the calls while the GPU is held busy so that none waits for it
+(:func:`explorer.gpu.routes.timing.host_us`):
 
 - the decode kernel's launch against ``F.linear`` on the same layer (1 and 16 tokens);
 - one ``SparseLinear`` eager call (its fast path) against ``nn.Linear``;
@@ -87,9 +87,10 @@ def _row(label: str, dtype: torch.dtype, tokens: int, dense_us: float, sparse_us
 def bench_host_cost(dtype: torch.dtype = torch.bfloat16, d: int = 1024, log=None) -> list[dict]:
     """Host microseconds per call, dense and explorer side by side (see the module).
 
-    The layers are small (``d`` = 1024 by default) so that the GPU finishes each call before
-    the host has issued the next: with larger layers the launch queue fills, launches wait
-    for the GPU, and the loop measures GPU time instead of host time.
+    The layers are small (``d`` = 1024 by default), as in a decode step. The GPU is held busy
+    while each call is issued (:func:`~explorer.gpu.routes.timing.host_us`), so a call whose
+    kernels take longer than its host work still measures its host work; a call that waits for
+    the GPU counts its wait.
 
     Parameters
     ----------
