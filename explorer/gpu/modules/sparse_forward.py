@@ -419,9 +419,8 @@ class SparseForward:
 
     def _padded(self, t: int) -> int:
         """The token count ``t`` rows run at (cuSPARSELt's multiple), remembered per ``t``."""
-        if t not in self._npad:
-            self._npad[t] = C.padded_tokens(t, self.dtype)
-        return self._npad[t]
+        n = self._npad.get(t)  # one lookup once seen: this runs on every full-path call
+        return n if n is not None else self._npad.setdefault(t, C.padded_tokens(t, self.dtype))
 
     @property
     def _alpha_vector(self) -> bool:

@@ -26,6 +26,7 @@ __all__ = [
     "fuse_gated_mlps",
     "fuse_qkv_triples",
     "part_name",
+    "placing",
     "set_module",
 ]
 
@@ -238,6 +239,36 @@ def set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
+def placing(model: nn.Module, table) -> Callable[[], None]:
+    """A call that puts each module of ``table`` at its place in ``model`` (:func:`set_module`).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model.
+    table : mapping of str to torch.nn.Module
+        ``{place: module}``, places as ``named_modules`` gives them.
+
+    Returns
+    -------
+    callable
+        Without arguments; each call puts them all in place again.
+
+    Examples
+    --------
+    >>> model = nn.Sequential(nn.Linear(2, 2))
+    >>> placing(model, {"0": nn.Identity()})()
+    >>> type(model[0]).__name__
+    'Identity'
+    """
+
+    def place() -> None:
+        for fqn, module in table.items():
+            set_module(model, fqn, module)
+
+    return place
+
+
 def fuse_activations(model: nn.Module, units: list[SwapUnit] = ()) -> None:
     """In every nn.Sequential, fold ReLU/GELU(tanh) that follow a SparseLinear into it.
 
@@ -273,11 +304,7 @@ def fuse_activations(model: nn.Module, units: list[SwapUnit] = ()) -> None:
             mod._modules[b] = nn.Identity()
             unit = unit_of.get(id(lin))
             if unit is not None:
-                unit.also_undo(partial(_place_module, mod, b, act))
-
-
-def _place_module(parent: nn.Module, name: str, module: nn.Module) -> None:
-    parent._modules[name] = module
+                unit.also_undo(partial(setattr, mod, b, act))
 
 
 def _in_turn(*steps: Callable[[], None]) -> None:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio, rounds_within
+from explorer.gpu.swap.block_fusion import placing
 from explorer.gpu.swap.model_timing import call_model
 
 __all__ = ["KEEP_SPARSE_AT", "EagerCheck", "check_eager", "rounds_for", "synthetic_inputs"]
@@ -241,22 +242,14 @@ def check_eager(
         One per token count.
     """
     sparse_now = {place: model.get_submodule(place) for place in originals}
-
-    def swap(table: Mapping[str, nn.Module]) -> Callable[[], None]:
-        def run() -> None:
-            for place, mod in table.items():
-                parent, _, child = place.rpartition(".")
-                setattr(model.get_submodule(parent) if parent else model, child, mod)
-
-        return run
-
+    to_dense, to_sparse = placing(model, originals), placing(model, sparse_now)
     checks = []
     with torch.no_grad():
         for tokens, inputs in sorted(inputs_by_tokens.items()):
             try:
-                dense_ms, sparse_ms = time_pair(model, inputs, swap(originals), swap(sparse_now))
+                dense_ms, sparse_ms = time_pair(model, inputs, to_dense, to_sparse)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                swap(sparse_now)()  # the model is left sparsified, its routes as they were
+                to_sparse()  # the model is left sparsified, its routes as they were
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
                 checks.append(EagerCheck(tokens, math.nan, math.nan, error=error))
                 continue
@@ -264,7 +257,7 @@ def check_eager(
             if dense_ms / sparse_ms < KEEP_SPARSE_AT:
                 for layer in layers:
                     layer.keep_dense_at(tokens)
-                after = time_pair(model, inputs, swap(originals), swap(sparse_now))
+                after = time_pair(model, inputs, to_dense, to_sparse)
             else:
                 for layer in layers:
                     layer.keep_dense_at(tokens, keep=False)

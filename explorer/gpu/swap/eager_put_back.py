@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 
 from torch import nn
 
-from explorer.gpu.swap.block_fusion import set_module
+from explorer.gpu.swap.block_fusion import placing
 
 __all__ = ["GRAPH_ROUNDS", "LOSS_BELOW", "PutBack", "graph_ratio", "put_back_unpaid"]
 
@@ -215,17 +215,10 @@ def put_back_unpaid(
     if mode == "auto" and min(eager.values()) < LOSS_BELOW:
         originals = {place: mod for unit in units for place, mod in unit.restore.items()}
         sparse_now = {place: model.get_submodule(place) for place in originals}
-
-        def swap(table: Mapping[str, nn.Module]) -> Callable[[], None]:
-            def run() -> None:
-                for place, mod in table.items():
-                    set_module(model, place, mod)
-
-            return run
-
+        to_dense, to_sparse = placing(model, originals), placing(model, sparse_now)
         for tokens, inputs in sorted(inputs_by_tokens.items()):
             try:
-                graphs[tokens] = time_graphs(model, inputs, swap(originals), swap(sparse_now))
+                graphs[tokens] = time_graphs(model, inputs, to_dense, to_sparse)
             except RuntimeError:
                 graphs[tokens] = None
     verdict = PutBack(mode, eager, graphs, layers)
