@@ -35,6 +35,7 @@ __all__ = [
     "bench_whole_model",
     "build_model",
     "ceiling",
+    "say_checks",
     "sparse_candidate",
 ]
 
@@ -219,6 +220,36 @@ def ceiling(dense_ms: float, layer_dense_ms: float, layer_sparse_ms: float) -> f
     return dense_ms / (rest + layer_sparse_ms)
 
 
+def say_checks(say, label: str, report) -> None:
+    """Log the whole-model checks behind a ``SparsifyReport``: each eager pair, and the weighing.
+
+    The report's repr gives one figure per token count; the log keeps what it rests on (each
+    count's eager pairs, and the CUDA-graph ratio weighed before original modules go back).
+
+    Parameters
+    ----------
+    say : callable
+        Takes one line of text.
+    label : str
+        What the line is about (model and dtype).
+    report : SparsifyReport
+        The report of one ``sparsify`` call.
+
+    Examples
+    --------
+    >>> from explorer.gpu.swap.eager_check import EagerCheck
+    >>> from explorer.gpu.swap.sparsify_report import SparsifyReport
+    >>> report = SparsifyReport()
+    >>> report.eager_checks = [EagerCheck(16, 6.1, 6.6, (6.2, 6.1))]
+    >>> say_checks(print, "m", report)
+    m: eager checks [EagerCheck(16 tokens: sparse routes 0.92x, kept dense: 1.02x)]
+    """
+    if report.eager_checks:
+        say(f"{label}: eager checks {report.eager_checks!r}")
+    if report.put_back_check is not None:
+        say(f"{label}: {report.put_back_check!r}: {report.put_back_check.why()}")
+
+
 def _relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.float(), b.float()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -290,6 +321,7 @@ def bench_whole_model(
     sparsify_s = time.perf_counter() - began
     say = (lambda msg: print(f"[models] {msg}", file=log, flush=True)) if log else (lambda m: 0)
     say(f"{name} {dtype}: {rep!r}")
+    say_checks(say, f"{name} {dtype}", rep)
     say(
         f"{name} {dtype}: sparsify took {sparsify_s:.1f} s, of which {rep.search_s:.1f} s "
         "searched algorithms for shapes no table knew"
@@ -302,6 +334,7 @@ def bench_whole_model(
                 with_decode, filter_fn=sparse_candidate, tokens=counts, decode=True
             )
         say(f"{name} {dtype} with the decode kernel: {rep_decode!r}")
+        say_checks(say, f"{name} {dtype} with the decode kernel", rep_decode)
     torch_model = None
     if torch_path:
         torch_model = copy.deepcopy(dense)

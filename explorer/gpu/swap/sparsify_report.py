@@ -222,7 +222,7 @@ class SparsifyReport:
             crows = [
                 (
                     c.tokens,
-                    f"{c.dense_ms / c.sparse_ms:.2f}x",
+                    f"{c.routes_speedup:.2f}x",
                     "kept" if c.kept else "dense in eager",
                     "original modules back" if self._originals_back else f"{c.speedup:.2f}x",
                 )

@@ -73,7 +73,8 @@ def check_whole_model(model, units, counts, examples, report, mode: str = "auto"
         return units
     originals = {place: mod for unit in units for place, mod in unit.restore.items()}
     layers = [m for unit in units for m in unit.new.modules() if isinstance(m, SparseLinear)]
-    report.eager_checks = check_eager(model, originals, inputs, layers)
+    gains = {t: est[0] / est[1] for t in inputs if (est := report.layer_estimate(t, "wall"))}
+    report.eager_checks = check_eager(model, originals, inputs, layers, layer_gains=gains)
     for check in report.eager_checks:
         if check.error is not None:
             report.notes.append(
@@ -83,7 +84,7 @@ def check_whole_model(model, units, counts, examples, report, mode: str = "auto"
         elif not check.kept:
             report.notes.append(
                 f"eager at {check.tokens} tokens: the layers' sparse routes made the whole model "
-                f"{check.dense_ms / check.sparse_ms:.2f}x of dense, so every layer runs dense "
+                f"{check.routes_speedup:.2f}x of dense, so every layer runs dense "
                 f"there in eager mode ({check.speedup:.2f}x), and a model compiled in "
                 "torch.compile's default mode traces them dense there; CUDA graphs keep their "
                 "own routes"

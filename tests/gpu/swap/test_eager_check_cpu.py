@@ -145,3 +145,89 @@ def test_short_forwards_get_more_rounds_within_bounds():
     assert rounds == sorted(rounds, reverse=True)  # the longer the forward, the fewer rounds
     assert rounds[0] == MAX_ROUNDS and rounds[-1] == MIN_ROUNDS
     assert rounds_for(0.0) == rounds_for(-1.0) == MIN_ROUNDS
+
+
+def _timer(pairs, log):
+    times = iter(pairs)
+
+    def time_pair(m, inputs, swap_dense, swap_sparse):
+        swap_dense()
+        swap_sparse()
+        log.append(inputs)
+        return next(times)
+
+    return time_pair
+
+
+@pytest.mark.parametrize(
+    ("gain", "pairs", "kept", "timed"),
+    [
+        # the layers gain 1.15x, the first pair reads 0.99x, the second 1.11x: kept (1.05x)
+        (1.15, [(12.0, 12.1), (12.0, 10.8)], True, 2),
+        # a second pair that fails too: dense, and a third pair times the model as it now runs
+        (1.15, [(12.0, 12.1), (12.0, 12.2), (12.0, 11.9)], False, 3),
+        # a clear second pass cannot lift a clearly slow first one: sqrt(0.90 * 1.10) < 1.02
+        (1.15, [(12.0, 13.3), (12.0, 10.9), (12.0, 11.9)], False, 3),
+        # the layers promise little: one failing pair is the verdict
+        (1.03, [(12.0, 12.1), (12.0, 11.9)], False, 2),
+        # a first pair that passes needs no second one
+        (1.15, [(12.0, 10.8)], True, 1),
+    ],
+)
+def test_a_failing_pair_is_confirmed_where_the_layers_say_a_clear_gain(gain, pairs, kept, timed):
+    model, originals = _model()
+    log, layers = [], [_Layer()]
+    gains = {4096: gain}
+    checks = check_eager(model, originals, {4096: "x"}, layers, _timer(pairs, log), gains)
+    check = checks[0]
+    assert len(log) == timed and check.kept is kept
+    assert layers[0].told == [(4096, not kept)]
+    if timed > 1 and gain >= 1.05:
+        d1, s1 = pairs[0]
+        d2, s2 = pairs[1]
+        assert check.second == pairs[1]
+        assert check.routes_speedup == pytest.approx(((d1 / s1) * (d2 / s2)) ** 0.5)
+        assert "on a second pair" in repr(check)
+    else:
+        assert check.second is None and "second pair" not in repr(check)
+    if kept:
+        assert check.speedup == pytest.approx(check.routes_speedup)
+    else:
+        assert check.speedup == pytest.approx(pairs[timed - 1][0] / pairs[timed - 1][1])
+
+
+def test_a_count_without_a_layer_estimate_gets_one_pair():
+    model, originals = _model()
+    log = []
+    timer = _timer([(6.0, 6.6), (6.1, 6.05)], log)
+    checks = check_eager(model, originals, {16: "y"}, [_Layer()], timer, {4096: 1.3})
+    assert len(log) == 2 and checks[0].second is None and not checks[0].kept
+
+
+def test_the_whole_model_check_passes_the_layers_wall_estimate(monkeypatch):
+    """``check_whole_model`` hands the eager check the report's wall-clock layer gains."""
+    from types import SimpleNamespace
+
+    from explorer.gpu.swap import eager_check, whole_model
+    from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
+
+    seen = {}
+
+    def fake_check(model, originals, inputs, layers, time_pair=None, layer_gains=None):
+        seen.update(layer_gains)
+        return [EagerCheck(t, 1.0, 0.9) for t in sorted(inputs)]
+
+    monkeypatch.setattr(eager_check, "check_eager", fake_check)
+    report = SparsifyReport()
+    report.timings = [
+        LayerTiming("a", (8, 8), 4096, 2.0, 1.6, "cusparselt", "wall"),
+        LayerTiming("b", (8, 8), 4096, 2.0, 1.6, "cusparselt", "wall"),
+        LayerTiming("a", (8, 8), 4096, 2.0, 1.0, "cusparselt", "gpu"),  # another clock
+        LayerTiming("a", (8, 8), 16, 1.0, 1.1, "dense", "wall"),
+    ]
+    model = nn.Linear(8, 8)
+    unit = SimpleNamespace(restore={}, new=nn.Identity())
+    examples = [torch.zeros(4096, 8), torch.zeros(16, 8)]
+    kept = whole_model.check_whole_model(model, [unit], (16, 4096), examples, report)
+    assert kept == [unit]
+    assert seen == {4096: pytest.approx(1.25), 16: pytest.approx(1.0)}
