@@ -187,6 +187,9 @@ class SparseGatedMLP(nn.Module):
         self.gate_up = gate_up
         self.down = down
         self.hidden = down.in_features
+        for part in (gate_up, down):
+            if isinstance(part, SparseLinear):
+                part.block_part = True  # by the wall clock, routes the block's program can make
         # int4 parts are the explorer's kernels, each letting the next start early: the down
         # projection launches overlapped, and so does the SwiGLU kernel (explorer.gpu.cuda.launch)
         if hasattr(down, "set_overlapped_launch"):

@@ -27,16 +27,60 @@ from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route
 from explorer.gpu.routes.layer_decisions import small_row_bits
 from explorer.gpu.routes.route_timing import BOOK
 
-__all__ = ["RouteChoice"]
+__all__ = ["RouteChoice", "wall_among"]
+
+
+def wall_among(found: Decision, keep: Callable[[Route], bool]) -> Decision:
+    """``found`` with its wall-clock times cut to dense and the 2:4 routes ``keep`` accepts.
+
+    Where that would leave the wall clock no route on the 2:4 weight to take, ``found`` is
+    returned as it is: the cut only ever chooses among sparse routes, and never turns a sparse
+    verdict dense for want of one.
+    The GPU clock's times are left whole (a CUDA graph replays any route at no host cost).
+
+    Parameters
+    ----------
+    found : Decision
+        The routes measured for one problem.
+    keep : callable
+        ``keep(route) -> bool`` for each route of ``found.wall`` other than dense.
+
+    Returns
+    -------
+    Decision
+
+    Examples
+    --------
+    >>> cc, cr = Route("sparse", "cc"), Route("sparse", "cr")
+    >>> d = Decision({DENSE: 0.03, cc: 0.021, cr: 0.02}, {DENSE: 0.04, cc: 0.031, cr: 0.03})
+    >>> d.route("wall"), wall_among(d, lambda r: r == cc).route("wall")
+    (Route(sparse cr default), Route(sparse cc default))
+    >>> wall_among(d, lambda r: r == cc).route("gpu")
+    Route(sparse cr default)
+    >>> wall_among(d, lambda r: False) is d
+    True
+    """
+    wall = {r: ms for r, ms in found.wall.items() if r == DENSE or keep(r)}
+    if len(wall) == len(found.wall):
+        return found
+    cut = Decision(found.gpu, wall)
+    if found.route("wall").sparse_weight and not cut.route("wall").sparse_weight:
+        return found
+    return cut
 
 
 class RouteChoice:
     """Route choice of :class:`~explorer.gpu.modules.sparse_linear.SparseLinear` (a base class).
 
-    It holds no state of its own: the routes chosen live in the layer's ``_routes`` and
-    :attr:`decisions_made`, the times in the shared book. A ``SparseLinear`` is the only class
+    It holds no state of its own but the flag :attr:`block_part`: the routes chosen live in the
+    layer's ``_routes`` and :attr:`decisions_made`, the times in the shared book. A ``SparseLinear`` is the only class
     built on it.
     """
+
+    #: Whether the layer is a part of a fused block that runs as one program of the compiled
+    #: operator where each part's call is one it makes (``SparseGatedMLP``): then, by the wall
+    #: clock, only such routes are open to it (see :meth:`_as_block_part`).
+    block_part = False
 
     def _follow_decisions(self) -> None:
         """Count :attr:`small_row_routes` now and whenever the decisions recount their counts.
@@ -166,8 +210,25 @@ class RouteChoice:
                 found = self._decide_whole_forwards(problem, key, t, dev, first, fixed)
             if found is None:
                 return fallback
+        found = self._as_block_part(found, key)
         self._remember_decision(key, found)
         return found.route(clock)
+
+    def _as_block_part(self, found: Decision, key: int) -> Decision:
+        """``found`` as a part of a fused block sees it: by the wall clock, routes it can run in C++.
+
+        A block whose parts' calls are all made by the compiled operator runs as one program
+        (the gate/up product, the SwiGLU launch and the down product from C++); where one part
+        takes a route the operator does not make (a transposed output, a padded count), every
+        eager call of the block goes through Python. On an H200 that was about 95 us of host
+        time for a 1024 -> 3584 block at 16 tokens against about 47 us as a program, where the
+        transposed route it gave up was a few microseconds faster on the GPU. So a block's part
+        chooses among dense and the routes the operator makes, by the wall clock, where it has
+        one on the 2:4 weight; the GPU clock (CUDA graphs) still takes the fastest route.
+        """
+        if not self.block_part or not native.loaded():
+            return found
+        return wall_among(found, partial(self.operator_makes, tokens=key))
 
     def _remember_decision(self, key: int, found: Decision) -> None:
         """Keep ``found``; a compiled model's choices count the op's host time (``ops``).

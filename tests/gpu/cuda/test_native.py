@@ -296,3 +296,35 @@ def test_an_eager_gated_mlp_call_is_one_program_until_a_part_changes():
         assert relerr(block(x), ref(x)) < 2e-2
     assert native.counts()["native_calls"] - before["native_calls"] == 2
     assert native.counts()["python_calls"] == first["python_calls"]  # no stale eager call
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_eager_gated_mlp_at_sixteen_rows_is_one_program_whatever_its_parts_time(dtype):
+    """Alone, a part's transposed output can be the fastest by a few microseconds; in the block
+    it leaves every eager call in Python (twice the host time). By the wall clock a block's parts
+    take routes the operator makes, so the block is one program; CUDA graphs take any route."""
+    from explorer.gpu import SparseGatedMLP
+
+    native = _native()
+    d, h = 1024, 3584
+    gate, up, down = (_linear(*io, dtype) for io in ((d, h), (d, h), (h, d)))
+    block = SparseGatedMLP.from_modules(gate, up, down)
+    tol = 2e-2 if dtype == torch.bfloat16 else 5e-3
+
+    def ref(x):
+        x = x.double()
+        g, u = _ref(gate, x), _ref(up, x)
+        return _ref(down, (nn.functional.silu(g) * u).to(dtype))
+
+    x = torch.randn(16, 1, d, device=DEV, dtype=dtype)
+    assert relerr(block(x), ref(x)) < tol
+    for part in (block.gate_up, block.down):
+        assert part.block_part
+        route = part.decisions("wall")[16][0]
+        assert route.kind == "dense" or part.operator_makes(route, 16), route
+    assert block.native_table.eager.get((x.shape, x.stride(), 0, dtype))
+    before = native.counts()
+    for _ in range(3):
+        x = torch.randn(16, 1, d, device=DEV, dtype=dtype)
+        assert relerr(block(x), ref(x)) < tol
+    assert native.counts()["native_calls"] - before["native_calls"] == 3
