@@ -352,5 +352,6 @@ def _record_routes(built, counts, report: SparsifyReport, fmt: str = "int4") -> 
                         times.get(DECODE),
                         f"2:4 {fmt} decode" if chosen == DECODE else _DENSE_LABEL[fmt],
                         clock,
+                        times.get(chosen),
                     )
                 )

@@ -471,6 +471,7 @@ def _measure(model, units, counts, report, mode) -> list:
                                 min(sparse) if sparse else None,
                                 route.label if route is not None else "None",
                                 clock,
+                                times.get(route) if route is not None else None,
                             )
                         )
                         if clock in clocks:

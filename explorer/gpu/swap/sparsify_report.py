@@ -31,6 +31,16 @@ class LayerTiming:
     clock : {"wall", "gpu"}
         Which time: back-to-back eager calls (host time included where it is longer) or
         CUDA-graph replay (GPU time alone).
+    chosen_ms : float, optional
+        The time of the route the layer runs (``route``); where not given, dense's time for a
+        dense route and the fastest sparse route's otherwise.
+
+    Examples
+    --------
+    >>> LayerTiming("l", (64, 64), 16, 1.4, 1.0, "dense", "wall").speedup  # kept dense
+    1.0
+    >>> LayerTiming("l", (64, 64), 16, 1.5, 1.0, "sparse cc default", "wall", 1.25).speedup
+    1.2
     """
 
     fqn: str
@@ -40,13 +50,23 @@ class LayerTiming:
     sparse_ms: float | None
     route: str
     clock: str = "gpu"
+    chosen_ms: float | None = None
+
+    @property
+    def chosen_time(self) -> float | None:
+        """The chosen route's time in ms (dense's where the layer stays dense at this count)."""
+        if self.dense_ms is None:
+            return None
+        if self.route in ("dense", "None") or self.sparse_ms is None:
+            return self.dense_ms
+        return self.chosen_ms if self.chosen_ms is not None else min(self.sparse_ms, self.dense_ms)
 
     @property
     def speedup(self) -> float | None:
         """Dense time over the chosen route's time (1.0 when it stays dense)."""
         if self.dense_ms is None or self.sparse_ms is None:
             return None
-        return self.dense_ms / min(self.sparse_ms, self.dense_ms)
+        return self.dense_ms / self.chosen_time
 
 
 @dataclass
@@ -142,6 +162,10 @@ class SparsifyReport:
     def layer_estimate(self, tokens: int, clock: str | None = None) -> tuple[float, float] | None:
         """Summed dense and chosen times of the swapped layers at ``tokens`` (an estimate).
 
+        Each layer counts the route it runs (:attr:`LayerTiming.chosen_time`), not the fastest
+        it timed: a sparse route the rules did not take (slower than dense on the GPU) adds
+        nothing.
+
         The rest of the model (attention, norms, embeddings) is not in this sum, so the whole
         model gains less than ``dense / sparse`` here; pass ``example_inputs`` to ``sparsify``
         (``model_speeds``) or run ``sparsity-explorer bench --suites models`` for whole
@@ -168,9 +192,7 @@ class SparsifyReport:
         ]
         if not rows:
             return None
-        dense = sum(t.dense_ms for t in rows)
-        chosen = sum(min(t.dense_ms, t.sparse_ms or t.dense_ms) for t in rows)
-        return dense, chosen
+        return sum(t.dense_ms for t in rows), sum(t.chosen_time for t in rows)
 
     def __repr__(self) -> str:
         parts = [

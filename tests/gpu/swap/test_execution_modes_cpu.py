@@ -162,3 +162,17 @@ def test_a_refused_launch_names_the_cuda_error():
     launcher = Launcher(_Kernel(), ("u64",), driver=lambda *args: 201)
     with pytest.raises(LaunchRefused, match="CUDA error 201"):
         launcher.launch((1, 1, 1), (1, 1, 1), 0, 0, (0,))
+
+
+def test_the_layer_estimate_counts_the_route_each_layer_runs():
+    """A sparse route faster by the wall clock that the rules did not take (slower than dense on
+    the GPU) adds nothing to the estimate: a report of layers all kept dense reads 1.00x."""
+    report = SparsifyReport()
+    report.timings = [
+        LayerTiming("a", (64, 64), 16, 1.42, 1.0, "dense", "wall", 1.42),
+        LayerTiming("b", (64, 64), 16, 1.0, 0.7, "dense", "wall"),
+        LayerTiming("a", (64, 64), 4096, 2.0, 1.0, "sparse cr default", "wall", 1.6),
+    ]
+    assert report.layer_estimate(16) == (2.42, 2.42)
+    assert report.layer_estimate(4096) == (2.0, 1.6)  # the route taken, not the fastest timed
+    assert "layers at 16 tokens 1.00x (estimate)" in repr(report)
