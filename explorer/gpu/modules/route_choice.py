@@ -35,8 +35,8 @@ def wall_among(found: Decision, keep: Callable[[Route], bool]) -> Decision:
 
     Where that would leave the wall clock no route on the 2:4 weight to take, ``found`` is
     returned as it is: the cut only ever chooses among sparse routes, and never turns a sparse
-    verdict dense for want of one.
-    The GPU clock's times are left whole (a CUDA graph replays any route at no host cost).
+    verdict dense for want of one. The GPU clock's times are left whole (a CUDA graph replays
+    any route at no host cost).
 
     Parameters
     ----------
@@ -73,8 +73,8 @@ class RouteChoice:
     """Route choice of :class:`~explorer.gpu.modules.sparse_linear.SparseLinear` (a base class).
 
     It holds no state of its own but the flag :attr:`block_part`: the routes chosen live in the
-    layer's ``_routes`` and :attr:`decisions_made`, the times in the shared book. A ``SparseLinear`` is the only class
-    built on it.
+    layer's ``_routes`` and :attr:`decisions_made`, the times in the shared book. A
+    ``SparseLinear`` is the only class built on it.
     """
 
     #: Whether the layer is a part of a fused block that runs as one program of the compiled

@@ -45,9 +45,11 @@ KEEP_SPARSE_AT = 1.02
 
 #: A pair that fails is timed once more where the layers' own summed wall times say the sparse
 #: routes gain at least this much at that count, and the verdict is then taken on both pairs
-#: (their ratios' geometric mean). One pair can read low on a busy host: a Qwen2-1.5B-like
-#: prefill at 4096 tokens whose layers gain about 1.15x read under 1.02x once (aec6b08, H200)
-#: and then ran dense at 1.02-1.03x eagerly, where the run before kept it sparse at 1.10-1.14x.
+#: (their ratios' geometric mean): one pair's rounds can read low on a busy host, and a second
+#: costs at most :data:`PAIR_BUDGET_S` more, only where the layers promise a clear gain. The
+#: Qwen2-1.5B-like prefill behind it read under 1.02x once on aec6b08 (H200), where the run
+#: before had kept its sparse routes; on cd68800 both pairs read 0.94 of dense, a dense model
+#: host-bound eagerly on that host, and the count ran dense.
 CONFIRM_FROM = 1.05
 
 #: Seconds of timed rounds one dense-against-sparse pair may take, and the bounds on its rounds.
