@@ -215,7 +215,7 @@ class RouteChoice:
         return found.route(clock)
 
     def _as_block_part(self, found: Decision, key: int) -> Decision:
-        """``found`` as a part of a fused block sees it: by the wall clock, routes it can run in C++.
+        """``found`` as a fused block's part sees it: by the wall clock, routes C++ can make.
 
         A block whose parts' calls are all made by the compiled operator runs as one program
         (the gate/up product, the SwiGLU launch and the down product from C++); where one part

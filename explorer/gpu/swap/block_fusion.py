@@ -26,8 +26,8 @@ __all__ = [
     "fuse_gated_mlps",
     "fuse_qkv_triples",
     "part_name",
-    "placing",
     "set_module",
+    "swapping",
 ]
 
 
@@ -239,34 +239,39 @@ def set_module(model: nn.Module, fqn: str, new: nn.Module) -> None:
     setattr(parent, child, new)
 
 
-def placing(model: nn.Module, table) -> Callable[[], None]:
-    """A call that puts each module of ``table`` at its place in ``model`` (:func:`set_module`).
+def swapping(model: nn.Module, originals) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Two calls: one puts ``originals`` in their places in ``model``, one puts back what is there.
+
+    For timing a sparsified model against its dense self in one process.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model.
-    table : mapping of str to torch.nn.Module
-        ``{place: module}``, places as ``named_modules`` gives them.
+        The model, its swapped modules in place.
+    originals : mapping of str to torch.nn.Module
+        ``{place: original module}``, places as ``named_modules`` gives them.
 
     Returns
     -------
-    callable
-        Without arguments; each call puts them all in place again.
+    (callable, callable)
+        ``to_originals`` and ``to_swapped``, without arguments; each may be called again.
 
     Examples
     --------
-    >>> model = nn.Sequential(nn.Linear(2, 2))
-    >>> placing(model, {"0": nn.Identity()})()
-    >>> type(model[0]).__name__
+    >>> model = nn.Sequential(nn.Identity())
+    >>> to_originals, to_swapped = swapping(model, {"0": nn.Linear(2, 2)})
+    >>> to_originals(); type(model[0]).__name__
+    'Linear'
+    >>> to_swapped(); type(model[0]).__name__
     'Identity'
     """
+    now = {place: model.get_submodule(place) for place in originals}
+    return partial(_place, model, dict(originals)), partial(_place, model, now)
 
-    def place() -> None:
-        for fqn, module in table.items():
-            set_module(model, fqn, module)
 
-    return place
+def _place(model: nn.Module, table) -> None:
+    for fqn, module in table.items():
+        set_module(model, fqn, module)
 
 
 def fuse_activations(model: nn.Module, units: list[SwapUnit] = ()) -> None:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from explorer.gpu.routes.timing import interleaved_runs, paired_ratio, rounds_within
-from explorer.gpu.swap.block_fusion import placing
+from explorer.gpu.swap.block_fusion import swapping
 from explorer.gpu.swap.model_timing import call_model
 
 __all__ = [
@@ -285,8 +285,7 @@ def check_eager(
     list of EagerCheck
         One per token count.
     """
-    sparse_now = {place: model.get_submodule(place) for place in originals}
-    to_dense, to_sparse = placing(model, originals), placing(model, sparse_now)
+    to_dense, to_sparse = swapping(model, originals)
     checks = []
     with torch.no_grad():
         for tokens, inputs in sorted(inputs_by_tokens.items()):

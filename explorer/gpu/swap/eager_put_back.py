@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 
 from torch import nn
 
-from explorer.gpu.swap.block_fusion import placing
+from explorer.gpu.swap.block_fusion import swapping
 
 __all__ = ["GRAPH_ROUNDS", "LOSS_BELOW", "PutBack", "graph_ratio", "put_back_unpaid"]
 
@@ -177,8 +177,8 @@ def put_back_unpaid(
     """Put back every swapped module where no mode the model was sparsified for gains by it.
 
     Only where the eager check kept every token count of ``inputs_by_tokens`` dense (see the
-    module's docstring). Each unit put back is recorded in ``report`` (a note, and each layer's reason
-    in ``skipped``); the weighing is ``report.put_back_check``.
+    module's docstring). Each unit put back is recorded in ``report`` (a note, and each
+    layer's reason in ``skipped``); the weighing is ``report.put_back_check``.
 
     Parameters
     ----------
@@ -214,8 +214,7 @@ def put_back_unpaid(
     graphs = {}
     if mode == "auto" and min(eager.values()) < LOSS_BELOW:
         originals = {place: mod for unit in units for place, mod in unit.restore.items()}
-        sparse_now = {place: model.get_submodule(place) for place in originals}
-        to_dense, to_sparse = placing(model, originals), placing(model, sparse_now)
+        to_dense, to_sparse = swapping(model, originals)
         for tokens, inputs in sorted(inputs_by_tokens.items()):
             try:
                 graphs[tokens] = time_graphs(model, inputs, to_dense, to_sparse)
