@@ -382,10 +382,7 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         return self._dense is not None
 
     def drop_dense(self) -> None:
-        """Free the dense weight; from now on every token count runs sparse.
-
-        Decisions already measured that chose sparse carry over (without the dense time).
-        """
+        """Free the dense weight (every count runs sparse now); sparse decisions carry over."""
         if self._dense is None:
             return
         mnk = self._mnk_key()
@@ -409,10 +406,12 @@ class SparseLinear(SparseForward, RouteChoice, nn.Module):
         return CompressedWeight(self._dec_values, self._dec_meta, self._dec_shape, self._dec_scale)
 
     def drop_decode(self) -> None:
-        """Free the decode kernel's weight; decisions that chose it are measured again."""
+        """Free the decode kernel's weight; decisions carry over without its times."""
         if self._dec_values is None:
             return
+        mnk = self._mnk_key()
         self._dec_values = self._dec_meta = self._dec_scale = None
+        BOOK.carry_without_decode(lambda problem: problem[:3] == mnk)
         self._routes.clear()
         self._forget_fast_paths()
         self._decode_calls.clear()

@@ -218,8 +218,21 @@ class LayerDecisions:
         self._set_traced(())
 
     def forget_decode(self) -> None:
-        """Forget the decisions that timed the decode kernel (its weight is gone)."""
-        self._found = {n: d for n, d in self._found.items() if DECODE not in d.wall}
+        """The decode kernel's weight is gone: drop its times, and the decisions that chose it.
+
+        A decision in which no clock chose the decode kernel keeps its verdicts and the other
+        routes' times. One that chose it is forgotten here, and comes back at the layer's next
+        call from the route book, which kept the other routes' times (see
+        ``RouteBook.carry_without_decode``).
+        """
+        kept = {}
+        for n, found in self._found.items():
+            if found.route("gpu") != DECODE and found.route("wall") != DECODE:
+                kept[n] = Decision(
+                    {r: t for r, t in found.gpu.items() if r != DECODE},
+                    {r: t for r, t in found.wall.items() if r != DECODE},
+                )
+        self._found = kept
 
     def forget(self) -> None:
         """Forget every decision (the layer moved: times of another device do not hold)."""

@@ -203,6 +203,42 @@ class RouteBook:
                         ),
                     )
 
+    def carry_without_decode(self, matches: Callable[[tuple], bool]) -> None:
+        """Copy decisions of problems that kept the decode weight to the same problems without it.
+
+        A problem's key names, second to last, whether the decode kernel's weight is kept. For
+        every problem ``matches`` accepts that kept it, copy each decision, the decode kernel's
+        times left out, to the same problem without the decode weight, where none is measured
+        yet. The other routes were timed on the same inputs in the same run, so the route each
+        clock keeps among them stands, and the next call measures nothing.
+
+        Parameters
+        ----------
+        matches : callable
+            ``matches(problem)``: True for the problems to copy from.
+
+        Examples
+        --------
+        >>> sparse = Route("sparse", "cc")
+        >>> book = RouteBook()
+        >>> times = {DENSE: 0.010, Route("decode"): 0.006, sparse: 0.008}
+        >>> book.record(("layer", True, True), 16, Decision(times, dict(times)))
+        >>> book.carry_without_decode(lambda problem: problem[0] == "layer")
+        >>> book.decided(("layer", False, True), 16).route("gpu")
+        Route(sparse cc default)
+        """
+        for problem, decided in list(self._problems.items()):
+            if not (isinstance(problem, tuple) and len(problem) > 1 and problem[-2]):
+                continue
+            if not matches(problem):
+                continue
+            mine = self._problems.setdefault((*problem[:-2], False, problem[-1]), {})
+            for n, found in decided.items():
+                gpu = {r: t for r, t in found.gpu.items() if r.kind != "decode"}
+                wall = {r: t for r, t in found.wall.items() if r.kind != "decode"}
+                if gpu or wall:
+                    mine.setdefault(n, Decision(gpu, wall))
+
     def clear(self) -> None:
         """Forget every decision (the next call of each problem measures again)."""
         self._problems.clear()

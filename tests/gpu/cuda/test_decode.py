@@ -199,13 +199,19 @@ def test_sparse_linear_decode_compiled_with_cuda_graphs():
     torch._dynamo.reset()
 
 
-def test_drop_decode_frees_and_remeasures():
+def test_drop_decode_frees_and_measures_nothing_again(monkeypatch):
     from explorer.gpu import SparseLinear
+    from explorer.gpu.routes.route_timing import BOOK
 
     sl = SparseLinear.from_linear(_linear(512, 512, torch.float16), decode=True)
     x = torch.randn(8, 512, device=DEV, dtype=torch.float16)
     before = sl(x)
     sl.drop_decode()
     assert not sl.decode_kept
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("the routes other than the decode kernel's were timed already")
+
+    monkeypatch.setattr(BOOK, "decide", measured_again)
     assert relerr(sl(x), before) < TOL
     assert all(r.kind != "decode" for r, _ in sl.decisions().values())

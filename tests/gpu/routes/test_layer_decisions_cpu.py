@@ -91,8 +91,12 @@ def test_eager_verdicts_reach_the_nearest_decode_sizes_only():
 
 def test_forgetting_decode_and_everything():
     book = _book()
+    lost = Decision({DENSE: 0.010, DECODE: 0.012}, {DENSE: 0.02, DECODE: 0.025})
+    book.remember(8, lost, OP_MS, True)  # timed, but lost to dense by both clocks
     book.forget_decode()
-    assert set(book.measured()) == {4096}
+    assert set(book.measured()) == {8, 4096}  # 16 chose the decode kernel: forgotten
+    assert book.measured()[8] == Decision({DENSE: 0.010}, {DENSE: 0.02})
+    assert book.traces_dense(8)
     book.forget()
     assert book.measured() == {} and not book.traces_dense(16)
     assert repr(book) == "LayerDecisions(mode=auto, 0 token counts)"

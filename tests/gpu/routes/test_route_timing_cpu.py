@@ -60,6 +60,25 @@ def test_carry_without_dense_moves_only_sparse_choices():
     assert len(book) == 0
 
 
+def test_carry_without_decode_keeps_every_count_less_the_decode_times():
+    book = RouteBook()
+    kept = ("layer", 1024, True, False)  # decode weight kept, dense weight gone
+    # 16 tokens: the decode kernel won on the GPU; without it, sparse is what is left
+    book.record(kept, 16, Decision({SPARSE: 0.5, DECODE: 0.4}, {SPARSE: 0.6, DECODE: 0.7}))
+    book.record(kept, 1, Decision({DECODE: 0.3}, {DECODE: 0.3}))  # nothing else timed
+    without = ("layer", 1024, False, False)
+    book.record(without, 4096, Decision({SPARSE: 2.0}, {SPARSE: 2.1}))
+    book.record(("other", 1024, True, False), 16, Decision({SPARSE: 0.1}, {SPARSE: 0.1}))
+    book.carry_without_decode(lambda problem: problem[0] == "layer")
+    moved = book.decided(without, 16)
+    assert moved == Decision({SPARSE: 0.5}, {SPARSE: 0.6})
+    assert moved.route("gpu") == SPARSE and moved.route("wall") == SPARSE
+    assert book.decided(without, 1) is None  # only the decode kernel was timed: measure again
+    assert book.decided(without, 4096) == Decision({SPARSE: 2.0}, {SPARSE: 2.1})  # untouched
+    assert book.decided(("other", 1024, False, False), 16) is None  # not matched
+    assert book.decided(kept, 16).route("gpu") == DECODE  # the source is left as it was
+
+
 def test_the_default_timer_evicts_l2_only_at_decode_sizes(monkeypatch):
     from explorer.gpu.routes import route_timing
 
