@@ -223,8 +223,9 @@ def ceiling(dense_ms: float, layer_dense_ms: float, layer_sparse_ms: float) -> f
 def say_checks(say, label: str, report) -> None:
     """Log the whole-model checks behind a ``SparsifyReport``: each eager pair, and the weighing.
 
-    The report's repr gives one figure per token count; the log keeps what it rests on (each
-    count's eager pairs, and the CUDA-graph ratio weighed before original modules go back).
+    The report's repr gives one figure per token count; the log keeps what it rests on (how
+    many layers chose a sparse route at each count by each clock, each count's eager pairs,
+    and the CUDA-graph ratio weighed before original modules go back).
 
     Parameters
     ----------
@@ -244,6 +245,10 @@ def say_checks(say, label: str, report) -> None:
     >>> say_checks(print, "m", report)
     m: eager checks [EagerCheck(16 tokens: sparse routes 0.92x, kept dense: 1.02x)]
     """
+    tally = report.route_tally()
+    if tally:
+        said = (f"{n} tokens {c} {k}/{m}" for (n, c), (k, m) in tally.items())
+        say(f"{label}: layers on a sparse route, of those timed: {', '.join(said)}")
     if report.eager_checks:
         say(f"{label}: eager checks {report.eager_checks!r}")
     if report.put_back_check is not None:

@@ -97,3 +97,22 @@ def test_the_command_names_a_bad_mode_and_the_choices(capsys):
     err = capsys.readouterr().err
     assert "--model-speed-modes: speed mode 'fast' unknown" in err
     assert "expected one of eager, compile, graphs" in err
+
+
+def test_the_log_counts_the_layers_on_a_sparse_route_at_each_count_and_clock():
+    from explorer.bench.models import say_checks
+    from explorer.gpu.swap.sparsify_report import LayerTiming, SparsifyReport
+
+    report = SparsifyReport()
+    report.timings = [
+        LayerTiming("mlp", (64, 64), 16, 1.0, 1.2, "dense", "wall"),
+        LayerTiming("mlp", (64, 64), 16, 1.0, 0.9, "sparse cc default", "gpu"),
+        LayerTiming("mlp", (64, 64), 4096, 9.0, 7.0, "sparse cc default", "wall"),
+        LayerTiming("qkv", (64, 64), 4096, 9.0, 9.5, "dense", "wall"),
+    ]
+    lines = []
+    say_checks(lines.append, "m", report)
+    assert lines == [
+        "m: layers on a sparse route, of those timed: "
+        "4096 tokens wall 1/2, 16 tokens wall 0/1, 16 tokens gpu 1/1"
+    ]

@@ -194,6 +194,33 @@ class SparsifyReport:
             return None
         return sum(t.dense_ms for t in rows), sum(t.chosen_time for t in rows)
 
+    def route_tally(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """How many timed layers chose a sparse route, per token count and clock.
+
+        Layers put back dense afterwards count as timed, with the routes they had chosen.
+
+        Returns
+        -------
+        dict
+            ``{(tokens, clock): (on a sparse route, timed)}``, largest counts first.
+
+        Examples
+        --------
+        >>> report = SparsifyReport()
+        >>> report.timings = [
+        ...     LayerTiming("a", (64, 64), 16, 1.0, 0.8, "sparse cc default", "gpu"),
+        ...     LayerTiming("b", (64, 64), 16, 1.0, 1.2, "dense", "gpu"),
+        ... ]
+        >>> report.route_tally()
+        {(16, 'gpu'): (1, 2)}
+        """
+        tally: dict[tuple[int, str], tuple[int, int]] = {}
+        for t in sorted(self.timings, key=lambda t: -t.tokens):
+            sparse, timed = tally.get((t.tokens, t.clock), (0, 0))
+            on_sparse = t.route not in ("dense", "None")
+            tally[(t.tokens, t.clock)] = (sparse + on_sparse, timed + 1)
+        return tally
+
     def __repr__(self) -> str:
         parts = [
             f"{len(self.swapped)} swapped",
