@@ -78,9 +78,7 @@ class Route:
 
     def __post_init__(self) -> None:
         if self.kind not in ("dense", "sparse", "decode"):
-            raise ValueError(
-                f"route kind {self.kind!r} unknown; expected 'dense', 'sparse' or 'decode'"
-            )
+            raise ValueError(f"route kind {self.kind!r} unknown; expected dense, sparse or decode")
         if self.kind == "sparse" and self.layout not in ("cc", "cr", "rc", "rr"):
             raise ValueError(f"layout {self.layout!r} unknown; expected cc, cr, rc or rr")
         if self.transpose and self.layout[1:] != "r":
@@ -378,6 +376,11 @@ class Decision:
         first, other = (self.gpu, self.wall) if clock == "gpu" else (self.wall, self.gpu)
         return first or other
 
+    def without(self, kind: str) -> Decision:
+        """The same times by both clocks, less those of the routes of ``kind`` (``"decode"``)."""
+        gpu, wall = ({r: t for r, t in c.items() if r.kind != kind} for c in (self.gpu, self.wall))
+        return Decision(gpu, wall)
+
     def route(self, clock: str) -> Route:
         """The route :func:`pick_route` keeps by ``clock``.
 
@@ -438,9 +441,7 @@ class Decision:
         (False, False)
         """
         gpu_dense, gpu = self.gpu.get(DENSE), self.gpu.get(route)
-        if not route.sparse_weight or gpu_dense is None or gpu is None:
-            return False
-        return gpu > gpu_dense
+        return route.sparse_weight and None not in (gpu_dense, gpu) and gpu > gpu_dense
 
     def compiled_dense(self, op_ms: float, tokens: int | None = None) -> bool:
         """Whether a compiled model should run this problem as a traced dense matmul.
@@ -494,6 +495,5 @@ class Decision:
         for clock in ("gpu", "wall"):
             if getattr(self, clock):
                 r = self.route(clock)
-                name = r.label
-                parts.append(f"{clock}: {name} {self.times(clock)[r]:.3f} ms")
+                parts.append(f"{clock}: {r.label} {self.times(clock)[r]:.3f} ms")
         return f"Decision({', '.join(parts) or 'nothing measured'})"

@@ -228,10 +228,7 @@ class LayerDecisions:
         kept = {}
         for n, found in self._found.items():
             if found.route("gpu") != DECODE and found.route("wall") != DECODE:
-                kept[n] = Decision(
-                    {r: t for r, t in found.gpu.items() if r != DECODE},
-                    {r: t for r, t in found.wall.items() if r != DECODE},
-                )
+                kept[n] = found.without(DECODE.kind)
         self._found = kept
 
     def forget(self) -> None:

@@ -15,7 +15,7 @@ from functools import partial
 
 import torch
 
-from explorer.gpu.routes.dispatch import DENSE, Decision, Route, nearest_route
+from explorer.gpu.routes.dispatch import DECODE, DENSE, Decision, Route, nearest_route
 from explorer.gpu.routes.timing import cold_graph_ms, eager_ms, graph_ms
 
 __all__ = ["BOOK", "COLD_UP_TO", "RouteBook", "time_both_clocks"]
@@ -234,10 +234,9 @@ class RouteBook:
                 continue
             mine = self._problems.setdefault((*problem[:-2], False, problem[-1]), {})
             for n, found in decided.items():
-                gpu = {r: t for r, t in found.gpu.items() if r.kind != "decode"}
-                wall = {r: t for r, t in found.wall.items() if r.kind != "decode"}
-                if gpu or wall:
-                    mine.setdefault(n, Decision(gpu, wall))
+                kept = found.without(DECODE.kind)
+                if kept.gpu or kept.wall:
+                    mine.setdefault(n, kept)
 
     def clear(self) -> None:
         """Forget every decision (the next call of each problem measures again)."""

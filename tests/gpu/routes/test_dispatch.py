@@ -65,7 +65,7 @@ def test_decode_route_reads_the_sparse_weight_and_competes():
     assert pick_route({DENSE: 1.0, cc: 2.0, DECODE: 0.6}) == DECODE
     assert pick_route({DENSE: 1.0, cc: 0.5, DECODE: 0.6}) == cc
     assert nearest_route(4, {16: DECODE, 4096: cc}) == DECODE
-    with pytest.raises(ValueError, match="'dense', 'sparse' or 'decode'"):
+    with pytest.raises(ValueError, match="expected dense, sparse or decode"):
         Route("gemv")
 
 
@@ -88,3 +88,15 @@ def test_by_the_wall_clock_a_gpu_slower_route_is_never_taken():
     assert Decision({DENSE: 0.010, sparse: 0.009}, large).route("wall") == sparse
     # a route with no GPU time (it could not be captured) is judged by the wall clock alone
     assert Decision({DENSE: 0.010}, two).route("wall") == sparse
+
+
+def test_a_decision_without_the_decode_routes_keeps_the_others_and_stays_unchanged():
+    gpu = {DENSE: 0.010, CC: 0.009, DECODE: 0.006}
+    wall = {DENSE: 0.030, DECODE: 0.020}
+    found = Decision(gpu, wall)
+    kept = found.without("decode")
+    assert kept == Decision({DENSE: 0.010, CC: 0.009}, {DENSE: 0.030})
+    assert kept.route("gpu") == CC and kept.route("wall") == DENSE
+    assert found.gpu == {DENSE: 0.010, CC: 0.009, DECODE: 0.006}  # the source is untouched
+    assert found.without("sparse") == Decision({DENSE: 0.010, DECODE: 0.006}, wall)
+    assert Decision({DECODE: 0.006}, {}).without("decode") == Decision({}, {})
