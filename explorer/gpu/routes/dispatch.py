@@ -297,13 +297,11 @@ def dense_needed(mode: str, verdicts) -> bool:
     """Whether a layer run in ``mode`` needs its dense weight kept.
 
     ``verdicts`` holds, per measured token count, ``{"gpu": bool, "wall": bool, "compile":
-    bool}``: whether the GPU clock, the wall clock, and a model compiled in
-    ``torch.compile``'s default mode run that count dense. The dense weight is needed where
-    any verdict of the mode says dense. A model sparsified for ``"auto"`` may be compiled in the
-    default mode, which runs decode sizes as traced dense matmuls (host-bound there, see
-    :meth:`Decision.compiled_dense`): without the dense weight it would call the sparse op
-    instead and pay the op's host time, so the dense weight stays even where every clock chose
-    a sparse route.
+    bool}``: whether the GPU clock, the wall clock and a model compiled in the default mode run
+    that count dense; the weight is needed where any verdict of the mode says dense. A model
+    sparsified for ``"auto"`` may be compiled in the default mode, which runs decode sizes as
+    traced dense matmuls (:meth:`Decision.compiled_dense`): without the dense weight it would
+    pay the sparse op's host time, so the weight stays even where every clock chose sparse.
 
     Parameters
     ----------
@@ -377,7 +375,13 @@ class Decision:
         return first or other
 
     def without(self, kind: str) -> Decision:
-        """The same times by both clocks, less those of the routes of ``kind`` (``"decode"``)."""
+        """The same times by both clocks, less those of the routes of ``kind``.
+
+        Parameters
+        ----------
+        kind : {"dense", "sparse", "decode"}
+            The kind whose times are left out (``"decode"`` where the decode weight is freed).
+        """
         gpu, wall = ({r: t for r, t in c.items() if r.kind != kind} for c in (self.gpu, self.wall))
         return Decision(gpu, wall)
 
@@ -385,10 +389,8 @@ class Decision:
         """The route :func:`pick_route` keeps by ``clock``.
 
         By the wall clock, a route on the 2:4 weight that is slower than dense on the GPU is
-        never a candidate (:meth:`gpu_slower`), however much faster it was timed on its own:
-        its gain would be host time alone, which a model's other calls hide (the GPU then
-        waits on the slower kernel), and one layer's wall time swings by more than 10% on a
-        busy host.
+        never a candidate (:meth:`gpu_slower`): its gain would be host time alone, which a
+        model's other calls hide, and one layer's wall time swings by 10% on a busy host.
 
         Parameters
         ----------
@@ -451,11 +453,9 @@ class Decision:
 
         The compiled model launches its own matmul for about the host time it spends anyway;
         the sparse op costs ``op_ms`` of host time on top. At decode sizes (``tokens`` up to
-        :data:`COMPILED_HOST_BOUND_UP_TO`) a default-mode compiled model is host-bound, so the
-        op's host time is never won back there: dense. Elsewhere, where the dense matmul's
-        GPU time is short (under four times ``op_ms``) the op's host time adds to its GPU
-        time: a sparse route must beat dense by more than ``op_ms``. Longer matmuls keep the
-        GPU busy while the host issues the next call: there the GPU times decide.
+        :data:`COMPILED_HOST_BOUND_UP_TO`) the model is host-bound, so that is never won back:
+        dense. Where the dense matmul's GPU time is under four times ``op_ms``, a sparse route
+        must beat dense by more than ``op_ms``; longer matmuls hide the host: GPU times decide.
 
         Parameters
         ----------
